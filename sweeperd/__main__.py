@@ -1,0 +1,7 @@
+"""`python -m sweeperd`."""
+
+import sys
+
+from sweeperd.cli import main
+
+sys.exit(main())

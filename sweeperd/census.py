@@ -1,0 +1,51 @@
+"""`sweeperd inspect`: one queue's leases, backlog and server, read without writing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from sweeperd.keyspace import QueueKeys
+from sweeperd.model import string2ll
+from sweeperd.serverinfo import has_verb, read_server_info
+
+
+@dataclass(frozen=True)
+class Census:
+    queue: str
+    active: int
+    expired: int
+    oldest_overdue_s: float | None  # how long the oldest expired lease has been overdue
+    pending: int
+    dead: int
+    failed: int | None  # the queue's metrics:failed count; None when it is not an integer
+    run_id: str
+    verb_available: bool
+
+
+def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
+    """Counts read in one round trip, on the server's clock."""
+    info = read_server_info(client)
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(keys.active)
+    pipe.zcount(keys.active, "-inf", info.time_ms)
+    pipe.zrange(keys.active, 0, 0, withscores=True)
+    pipe.zcard(keys.pending)
+    pipe.zcard(keys.dead)
+    pipe.hget(keys.metrics_failed, "count")
+    active, expired, oldest, pending, dead, failed = pipe.execute()
+    overdue = None
+    if oldest and oldest[0][1] <= info.time_ms:
+        overdue = (info.time_ms - oldest[0][1]) / 1000
+    return Census(
+        queue=keys.queue,
+        active=active,
+        expired=expired,
+        oldest_overdue_s=overdue,
+        pending=pending,
+        dead=dead,
+        failed=string2ll(failed) if failed is not None else 0,
+        run_id=info.run_id.decode(),
+        verb_available=has_verb(client),
+    )

@@ -1,0 +1,198 @@
+"""The command line: `run` (the daemon), `once`, `inspect` and `demo`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import redis
+import typer
+
+from sweeperd import __version__, census, once, report
+from sweeperd.connection import connect, read_password, redact
+from sweeperd.constants import (
+    DEFAULT_LIMIT,
+    DEFAULT_MAX_STALLED,
+    DEFAULT_PREFIX_ROOT,
+    DEFAULT_REDIS_URL,
+    DEFAULT_SOCKET_TIMEOUT_S,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    LLONG_MAX,
+)
+from sweeperd.executors import ExecutorChoice, choose
+from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import Reason, SweepError
+
+app = typer.Typer(
+    name="sweeperd",
+    help="The stalled-job sweeper for EchoMQ: sends EMQ.STALLED.CHECK on a schedule, per queue. "
+    "sweeperd never runs the uncounted reaper (@reap): every recovery it makes is counted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
+
+
+def _queue_name(value: str) -> str:
+    if not value or any(c in value for c in "{} \t\r\n"):
+        raise typer.BadParameter(f"{value!r} is not a queue name: no braces, no whitespace")
+    return value
+
+
+def _url(value: str) -> str:
+    try:
+        redis.connection.parse_url(value)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{redact(value)}: {exc}") from None
+    return value
+
+
+Queue = Annotated[
+    str, typer.Option("--queue", "-q", help="The queue to sweep.", callback=_queue_name)
+]
+RedisUrl = Annotated[
+    str,
+    typer.Option(envvar="SWEEPERD_REDIS_URL", callback=_url, help="redis://, rediss:// or unix://"),
+]
+PasswordFile = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="SWEEPERD_REDIS_PASSWORD_FILE",
+        help="Read the password from this file (else $CREDENTIALS_DIRECTORY/redis-password).",
+    ),
+]
+PrefixRoot = Annotated[
+    str, typer.Option(envvar="SWEEPERD_PREFIX_ROOT", help="Keys live under <root>:{<queue>}:.")
+]
+MaxStalled = Annotated[
+    int,
+    typer.Option(min=1, max=LLONG_MAX, help="Stalls a job may have; at this count it is dead."),
+]
+Limit = Annotated[int, typer.Option(min=1, max=LLONG_MAX, help="Expired leases per call.")]
+Executor = Annotated[
+    ExecutorChoice,
+    typer.Option(
+        envvar="SWEEPERD_EXECUTOR",
+        help="native: the module's verb; script: the Lua port; auto: native where loaded.",
+    ),
+]
+SocketTimeout = Annotated[
+    float, typer.Option(min=0.001, envvar="SWEEPERD_SOCKET_TIMEOUT", help="Seconds per call.")
+]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _client(url: str, timeout: float, password_file: Path | None) -> redis.Redis:
+    try:
+        password = read_password(str(password_file) if password_file else None)
+    except OSError as exc:
+        _usage(f"--redis-password-file: cannot read {password_file}: {exc.strerror}")
+    return connect(url, socket_timeout=timeout, password=password)
+
+
+def _usage(message: str) -> typer.Exit:
+    typer.echo(f"sweeperd: {message}", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _unreachable(url: str, exc: BaseException) -> typer.Exit:
+    typer.echo(f"sweeperd: cannot reach {redact(url)}: {exc}", err=True)
+    raise typer.Exit(EXIT_UNREACHABLE)
+
+
+@app.command("once")
+def once_command(
+    queue: Queue,
+    redis_url: RedisUrl = DEFAULT_REDIS_URL,
+    max_stalled: MaxStalled = DEFAULT_MAX_STALLED,
+    limit: Limit = DEFAULT_LIMIT,
+    prefix_root: PrefixRoot = DEFAULT_PREFIX_ROOT,
+    executor: Executor = ExecutorChoice.AUTO,
+    drain: Annotated[
+        bool, typer.Option(help="Repeat calls until no lease due at the start remains.")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(help="Read only: what a sweep would do now, from the model. Writes nothing."),
+    ] = False,
+    json_out: Json = False,
+    socket_timeout: SocketTimeout = DEFAULT_SOCKET_TIMEOUT_S,
+    redis_password_file: PasswordFile = None,
+) -> None:
+    """The manual counted recovery of one queue: EMQ.STALLED.CHECK, once (or until drained).
+
+    Exit 0 when done (also when nothing was due), 1 when the server refused (nothing was
+    written by the refused call), 2 on a bad option, 3 when the server cannot be reached.
+    In --json, `exempt` lists the recovered rows whose lease_epoch differs from the server's
+    run_id, read right after the sweep: best effort, a worker may have claimed one meanwhile.
+    """
+    client = _client(redis_url, socket_timeout, redis_password_file)
+    keys = QueueKeys(queue, prefix_root)
+    act = once.dry_run if dry_run else once.sweep
+    try:
+        chosen = choose(client, executor)
+        result = act(client, chosen, keys, max_stalled=max_stalled, limit=limit, drain=drain)
+    except UNREACHABLE as exc:
+        raise _unreachable(redis_url, exc) from None
+    except SweepError as exc:
+        typer.echo(f"sweeperd: {exc.message}", err=True)
+        raise typer.Exit(EXIT_REFUSED) from None
+    typer.echo(report.once_json(result) if json_out else report.once_text(result))
+    if result.error is not None:
+        if result.error.reason in (Reason.CONNECTION, Reason.TIMEOUT):
+            raise _unreachable(redis_url, result.error)
+        typer.echo(f"sweeperd: {result.error.message}", err=True)
+        raise typer.Exit(EXIT_REFUSED)
+
+
+@app.command("inspect")
+def inspect_command(
+    queue: Queue,
+    redis_url: RedisUrl = DEFAULT_REDIS_URL,
+    prefix_root: PrefixRoot = DEFAULT_PREFIX_ROOT,
+    json_out: Json = False,
+    socket_timeout: SocketTimeout = DEFAULT_SOCKET_TIMEOUT_S,
+    redis_password_file: PasswordFile = None,
+) -> None:
+    """A queue at a glance: leases, expired backlog, pending, dead, the server's run_id."""
+    client = _client(redis_url, socket_timeout, redis_password_file)
+    try:
+        seen = census.take_census(client, QueueKeys(queue, prefix_root))
+    except UNREACHABLE as exc:
+        raise _unreachable(redis_url, exc) from None
+    except redis.ResponseError as exc:
+        typer.echo(f"sweeperd: {exc}", err=True)
+        raise typer.Exit(EXIT_REFUSED) from None
+    typer.echo(report.census_json(seen) if json_out else report.census_text(seen))
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the version."""
+    typer.echo(f"sweeperd {__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; a usage error is one line on stderr and exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="sweeperd", standalone_mode=False)
+    except click.UsageError as exc:
+        where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        message = " ".join(exc.format_message().split())
+        print(f"sweeperd: {message}{where}", file=sys.stderr)
+        return EXIT_USAGE
+    except click.Abort:
+        return 130
+    return code if isinstance(code, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Every key name, default and fixed vocabulary of sweeperd, in one place."""
+
+from __future__ import annotations
+
+VERB = "EMQ.STALLED.CHECK"
+
+# Keyspace (SPEC §2): every key of queue q lives under "<root>:{q}:".
+DEFAULT_PREFIX_ROOT = "emq"
+ACTIVE = "active"  # zset: job id -> lease deadline, ms since the epoch (server clock)
+PENDING = "pending"  # zset: jobs waiting to be claimed
+DEAD = "dead"  # zset: the dead-letter set
+JOB = "job:"  # hash per job: "<prefix>job:<id>"
+METRICS_FAILED = "metrics:failed"  # hash, field "count": jobs that died, for any reason
+METRICS_FAILED_FIELD = "count"
+
+# Defaults of the sweep.
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+DEFAULT_MAX_STALLED = 1
+DEFAULT_LIMIT = 100
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_DRAIN_BUDGET = 10  # verb calls per queue per tick
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
+DEFAULT_METRICS_ADDR = "0.0.0.0:9787"
+DEFAULT_JITTER_FRACTION = 0.1  # of the interval
+
+LLONG_MAX = 2**63 - 1
+LLONG_MIN = -(2**63)
+
+# Exit codes of the command line.
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3

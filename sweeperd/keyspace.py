@@ -1,0 +1,58 @@
+"""The names of one queue's keys (SPEC §2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sweeperd.constants import (
+    ACTIVE,
+    DEAD,
+    DEFAULT_PREFIX_ROOT,
+    JOB,
+    METRICS_FAILED,
+    PENDING,
+)
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Key names of queue `queue` under `root`: the prefix is `<root>:{<queue>}:`."""
+
+    queue: str
+    root: str = DEFAULT_PREFIX_ROOT
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.root}:{{{self.queue}}}:"
+
+    @property
+    def active(self) -> str:
+        return self.prefix + ACTIVE
+
+    @property
+    def pending(self) -> str:
+        return self.prefix + PENDING
+
+    @property
+    def dead(self) -> str:
+        return self.prefix + DEAD
+
+    @property
+    def metrics_failed(self) -> str:
+        return self.prefix + METRICS_FAILED
+
+    def job(self, job_id: str | bytes) -> bytes:
+        """The row key of a job; ids are bytes on the wire, kept byte for byte."""
+        raw = job_id if isinstance(job_id, bytes) else job_id.encode()
+        return (self.prefix + JOB).encode() + raw
+
+
+def queue_of_active_key(key: bytes, root: str) -> str | None:
+    """The queue name in `<root>:{<queue>}:active`, or None when the key is not one."""
+    head, tail = f"{root}:{{".encode(), f"}}:{ACTIVE}".encode()
+    if not (key.startswith(head) and key.endswith(tail)) or len(key) <= len(head) + len(tail):
+        return None
+    try:
+        return key[len(head) : -len(tail)].decode()
+    except UnicodeDecodeError:
+        return None

@@ -1,0 +1,74 @@
+"""The fixed vocabulary of failure reasons, and the mapping from an error to one."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import redis
+
+
+class Reason(StrEnum):
+    LANE = "lane"  # a lane row among the expired leases: the verb refuses it
+    WRONGTYPE = "wrongtype"  # a row or a queue key of the wrong type
+    COUNTER = "counter"  # a stalled or count value HINCRBY would refuse
+    ARGUMENTS = "arguments"  # max_stalled, limit or arity refused
+    NO_VERB = "no_verb"  # the server does not know EMQ.STALLED.CHECK
+    CONNECTION = "connection"  # the server cannot be reached
+    TIMEOUT = "timeout"  # the server did not answer in time
+    OTHER = "other"
+
+
+COUNTER_TEXTS = ("hash value is not an integer", "increment or decrement would overflow")
+ARGUMENT_TEXTS = ("must be a positive integer", "wrong number of arguments")
+
+
+def reason_of_text(text: str) -> Reason:
+    """The reason for a server error reply, by its text."""
+    if text.startswith("EMQLANE"):
+        return Reason.LANE
+    if text.startswith("WRONGTYPE"):
+        return Reason.WRONGTYPE
+    if any(t in text for t in COUNTER_TEXTS):
+        return Reason.COUNTER
+    if any(t in text for t in ARGUMENT_TEXTS):
+        return Reason.ARGUMENTS
+    if "unknown command" in text:
+        return Reason.NO_VERB
+    return Reason.OTHER
+
+
+def server_text(exc: redis.ResponseError) -> str:
+    """The error reply as the server sent it: redis-py strips the `ERR ` code, put it back."""
+    text = str(exc)
+    code = text.split(" ", 1)[0]
+    return text if code.isupper() and code.isalpha() else f"ERR {text}"
+
+
+def reason_of(exc: BaseException) -> Reason:
+    """The reason for any failure of one call."""
+    if isinstance(exc, SweepError):
+        return exc.reason
+    if isinstance(exc, redis.TimeoutError):
+        return Reason.TIMEOUT
+    if isinstance(exc, redis.ConnectionError):
+        return Reason.CONNECTION
+    if isinstance(exc, redis.ResponseError):
+        return reason_of_text(server_text(exc))
+    return Reason.OTHER
+
+
+class SweepError(Exception):
+    """A call that failed, with its reason and the server's (or client's) text."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def of(cls, exc: BaseException) -> SweepError:
+        if isinstance(exc, SweepError):
+            return exc
+        if isinstance(exc, redis.ResponseError):
+            return cls(reason_of(exc), server_text(exc))
+        return cls(reason_of(exc), str(exc) or type(exc).__name__)

@@ -1,0 +1,83 @@
+"""How `once` and `inspect` print: one JSON object, or a summary readable at a glance."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from sweeperd.census import Census
+from sweeperd.once import OnceResult
+
+FRAME_LINES = 8  # lines of a `once` summary besides the ids
+
+
+def job_id_text(job_id: bytes) -> str:
+    return job_id.decode("utf-8", "backslashreplace")
+
+
+def once_json(result: OnceResult) -> str:
+    body: dict[str, object] = {
+        "queue": result.queue,
+        "executor": result.executor,
+        "run_id": result.run_id,
+        "recovered": [job_id_text(i) for i in result.recovered],
+        "dead": [job_id_text(i) for i in result.dead],
+        "exempt": [job_id_text(i) for i in result.exempt],
+        "calls": result.calls,
+        "dry_run": result.dry_run,
+    }
+    if result.error is not None:
+        body["error"] = {"reason": str(result.error.reason), "message": result.error.message}
+    return json.dumps(body)
+
+
+def abbreviated(ids: Sequence[bytes], room: int) -> str:
+    """The ids on one line each, cut to `room` with a count of the rest."""
+    shown = [f"  {job_id_text(i)}" for i in ids[:room]]
+    if len(ids) > room:
+        shown.append(f"  … and {len(ids) - room} more (--json lists every id)")
+    return "\n".join(shown)
+
+
+def once_text(result: OnceResult) -> str:
+    screen = shutil.get_terminal_size((100, 40)).lines
+    room = max(3, (screen - FRAME_LINES) // 3)
+    verb = "would recover" if result.dry_run else "recovered"
+    lines = [
+        f"queue {result.queue}  executor {result.executor}  run_id {result.run_id[:12]}…"
+        + ("  (dry run: nothing written)" if result.dry_run else ""),
+        f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "
+        f"earlier server run)  dead {len(result.dead)}  calls {result.calls}",
+    ]
+    for title, ids in (
+        ("recovered", result.recovered),
+        ("exempt", result.exempt),
+        ("dead", result.dead),
+    ):
+        if ids:
+            lines += [f"{title}:", abbreviated(ids, room)]
+    if not (result.recovered or result.dead):
+        lines.append("nothing was due")
+    return "\n".join(lines)
+
+
+def census_json(census: Census) -> str:
+    return json.dumps(asdict(census))
+
+
+def census_text(c: Census) -> str:
+    overdue = "none" if c.oldest_overdue_s is None else f"{c.oldest_overdue_s:.1f}s"
+    failed = "not an integer" if c.failed is None else str(c.failed)
+    return "\n".join(
+        [
+            f"queue      {c.queue}",
+            f"active     {c.active}  (expired now: {c.expired}, oldest overdue: {overdue})",
+            f"pending    {c.pending}",
+            f"dead       {c.dead}  (metrics:failed count: {failed})",
+            f"server     run_id {c.run_id}",
+            "verb       EMQ.STALLED.CHECK "
+            + ("available (native)" if c.verb_available else "not loaded (script executor)"),
+        ]
+    )

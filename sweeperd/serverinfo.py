@@ -1,0 +1,47 @@
+"""The server's run_id (the lease epoch), its clock and whether it knows the verb."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from sweeperd.constants import VERB
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    run_id: bytes
+    time_ms: int  # the server's clock when it answered
+    version: str
+
+
+def parse_info(raw: bytes | str) -> dict[str, str]:
+    """The `field:value` lines of an INFO reply."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and ":" in line:
+            name, value = line.split(":", 1)
+            fields[name] = value
+    return fields
+
+
+def server_info_of(raw: bytes | str) -> ServerInfo:
+    fields = parse_info(raw)
+    return ServerInfo(
+        run_id=fields["run_id"].encode(),
+        time_ms=int(fields.get("server_time_usec", "0")) // 1000,
+        version=fields.get("valkey_version") or fields.get("redis_version", "unknown"),
+    )
+
+
+def read_server_info(client: redis.Redis) -> ServerInfo:
+    """INFO server, read raw (see connection.connect)."""
+    return server_info_of(client.execute_command("INFO", "server"))  # type: ignore[no-untyped-call]
+
+
+def has_verb(client: redis.Redis) -> bool:
+    """Whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
+    reply = client.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
+    return bool(reply) and reply[0] is not None

@@ -1,0 +1,44 @@
+"""Test helpers: write leases and rows, read the whole keyspace back."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from sweeperd.keyspace import QueueKeys
+
+PAST_MS = 1_000_000  # a deadline long gone: 1970, a thousand seconds in
+FUTURE_OFFSET_MS = 3_600_000  # an hour ahead: not expired during any test
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def run_id(r: redis.Redis) -> bytes:
+    """The server's run_id, the lease epoch."""
+    info = r.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
+    value = info["run_id"] if isinstance(info, dict) else None
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+def dump_all(r: redis.Redis) -> dict[bytes, bytes]:
+    """Every key's DUMP: equal dumps mean a byte-for-byte equal keyspace."""
+    dumps: dict[bytes, bytes] = {}
+    for key in r.scan_iter(count=1000):
+        dumped = r.dump(key)
+        assert isinstance(dumped, bytes)
+        dumps[key] = dumped
+    return dumps
+
+
+def lease(
+    r: redis.Redis, keys: QueueKeys, job_id: bytes, deadline_ms: int = PAST_MS, **row: object
+) -> None:
+    """An active lease with its row; no row fields means a ghost."""
+    r.zadd(keys.active, {job_id: deadline_ms})
+    if row:
+        r.hset(keys.job(job_id), mapping=row)  # type: ignore[arg-type]

@@ -1,0 +1,126 @@
+"""A real redis-server on a free loopback port, started and stopped by the tests."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+REPO = Path(__file__).resolve().parent.parent
+MODULE_PATH = REPO / "module" / "emq_stalled.so"
+START_TIMEOUT_S = 10.0
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def redis_server_binary() -> str:
+    """The redis-server on PATH; a missing server is an error, never a skip."""
+    found = shutil.which("redis-server")
+    if found is None:
+        raise RuntimeError("redis-server is not installed: run `apt-get install redis-server`")
+    return found
+
+
+class RedisServer:
+    """One redis-server process with its own directory, optionally with the module loaded."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        module: Path | None = MODULE_PATH,
+        appendonly: bool = False,
+        replicaof: tuple[str, int] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.module = module
+        self.appendonly = appendonly
+        self.replicaof = replicaof
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def argv(self) -> list[str]:
+        options = {
+            "port": str(self.port),
+            "bind": "127.0.0.1",
+            "dir": str(self.workdir),
+            "save": "",
+            "appendonly": "yes" if self.appendonly else "no",
+            "appendfsync": "always",
+            "daemonize": "no",
+            "logfile": str(self.workdir / "redis.log"),
+            "enable-debug-command": "yes",
+        }
+        argv = [redis_server_binary()]
+        for name, value in options.items():
+            argv += [f"--{name}", value]
+        if self.module is not None:
+            if not self.module.exists():
+                raise RuntimeError(f"{self.module} is missing: run `make module`")
+            argv += ["--loadmodule", str(self.module)]
+        if self.replicaof is not None:
+            argv += ["--replicaof", self.replicaof[0], str(self.replicaof[1])]
+        return argv
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10, **kwargs)  # type: ignore[arg-type]
+
+    def start(self) -> RedisServer:
+        self.process = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with self.client() as probe:
+            while True:
+                try:
+                    if probe.ping():
+                        break
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    pass
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    log = (self.workdir / "redis.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"redis-server did not start on {self.port}:\n{log}")
+                time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server the way an operator's restart would (SIGTERM: AOF is flushed)."""
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def restart(self) -> RedisServer:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
