@@ -1,0 +1,137 @@
+"""Structured logging: JSON lines or console, the stdlib loggers alike, credentials never shown."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterable, MutableMapping
+from enum import StrEnum
+from typing import Any, TextIO
+
+import structlog
+
+from sweeperd.connection import redact
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+ID_CAP = 20  # job ids listed in one log event at the most
+QUIET_LOGGERS = ("apscheduler",)  # WARNING and up unless the level is debug
+
+# A URL with a user or password in it: scheme://userinfo@...
+_URL_WITH_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@'\"<>]*@[^\s'\"<>]*")
+_USERINFO = re.compile(r"(://)[^\s/@'\"<>]*@")
+
+
+class LogFormat(StrEnum):
+    JSON = "json"
+    CONSOLE = "console"
+    AUTO = "auto"  # json off a TTY, console on one; resolved when the settings are built
+
+
+class _OurHandler(logging.StreamHandler[TextIO]):
+    """The root handler configure_logging installs, so that a second call replaces it."""
+
+
+def _redact_url(match: re.Match[str]) -> str:
+    url = match.group(0)
+    try:
+        return redact(url)
+    except ValueError:  # a URL urllib cannot parse (a bad port): drop the userinfo by hand
+        return _USERINFO.sub(r"\1", url)
+
+
+def redact_text(text: str) -> str:
+    """The text with the user and password removed from every URL in it."""
+    return _URL_WITH_CREDENTIALS.sub(_redact_url, text) if "@" in text else text
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_value(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    return value
+
+
+def redact_credentials(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A processor: credentials removed from any URL found in the event's string values."""
+    for key, value in event_dict.items():
+        event_dict[key] = _redact_value(value)
+    return event_dict
+
+
+def cap_ids(ids: Iterable[bytes | str], limit: int = ID_CAP) -> list[str]:
+    """Job ids as text, at most `limit` of them and a marker saying how many were left out."""
+    shown: list[str] = []
+    more = 0
+    for job_id in ids:
+        if len(shown) >= limit:
+            more += 1
+        elif isinstance(job_id, bytes):
+            shown.append(job_id.decode("utf-8", "backslashreplace"))
+        else:
+            shown.append(job_id)
+    if more:
+        shown.append(f"…(+{more} more)")
+    return shown
+
+
+def _renderer(fmt: LogFormat, stream: TextIO) -> structlog.types.Processor:
+    if fmt is LogFormat.JSON:
+        return structlog.processors.JSONRenderer()
+    colors = bool(getattr(stream, "isatty", lambda: False)())
+    return structlog.dev.ConsoleRenderer(colors=colors)
+
+
+def configure_logging(fmt: str, level: str, stream: TextIO | None = None) -> None:
+    """Route structlog and the stdlib loggers to `stream` (stderr) in one format; callable again."""
+    log_format = LogFormat(fmt)
+    if log_format is LogFormat.AUTO:
+        raise ValueError("resolve the log format auto to json or console before configuring")
+    if level.lower() not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}: one of {', '.join(LEVELS)}")
+    out = stream if stream is not None else sys.stderr
+    numeric = logging.getLevelName(level.upper())
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+    if log_format is LogFormat.JSON:
+        shared.append(structlog.processors.format_exc_info)
+    shared.append(redact_credentials)
+
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            _renderer(log_format, out),
+        ],
+    )
+    handler = _OurHandler(out)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _OurHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    quiet = numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)
+
+    structlog.configure(
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,  # a second call (SIGHUP) must reach existing loggers
+    )
