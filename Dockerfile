@@ -26,7 +26,6 @@ ENV PATH=/opt/venv/bin:$PATH \
 COPY --from=builder /opt/venv /opt/venv
 # 65532: the conventional "nonroot" uid; Kubernetes runs the pod with the same.
 USER 65532:65532
-WORKDIR /tmp
 EXPOSE 9787
 # No curl in slim: ask /healthz with the interpreter the image already has.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
