@@ -23,6 +23,7 @@ OVERFLOW = b"ERR increment or decrement would overflow"
 BAD_NUMBERS = ["0", "-1", "x", "+1", "01", "-0", " 1", "", "1.0", "9223372036854775808"]
 
 VERB = "emq.stalled.check"
+ARGS = (Q.active, Q.pending, Q.dead, Q.prefix, 1, 100)
 
 Reply = list[list[bytes]]
 
@@ -464,6 +465,36 @@ class TestAof:
             server.restart()
             with server.client() as r:
                 assert dump_all(r) == swept
+
+
+class TestWatch:
+    """Only keys the verb writes are signalled as modified to WATCH and client caches."""
+
+    @staticmethod
+    def watched_exec_survives(r: redis.Redis, sweep: Callable[[], object]) -> bool:
+        """WATCHes the queue's keys, runs `sweep` on another connection, then tries EXEC."""
+        with r.pipeline() as pipe:
+            pipe.watch(Q.active, Q.pending, Q.dead, Q.metrics_failed, Q.job(b"j"))  # type: ignore[no-untyped-call]
+            sweep()
+            pipe.multi()
+            pipe.ping()
+            try:
+                pipe.execute()
+            except redis.WatchError:
+                return False
+            return True
+
+    def test_empty_sweep_and_refusal_touch_nothing(self, r: redis.Redis) -> None:
+        """A sweep that finds nothing and a refused sweep leave a WATCH intact."""
+        lease(r, Q, b"j", now_ms() + FUTURE_OFFSET_MS, attempts=1)
+        assert self.watched_exec_survives(r, lambda: check(r))
+        lease(r, Q, b"j", PAST_MS, attempts=1, stalled="abc")
+        assert self.watched_exec_survives(r, lambda: raw_error(r, "EMQ.STALLED.CHECK", *ARGS))
+
+    def test_sweep_signals_written_keys(self, r: redis.Redis) -> None:
+        """A sweep that moves a lease invalidates a WATCH on its keys."""
+        lease(r, Q, b"j", attempts=1)
+        assert not self.watched_exec_survives(r, lambda: check(r))
 
 
 class TestCommandInfo:
