@@ -39,8 +39,8 @@ end
 local function add_digits(a, b)
   local out, carry = {}, 0
   for i = 0, math.max(#a, #b) - 1 do
-    local da = tonumber(string.sub(a, #a - i, #a - i)) or 0
-    local db = tonumber(string.sub(b, #b - i, #b - i)) or 0
+    local da = i < #a and tonumber(string.sub(a, #a - i, #a - i)) or 0
+    local db = i < #b and tonumber(string.sub(b, #b - i, #b - i)) or 0
     local d = da + db + carry
     carry = d >= 10 and 1 or 0
     out[#out + 1] = d % 10

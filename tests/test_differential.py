@@ -1,0 +1,303 @@
+"""Model, module and Lua port of EMQ.STALLED.CHECK agree on random keyspaces (SPEC §3, §4)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sweeperd.constants import LLONG_MAX, LLONG_MIN, VERB
+from sweeperd.executors import script_source
+from sweeperd.keyspace import QueueKeys
+from tests.helpers import now_ms, run_id
+from tests.keyspace_model import (
+    Keyspace,
+    call,
+    dump_keyspace,
+    expected,
+    observe,
+    restore_keyspace,
+)
+from tests.server import RedisServer
+
+Q = QueueKeys("q")
+HOUR_MS = 3_600_000
+RUNS = {"examples": 0}
+ANCHORS = (0, 1, 10, 2**53, 10**18, LLONG_MAX, LLONG_MIN + 2)
+
+# Deadlines: ("abs", score) or ("rel", offset from now), never within an hour of now.
+DEADLINES = [
+    ("abs", float("-inf")),
+    ("abs", float("inf")),
+    ("abs", 0.0),
+    ("abs", -5.0),
+    ("abs", 1_000_000.0),
+    ("rel", -HOUR_MS - 1.0),
+    ("rel", -2.0 * HOUR_MS),
+    ("rel", -30.0 * 24 * HOUR_MS),
+    ("rel", HOUR_MS + 1.0),
+    ("rel", 2.0 * HOUR_MS),
+]
+ODD_NUMBERS = [
+    b"", b"-0", b"+1", b"01", b"00", b"-01", b"abc", b" 1", b"1 ", b"1.0", b"1e3", b"0x1",
+    b"--1", b"-", b"1\x00", b"\xff", b"9223372036854775808", b"-9223372036854775809",
+    b"18446744073709551616", b"99999999999999999999", b"123456789012345678901",
+    b"-12345678901234567890",
+]  # fmt: skip
+BAD_ARGUMENTS = [b"0", b"-1", b"x", b"01", b"", b"+1", b"-0", b" 1", b"1.5", b"9223372036854775808"]
+EPOCHS = ["missing", "current", "other", "empty"]
+ID_ALPHABET = "abXY019:{- "
+
+
+@dataclass
+class RowPlan:
+    """One job row as drawn: "none" (no row), a hash's fields, or another type's name."""
+
+    kind: str
+    fields: dict[bytes, bytes] = field(default_factory=dict)
+    epoch: str = "missing"
+
+
+@dataclass
+class Scenario:
+    """One queue's keyspace and the call's arguments, resolved against a clock and an epoch."""
+
+    active: dict[bytes, tuple[str, float]]
+    pending: dict[bytes, tuple[str, float]]
+    dead: dict[bytes, tuple[str, float]]
+    rows: dict[bytes, RowPlan]
+    key_kinds: dict[str, str]  # active/pending/dead/metrics -> "natural" or a wrong type
+    metrics: dict[bytes, bytes]
+    max_stalled: bytes
+    limit: bytes
+    arity: int = 6
+
+    def argv(self) -> list[bytes]:
+        six = [
+            Q.active.encode(), Q.pending.encode(), Q.dead.encode(), Q.prefix.encode(),
+            self.max_stalled, self.limit,
+        ]  # fmt: skip
+        return [*six, b"1"][: self.arity]
+
+    def keyspace(self, now: int, epoch: bytes) -> Keyspace:
+        space = Keyspace()
+        zsets = {"active": self.active, "pending": self.pending, "dead": self.dead}
+        for name, members in zsets.items():
+            key = getattr(Q, name).encode()
+            if self.key_kinds[name] == "natural" and members:
+                space.zsets[key] = {m: resolve(d, now) for m, d in members.items()}
+            else:
+                wrong_type(space, key, self.key_kinds[name])
+        metrics = Q.metrics_failed.encode()
+        if self.key_kinds["metrics"] == "natural" and self.metrics:
+            space.hashes[metrics] = dict(self.metrics)
+        else:
+            wrong_type(space, metrics, self.key_kinds["metrics"])
+        for job_id, row in self.rows.items():
+            key = Q.job(job_id)
+            if row.kind == "hash":
+                space.hashes[key] = row.fields | lease_epoch(row.epoch, epoch)
+            else:
+                wrong_type(space, key, row.kind)
+        return space
+
+
+def resolve(deadline: tuple[str, float], now: int) -> float:
+    kind, value = deadline
+    return value if kind == "abs" else now + value
+
+
+def lease_epoch(kind: str, epoch: bytes) -> dict[bytes, bytes]:
+    values = {"current": epoch, "other": b"f" * 40, "empty": b""}
+    return {b"lease_epoch": values[kind]} if kind in values else {}
+
+
+def wrong_type(space: Keyspace, key: bytes, kind: str) -> None:
+    """Put a value of type `kind` at `key` ("natural" and "none": nothing)."""
+    if kind == "string":
+        space.strings[key] = b"x"
+    elif kind == "list":
+        space.lists[key] = [b"x"]
+    elif kind == "set":
+        space.sets[key] = {b"x"}
+    elif kind == "hash":
+        space.hashes[key] = {b"x": b"1"}
+    elif kind == "zset":
+        space.zsets[key] = {b"x": 0.0}
+
+
+def as_bytes(values: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
+    return values.map(lambda n: str(n).encode())
+
+
+# Strategies are built once, at import: drawing is the hot loop of 2,000 examples.
+NEAR_ANCHORS = tuple(
+    sorted({n for a in ANCHORS for n in range(a - 2, a + 2) if LLONG_MIN <= n <= LLONG_MAX})
+)  # at and around the 64-bit bounds and the double's 2^53
+STALLED = st.one_of(
+    as_bytes(st.integers(-3, 3)),
+    as_bytes(st.sampled_from(NEAR_ANCHORS)),
+    as_bytes(st.integers(LLONG_MIN, LLONG_MAX)),
+    st.sampled_from(ODD_NUMBERS),
+)  # a `stalled` field: small integers, the bounds, and what HINCRBY refuses
+HUGE_POSITIVE = as_bytes(st.sampled_from(tuple(n for n in NEAR_ANCHORS if n >= 1)))
+REFUSED_ARGUMENT = st.sampled_from(BAD_ARGUMENTS)
+MAX_STALLED = st.one_of(*[as_bytes(st.integers(1, 4))] * 3, HUGE_POSITIVE, REFUSED_ARGUMENT)
+LIMIT = st.one_of(*[as_bytes(st.integers(1, 12))] * 3, HUGE_POSITIVE, REFUSED_ARGUMENT)
+ROW_KINDS = st.sampled_from(("hash",) * 12 + ("none",) * 3 + ("string", "list", "set"))
+ZSET_KIND = st.sampled_from(("natural",) * 20 + ("string", "hash", "list", "set"))
+KEY_KINDS = st.fixed_dictionaries(
+    {
+        "active": st.sampled_from(("natural",) * 40 + ("string", "hash")),
+        "pending": ZSET_KIND,
+        "dead": ZSET_KIND,
+        "metrics": st.sampled_from(("natural",) * 20 + ("string", "zset", "list")),
+    }
+)  # mostly the right types; now and then a queue key holding another type
+COUNTS = st.one_of(
+    as_bytes(st.integers(0, 100)),
+    as_bytes(st.integers(LLONG_MAX - 4, LLONG_MAX)),
+    as_bytes(st.integers(LLONG_MIN, -1)),
+    st.sampled_from(ODD_NUMBERS),
+)
+METRICS: st.SearchStrategy[dict[bytes, bytes]] = st.one_of(
+    st.just({}), COUNTS.map(lambda c: {b"count": c}), st.just({b"other": b"1"})
+)  # the failed-count hash: absent, a count (near the bound at times), or without one
+ARITY = st.sampled_from((6,) * 30 + (5, 7))
+ASCII_IDS = st.text(ID_ALPHABET, max_size=4).map(str.encode)
+BINARY_IDS = st.binary(max_size=4).map(lambda b: b + b"\xfe")  # never UTF-8
+DEADLINE = st.sampled_from(tuple(DEADLINES))
+EPOCH = st.sampled_from(tuple(EPOCHS))
+ONE_IN_FOUR = st.integers(0, 3)
+ONE_IN_SIX = st.integers(0, 5)
+ONE_IN_TWENTY = st.integers(0, 19)
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> RowPlan:
+    """A job row: mostly a hash (at times a lane row), sometimes none or another type."""
+    kind = draw(ROW_KINDS)
+    if kind != "hash":
+        return RowPlan(kind)
+    fields: dict[bytes, bytes] = {b"attempts": b"1"} if draw(st.booleans()) else {}
+    if draw(ONE_IN_FOUR):
+        fields[b"stalled"] = draw(STALLED)
+    if draw(ONE_IN_TWENTY) == 0:
+        fields[b"group"] = b"lane"
+    if draw(ONE_IN_FOUR) == 0 or not fields:
+        fields[b"state"] = b"active"  # and a hash has at least one field
+    return RowPlan(kind, fields, draw(EPOCH))
+
+
+ROWS = rows()
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    """One queue: a pool of ids shared by active, pending, dead and the rows."""
+    pool = draw(st.lists(ASCII_IDS, min_size=1, max_size=10, unique=True))
+    some = st.lists(st.sampled_from(pool), max_size=3, unique=True)
+    return Scenario(
+        active={i: draw(DEADLINE) for i in pool if draw(ONE_IN_SIX)},
+        pending=dict.fromkeys(draw(some), ("abs", 5.0)),
+        dead=dict.fromkeys(draw(some), ("abs", 0.0)),
+        rows={i: draw(ROWS) for i in pool},
+        key_kinds=draw(KEY_KINDS),
+        metrics=draw(METRICS),
+        max_stalled=draw(MAX_STALLED),
+        limit=draw(LIMIT),
+        arity=draw(ARITY),
+    )
+
+
+PLAIN_ROW = st.fixed_dictionaries(
+    {b"attempts": st.just(b"1")}, optional={b"stalled": as_bytes(st.integers(-3, 3))}
+)
+
+
+@st.composite
+def binary_scenarios(draw: st.DrawFn) -> Scenario:
+    """Non-UTF-8 ids on paths that refuse nothing: hash rows or none, valid values."""
+    pool = draw(st.lists(BINARY_IDS, min_size=1, max_size=10, unique=True))
+    row_kinds = st.sampled_from(("hash", "hash", "none"))
+    return Scenario(
+        active={i: draw(DEADLINE) for i in pool},
+        pending={},
+        dead={},
+        rows={i: RowPlan(draw(row_kinds), draw(PLAIN_ROW), draw(EPOCH)) for i in pool},
+        key_kinds=dict.fromkeys(("active", "pending", "dead", "metrics"), "natural"),
+        metrics={},
+        max_stalled=draw(as_bytes(st.integers(1, 4))),
+        limit=draw(as_bytes(st.integers(1, 12))),
+    )
+
+
+@dataclass
+class Harness:
+    """One server with the module and the script loaded, and what it answers with."""
+
+    r: redis.Redis
+    epoch: bytes
+    sha: str
+
+    def check(self, scenario: Scenario) -> None:
+        """Model, then module, then (same keyspace restored) the script: all three agree."""
+        RUNS["examples"] += 1
+        now = now_ms()
+        scenario.keyspace(now, self.epoch).replace(self.r)
+        before, before_dumps = observe(self.r)
+        argv = scenario.argv()
+        want_reply, want_space = expected(before, argv, Q, self.epoch, now)
+
+        native = call(self.r, VERB, *argv)
+        native_space, native_dumps = observe(self.r)
+        assert native == want_reply
+        assert native_space == want_space
+        if isinstance(native, str):
+            assert native_dumps == before_dumps
+
+        restore_keyspace(self.r, before_dumps)
+        script = call(self.r, "EVALSHA", self.sha, min(3, len(argv)), *argv)
+        assert script == native
+        assert dump_keyspace(self.r) == native_dumps
+
+
+@pytest.fixture(scope="module")
+def harness(redis_server: RedisServer, request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """The session's module server, the script loaded; prints how many examples ran."""
+    with redis_server.client() as r:
+        sha = r.script_load(script_source())
+        assert isinstance(sha, str | bytes)
+        yield Harness(r, run_id(r), sha if isinstance(sha, str) else sha.decode())
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print(f"\ndifferential: {RUNS['examples']} examples run (model = module = Lua)")
+
+
+DIFFERENTIAL = settings(
+    max_examples=2000,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+class TestThreeWay:
+    """The model's verdict, the module's and the Lua port's, call by call."""
+
+    @DIFFERENTIAL
+    @given(scenario=scenarios())
+    def test_model_module_and_lua_agree(self, harness: Harness, scenario: Scenario) -> None:
+        """Reply or error text, and the whole keyspace after, are the same on all three."""
+        harness.check(scenario)
+
+    @settings(DIFFERENTIAL, max_examples=200)
+    @given(scenario=binary_scenarios())
+    def test_binary_ids_agree(self, harness: Harness, scenario: Scenario) -> None:
+        """Ids that are not UTF-8 are moved and replied byte for byte by all three."""
+        harness.check(scenario)
