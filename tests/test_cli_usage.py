@@ -101,12 +101,6 @@ class TestHelp:
         assert "never runs the uncounted reaper (@reap)" in flat(top_help.out)
         assert {"once", "inspect", "version"} <= set(listed_commands(top_help.out))
 
-    def test_no_arguments(self) -> None:
-        """With no arguments the help is shown, not a traceback."""
-        ran = sweeperd()
-        assert "Usage: sweeperd" in ran.out + ran.err
-        assert "Traceback" not in ran.err
-
     def test_every_listed_subcommand(self, helps: dict[str, Ran]) -> None:
         """Every command the top-level help lists answers its own --help with exit 0."""
         for name, ran in helps.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import redis
 
 from sweeperd.keyspace import QueueKeys
@@ -23,6 +25,11 @@ def populate(r: redis.Redis) -> None:
     r.zadd(Q.pending, {f"p{n}": 0 for n in range(4)})
     r.zadd(Q.dead, {"d": 0})
     r.hset(Q.metrics_failed, "count", 7)
+
+
+def not_json(constant: str) -> None:
+    """json.loads' hook for NaN and Infinity, which RFC 8259 JSON has not."""
+    raise AssertionError(f"{constant} is not JSON")
 
 
 def inspect(server: RedisServer, *args: str) -> Ran:
@@ -88,6 +95,18 @@ class TestInspectJson:
         ran = inspect(redis_server, "--json")
         assert (ran.code, ran.err) == (0, "")
         assert ran.json()["failed"] is None
+
+    def test_strict_json_with_minus_infinity(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A lease with a -inf deadline still gives strict JSON (no Infinity), overdue a number."""
+        lease(r, Q, b"odd", 0, attempts=1)
+        r.zadd(Q.active, {b"odd": float("-inf")})
+        ran = inspect(redis_server, "--json")
+        assert (ran.code, ran.err) == (0, "")
+        body = json.loads(ran.out, parse_constant=not_json)
+        assert body["expired"] == 1
+        assert isinstance(body["oldest_overdue_s"], float)
 
 
 class TestInspectText:

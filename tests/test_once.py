@@ -122,41 +122,20 @@ class TestSpecTable:
             PENDING: [(b"j", 0.0)],
         }
 
-    def test_current_epoch_is_dead(self, target: Target) -> None:
-        """A lease of the running process spends its budget: dead, dead-lettered, counted +1."""
-        epoch = run_id(target.r)
-        lease(target.r, Q, b"j", attempts=1, lease_epoch=epoch)
+    @pytest.mark.parametrize("stamped", [True, False], ids=["current-epoch", "no-epoch"])
+    def test_counted_is_dead(self, target: Target, stamped: bool) -> None:
+        """A lease of this process, or one with no epoch, is counted: dead, dead-lettered, +1."""
+        epoch = {b"lease_epoch": run_id(target.r)} if stamped else {}
+        lease(target.r, Q, b"j", PAST_MS, attempts=1, **{k.decode(): v for k, v in epoch.items()})
         target.r.hset(Q.metrics_failed, "count", 5)
         ran = target.once("--json")
         assert (ran.code, ran.err) == (0, "")
         assert ran.json() == target.expect(dead=["j"])
+        fields = {b"attempts": b"1", b"stalled": b"1", b"state": b"dead", b"last_error": b"stalled"}
         assert keyspace(target.r) == {
-            row("j"): {
-                b"attempts": b"1",
-                b"lease_epoch": epoch,
-                b"stalled": b"1",
-                b"state": b"dead",
-                b"last_error": b"stalled",
-            },
+            row("j"): {**fields, **epoch},
             DEAD: [(b"j", 0.0)],
             FAILED: {b"count": b"6"},
-        }
-
-    def test_no_epoch_is_counted(self, target: Target) -> None:
-        """A row without lease_epoch is counted like the current epoch: dead at max_stalled 1."""
-        lease(target.r, Q, b"j", attempts=1)
-        ran = target.once("--json")
-        assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect(dead=["j"])
-        assert keyspace(target.r) == {
-            row("j"): {
-                b"attempts": b"1",
-                b"stalled": b"1",
-                b"state": b"dead",
-                b"last_error": b"stalled",
-            },
-            DEAD: [(b"j", 0.0)],
-            FAILED: {b"count": b"1"},
         }
 
     def test_under_budget_is_recovered(self, target: Target) -> None:
@@ -219,6 +198,23 @@ class TestSpecTable:
         assert dump_all(target.r) == before
 
 
+class TestPrefixRoot:
+    """`--prefix-root` names the keyspace the sweep works in."""
+
+    def test_other_root(self, native: Target) -> None:
+        """With --prefix-root app only app:{q}: is swept; the emq:{q}: lease is left alone."""
+        app = QueueKeys("q", "app")
+        lease(native.r, app, b"j", attempts=1, lease_epoch=EARLIER)
+        lease(native.r, Q, b"j", attempts=1, lease_epoch=EARLIER)
+        ran = native.once("--json", "--prefix-root", "app")
+        assert (ran.code, ran.err) == (0, "")
+        assert ran.json() == native.expect(recovered=["j"], exempt=["j"])
+        assert native.r.zrange(app.pending, 0, -1) == [b"j"]
+        assert native.r.hget(app.job("j"), "state") == b"pending"
+        assert native.r.zrange(Q.active, 0, -1) == [b"j"]
+        assert native.r.exists(Q.pending) == 0
+
+
 class TestExecutorChoice:
     """`--executor auto` (the default) picks native where the verb is loaded, script elsewhere."""
 
@@ -262,6 +258,7 @@ class TestDrain:
             b"state": b"pending",
         }
 
+    @pytest.mark.parametrize("target", ["native"], indirect=True)
     def test_without_drain(self, target: Target) -> None:
         """Without --drain one call takes the first 100 and leaves 150 expired."""
         ids = backlog(target.r, 250)
@@ -331,6 +328,26 @@ class TestDryRun:
         assert dry.json() == {**real.json(), "dry_run": True}
         assert dump_all(target.r) == before
 
+    @pytest.mark.parametrize("target", ["script"], indirect=True)
+    def test_predicts_a_refusal_in_a_later_batch(self, target: Target) -> None:
+        """Draining by 2, the dry run lists the first batch's verdicts and the second's refusal."""
+        mixed(target.r)
+        lease(target.r, Q, b"lane", PAST_MS + 2, attempts=1, group="g")
+        before = dump_all(target.r)
+        dry = target.once("--json", "--dry-run", "--max-stalled", "3", "--drain", "--limit", "2")
+        assert dry.code == 1
+        assert dump_all(target.r) == before
+        real = target.once("--json", "--max-stalled", "3", "--drain", "--limit", "2")
+        assert (real.code, real.err) == (1, dry.err)
+        assert real.json() == target.expect(
+            recovered=["exempt"],
+            dead=["dead"],
+            exempt=["exempt"],
+            calls=2,
+            error={"reason": "lane", "message": "EMQLANE job lane is a lane row"},
+        )
+        assert dry.json() == {**real.json(), "dry_run": True}
+
     def test_text(self, native: Target) -> None:
         """The text of a dry run says it would recover and that nothing was written."""
         mixed(native.r)
@@ -349,7 +366,7 @@ USAGE = {  # case: (arguments after `once`, the option the error line names)
     "max-stalled x": (["--queue", "q", "--max-stalled", "x"], "'--max-stalled'"),
     "no queue": ([], "'--queue'"),
     "unknown flag": (["--queue", "q", "--bogus"], "'--bogus'"),
-    "url scheme": (["--queue", "q", "--redis-url", "foo://x"], "'--redis-url'"),
+    "url scheme": (["--queue", "q", "--redis-url", "foo://u:s3cret@x"], "'--redis-url'"),
     "brace": (["--queue", "a{b}"], "'--queue'"),
 }
 
@@ -390,6 +407,7 @@ class TestExitCodes:
         [line] = ran.err_lines
         assert line.startswith("sweeperd: ")
         assert USAGE[case][1] in line
+        assert "s3cret" not in ran.err
         assert unchanged
 
     def test_unreachable(self) -> None:
