@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import click
 import redis
 import typer
 
-from sweeperd import __version__, census, once, report
+from sweeperd import __version__, census, daemon, demo, once, report
 from sweeperd.connection import connect, read_password, redact
 from sweeperd.constants import (
     DEFAULT_LIMIT,
@@ -26,7 +26,9 @@ from sweeperd.constants import (
 )
 from sweeperd.executors import ExecutorChoice, choose
 from sweeperd.keyspace import QueueKeys
+from sweeperd.logs import configure_logging
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.settings import ConfigError, Settings, build_settings
 
 app = typer.Typer(
     name="sweeperd",
@@ -171,6 +173,115 @@ def inspect_command(
         typer.echo(f"sweeperd: {exc}", err=True)
         raise typer.Exit(EXIT_REFUSED) from None
     typer.echo(report.census_json(seen) if json_out else report.census_text(seen))
+
+
+def _setting(key: str, help_text: str) -> Any:
+    """A `run` option: flag --key-name, env SWEEPERD_KEY_NAME; None when not given."""
+    return typer.Option(
+        None,
+        f"--{key.replace('_', '-')}",
+        envvar=f"SWEEPERD_{key.upper()}",
+        help=help_text,
+        show_default=False,
+    )
+
+
+@app.command("run")
+def run_command(
+    queue: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queue",
+            "-q",
+            envvar="SWEEPERD_QUEUES",
+            show_default=False,
+            help="A queue to sweep (repeat, or comma-separate). Env: space/comma separated.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(envvar="SWEEPERD_CONFIG", help="TOML file; flags and env vars beat it."),
+    ] = None,
+    redis_url: str | None = _setting("redis_url", f"Server URL [{DEFAULT_REDIS_URL}]."),
+    redis_password_file: str | None = _setting(
+        "redis_password_file", "Password file [$CREDENTIALS_DIRECTORY/redis-password]."
+    ),
+    prefix_root: str | None = _setting("prefix_root", f"Key root [{DEFAULT_PREFIX_ROOT}]."),
+    interval: str | None = _setting("interval", "Seconds between sweeps of a queue [5]."),
+    max_stalled: str | None = _setting("max_stalled", "Stall budget [1]."),
+    limit: str | None = _setting("limit", "Expired leases per call [100]."),
+    executor: str | None = _setting("executor", "auto | native | script [auto]."),
+    metrics_addr: str | None = _setting("metrics_addr", "HOST:PORT of /metrics [0.0.0.0:9787]."),
+    log_format: str | None = _setting("log_format", "json | console [console on a terminal]."),
+    log_level: str | None = _setting("log_level", "debug | info | warning | error [info]."),
+    drain_budget: str | None = _setting("drain_budget", "Calls per queue per tick [10]."),
+    socket_timeout: str | None = _setting("socket_timeout", "Seconds per server call [5]."),
+    jitter: str | None = _setting("jitter", "Fraction of the interval to jitter by [0.1]."),
+    discover: str | None = _setting("discover", "Seconds between scans for queues; 0 off [0]."),
+) -> None:
+    """The daemon: sweep every queue on its interval, watch the server's run_id, serve /metrics.
+
+    Settings rise in precedence: defaults, the TOML file, env vars, flags. SIGHUP re-reads
+    the file; SIGTERM and SIGINT stop after the sweep in flight.
+    """
+    overrides: dict[str, object] = {
+        "queues": queue or None,
+        "redis_url": redis_url,
+        "redis_password_file": redis_password_file,
+        "prefix_root": prefix_root,
+        "interval": interval,
+        "max_stalled": max_stalled,
+        "limit": limit,
+        "executor": executor,
+        "metrics_addr": metrics_addr,
+        "log_format": log_format,
+        "log_level": log_level,
+        "drain_budget": drain_budget,
+        "socket_timeout": socket_timeout,
+        "jitter": jitter,
+        "discover": discover,
+    }
+    isatty = sys.stdout.isatty()
+
+    def load() -> Settings:
+        return build_settings(overrides, config, stdout_isatty=isatty)
+
+    try:
+        settings = load()
+    except ConfigError as exc:
+        raise _usage(str(exc)) from None
+    configure_logging(settings.log_format, settings.log_level)
+    try:
+        code = daemon.run(settings, load)
+    except OSError as exc:  # the metrics port is taken, or cannot be bound
+        typer.echo(f"sweeperd: --metrics-addr: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    raise typer.Exit(code)
+
+
+@app.command("demo")
+def demo_command(
+    seconds: Annotated[float, typer.Option(min=2.0, help="How long the daemon runs.")] = 12.0,
+    module: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SWEEPERD_MODULE", help="The reference module [./module/emq_stalled.so]."
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of /metrics on 127.0.0.1; 0 picks one.")
+    ] = 0,
+) -> None:
+    """Start a throwaway redis-server, seed stalled leases, sweep them live, clean up."""
+    isatty = sys.stdout.isatty()
+    configure_logging("console" if isatty else "json", "info")
+    try:
+        demo.run_demo(seconds, module, metrics_port, typer.echo, isatty)
+    except FileNotFoundError as exc:
+        raise _usage(str(exc)) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted: the server is stopped and its files removed", err=True)
+        raise typer.Exit(130) from None
 
 
 @app.command("version")

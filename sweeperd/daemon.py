@@ -1,0 +1,225 @@
+"""`sweeperd run`: the long-running sweeper, from start to a clean stop."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+
+import redis
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from sweeperd import __version__
+from sweeperd.connection import connect, node_name
+from sweeperd.discovery import discover_queues
+from sweeperd.http import MetricsServer, serve
+from sweeperd.logs import configure_logging
+from sweeperd.metrics import Metrics
+from sweeperd.node import Node
+from sweeperd.notify import Notifier
+from sweeperd.schedule import Batch, Schedule
+from sweeperd.settings import ConfigError, QueueSettings, Settings
+from sweeperd.tick import Tick
+
+log = structlog.get_logger("sweeperd.daemon")
+
+WORKERS = 4  # batches swept at once
+HEARTBEAT_S = 1.0  # the scheduler proves it is alive this often
+READY_INTERVALS = 3  # ready while every node answered within this many intervals
+STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
+WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
+
+
+@dataclass
+class Daemon:
+    """The scheduler, the node, the metrics server and the signals, wired together."""
+
+    settings: Settings
+    reload: Callable[[], Settings]
+    notifier: Notifier = field(default_factory=Notifier.from_environ)
+    metrics: Metrics = field(default_factory=lambda: Metrics(version=__version__))
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.node = Node(
+            node_name(s.redis_url),
+            connect(s.redis_url, socket_timeout=s.socket_timeout, password=s.redis_password),
+            s.executor,
+            self.metrics,
+        )
+        self.scheduler = BackgroundScheduler(
+            timezone=UTC, executors={"default": ThreadPoolExecutor(WORKERS)}
+        )
+        self.schedule = Schedule(
+            self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag
+        )
+        self.stop_requested = threading.Event()
+        self.reload_requested = threading.Event()
+        self.heartbeat = self.clock()
+        self.discovered: set[str] = set()
+        self.server: MetricsServer | None = None
+        self.announced_ready = False
+
+    # The sweep of one batch, run by the scheduler's pool.
+    def sweep(self, batch: Batch) -> None:
+        Tick(
+            self.node,
+            self.metrics,
+            self.settings.prefix_root,
+            self.settings.drain_budget,
+            stopping=self.stop_requested.is_set,
+            on_restart=lambda node: self.schedule.sweep_now(),
+        ).run(batch)
+
+    def queues(self) -> list[QueueSettings]:
+        named = {q.name for q in self.settings.queues}
+        found = [self.settings.for_queue(n) for n in sorted(self.discovered - named)]
+        return [*self.settings.queues, *found]
+
+    def apply_queues(self) -> None:
+        before = self.schedule.queue_names()
+        wanted = self.queues()
+        for q in wanted:
+            if q.name not in before:
+                self.metrics.add_queue(q.name)
+        for name in before - {q.name for q in wanted}:
+            self.metrics.forget_queue(name)
+        self.schedule.sync(wanted)
+
+    def discover(self) -> None:
+        try:
+            found = discover_queues(self.node.client, self.settings.prefix_root)
+        except redis.RedisError as exc:  # a failed scan keeps the last list
+            log.warning("discovery_failed", node=self.node.name, error=str(exc))
+            return
+        if found != self.discovered:
+            log.info(
+                "queues_discovered",
+                added=sorted(found - self.discovered),
+                dropped=sorted(self.discovered - found),
+            )
+            self.discovered = found
+            self.apply_queues()
+
+    def beat(self) -> None:
+        self.heartbeat = self.clock()
+
+    def healthy(self) -> bool:
+        """The scheduler is alive: its heartbeat job ran lately."""
+        return self.scheduler.running and self.clock() - self.heartbeat <= 5 * HEARTBEAT_S
+
+    def ready(self) -> bool:
+        """Every node answered within the last three intervals."""
+        interval = self.schedule.shortest_interval() or max(
+            self.settings.interval, self.settings.discover
+        )
+        ready = self.node.answered_within(self.clock(), READY_INTERVALS * interval)
+        self.metrics.set_ready(ready)
+        return ready
+
+    def add_jobs(self) -> None:
+        """The heartbeat, the discovery scan and one job per batch of queues."""
+        self.scheduler.add_job(
+            self.beat, "interval", seconds=HEARTBEAT_S, id="heartbeat", coalesce=True
+        )
+        if self.settings.discover:
+            self.scheduler.add_job(
+                self.discover,
+                "interval",
+                seconds=self.settings.discover,
+                id="discover",
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
+        self.apply_queues()
+
+    def start(self) -> None:
+        s = self.settings
+        self.server = serve(
+            s.metrics_host,
+            s.metrics_port,
+            self.metrics.registry,
+            healthy=self.healthy,
+            ready=self.ready,
+        )
+        self.add_jobs()
+        self.scheduler.start()
+        log.info("started", version=__version__, **s.describe())
+
+    def request_stop(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        self.stop_requested.set()
+
+    def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
+        self.reload_requested.set()
+
+    def apply_reload(self) -> None:
+        """SIGHUP: the config file again; queues, budgets and log level change in place."""
+        self.reload_requested.clear()
+        try:
+            fresh = self.reload()
+        except ConfigError as exc:
+            log.error("reload_failed", error=str(exc))
+            return
+        needs_restart = [
+            name
+            for name in ("redis_url", "executor", "metrics_host", "metrics_port")
+            if getattr(fresh, name) != getattr(self.settings, name)
+        ]
+        if needs_restart:
+            log.warning("reload_needs_restart", settings=needs_restart)
+        configure_logging(fresh.log_format, fresh.log_level)
+        self.settings = fresh
+        self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
+        self.schedule.batches = {}
+        self.add_jobs()
+        log.info("reloaded", **fresh.describe())
+
+    def serve_forever(self) -> None:
+        """The main thread: signals, readiness and the watchdog, until asked to stop."""
+        watchdog = self.notifier.watchdog_interval_s
+        last_watchdog = 0.0
+        while not self.stop_requested.wait(WAKE_S):
+            if self.reload_requested.is_set():
+                self.apply_reload()
+            if not self.announced_ready and self.ready():
+                self.notifier.ready()
+                self.announced_ready = True
+                log.info("ready", node=self.node.name)
+            now = self.clock()
+            if watchdog and now - last_watchdog >= watchdog and self.healthy():
+                self.notifier.watchdog()
+                last_watchdog = now
+
+    def stop(self) -> None:
+        """Stop scheduling, let the in-flight sweep finish its call, close the server."""
+        self.notifier.stopping()
+        done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
+        done.start()
+        done.join(STOP_TIMEOUT_S)
+        if done.is_alive():
+            log.warning("stop_timeout", waited_s=STOP_TIMEOUT_S)
+        if self.server is not None:
+            self.server.close()
+        log.info("stopped")
+
+
+def run(settings: Settings, reload: Callable[[], Settings]) -> int:
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads the config file."""
+    daemon = Daemon(settings, reload)
+    daemon.start()
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    signal.signal(signal.SIGHUP, daemon.request_reload)
+    try:
+        daemon.serve_forever()
+    finally:
+        daemon.stop()
+    return 0

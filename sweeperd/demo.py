@@ -1,0 +1,214 @@
+"""`sweeperd demo`: a throwaway server with stalled leases, swept live by the daemon."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+import structlog
+
+from sweeperd.connection import connect
+from sweeperd.daemon import Daemon
+from sweeperd.keyspace import QueueKeys
+from sweeperd.serverinfo import ServerInfo, read_server_info
+from sweeperd.settings import Settings, build_settings
+
+log = structlog.get_logger("sweeperd.demo")
+
+QUEUES = ("emails", "reports", "billing")
+MAX_STALLED = 3
+MODULE_NAME = "emq_stalled.so"
+Say = Callable[[str], None]
+
+
+def find_module(given: Path | None) -> Path | None:
+    """The reference module: the given path, ./module, or the source tree's module/."""
+    candidates = (
+        [given]
+        if given
+        else [
+            Path.cwd() / "module" / MODULE_NAME,
+            Path(__file__).resolve().parent.parent / "module" / MODULE_NAME,
+        ]
+    )
+    return next((p for p in candidates if p is not None and p.is_file()), None)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def throwaway_server(
+    workdir: Path, module: Path | None
+) -> Iterator[tuple[str, Callable[[], None]]]:
+    """redis-server on a free loopback port with AOF on; yields its URL and a restart."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise FileNotFoundError("redis-server is not installed: apt-get install redis-server")
+    port = free_port()
+    argv = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--logfile",
+        str(workdir / "redis.log"),
+    ]
+    if module is not None:
+        argv += ["--loadmodule", str(module)]
+    url = f"redis://127.0.0.1:{port}/0"
+    process: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        process[:] = [subprocess.Popen(argv, stdout=subprocess.DEVNULL)]
+        wait_for(url)
+
+    def restart() -> None:
+        process[0].terminate()
+        process[0].wait(10)
+        start()
+
+    start()
+    try:
+        yield url, restart
+    finally:
+        process[0].terminate()
+        process[0].wait(10)
+
+
+def wait_for(url: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    with connect(url, socket_timeout=1.0) as client:
+        while True:
+            try:
+                client.ping()
+                return
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+
+def seed(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
+    """Expired leases of every kind the sweep knows, and some that are not due yet."""
+    emails, reports, billing = (QueueKeys(q) for q in QUEUES)
+    past = now_ms - 60_000
+    pipe = client.pipeline(transaction=False)
+
+    def lease(keys: QueueKeys, job_id: str, deadline: int, **row: str) -> None:
+        pipe.zadd(keys.active, {job_id: deadline})
+        if row:
+            fields = {"state": "active", **row}
+            pipe.hset(keys.job(job_id), items=[x for pair in fields.items() for x in pair])
+
+    lease(emails, "welcome-1", past, lease_epoch="a-run-before-a-restart")  # exempt
+    lease(emails, "welcome-2", past, lease_epoch="a-run-before-a-restart")  # exempt
+    lease(emails, "digest-1", past, lease_epoch=run_id.decode())  # counted: stalled 1
+    lease(emails, "poison-1", past, lease_epoch=run_id.decode(), stalled="2")  # at budget: dead
+    lease(emails, "ghost-1", past)  # no row: removed from active, listed nowhere
+    for n in range(250):  # a backlog: drained at 100 a call within one tick
+        lease(reports, f"report-{n:03}", past - n, stalled=str(n % 2))
+    for n in range(5):  # due in two to six seconds: swept while you watch
+        lease(billing, f"invoice-{n}", now_ms + 2_000 + 1_000 * n, lease_epoch=run_id.decode())
+    pipe.execute()
+
+
+def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> Settings:
+    overrides: dict[str, object] = {
+        "queues": list(QUEUES),
+        "redis_url": url,
+        "interval": "1",
+        "max_stalled": str(MAX_STALLED),
+        "metrics_addr": f"127.0.0.1:{metrics_port or free_port()}",
+        "executor": executor,
+    }
+    return build_settings(overrides, None, stdout_isatty=isatty)
+
+
+def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
+    registry = daemon.metrics.registry
+    lines = []
+    for queue in QUEUES:
+        keys = QueueKeys(queue)
+
+        def value(name: str, q: str = queue) -> int:
+            return int(registry.get_sample_value(name, {"queue": q}) or 0)
+
+        lines.append(
+            f"  {queue:8} recovered {value('sweeperd_recovered_total'):4}"
+            f" (exempt {value('sweeperd_exempt_total')})  dead {value('sweeperd_dead_total'):2}"
+            f"  | now: active {client.zcard(keys.active)}, pending {client.zcard(keys.pending)},"
+            f" dead {client.zcard(keys.dead)}"
+        )
+    restarts = registry.get_sample_value(
+        "sweeperd_server_restarts_total", {"node": daemon.node.name}
+    )
+    lines.append(f"  server restarts seen: {int(restarts or 0)}")
+    return lines
+
+
+def run_demo(
+    seconds: float, module: Path | None, metrics_port: int, say: Say, isatty: bool
+) -> None:
+    """Seed, sweep live, restart the server halfway, sweep again, summarise, clean up."""
+    found = find_module(module)
+    executor = "native" if found else "script"
+    say(f"module: {found or 'not found, using the Lua port (--executor script)'}")
+    with (
+        tempfile.TemporaryDirectory(prefix="sweeperd-demo-") as tmp,
+        throwaway_server(Path(tmp), found) as (url, restart),
+    ):
+        client = connect(url, socket_timeout=5.0)
+        info = read_server_info(client)
+        seed(client, info.run_id, info.time_ms)
+        say(f"server {url} (run_id {info.run_id.decode()[:12]}…) seeded: {', '.join(QUEUES)}")
+        settings = demo_settings(url, metrics_port, executor, isatty)
+        daemon = Daemon(settings, lambda: settings)
+        daemon.start()
+        address = f"http://127.0.0.1:{daemon.server.port if daemon.server else metrics_port}"
+        say(f"sweeping every second; metrics at {address}/metrics")
+        try:
+            time.sleep(seconds / 2)
+            stamp_for_restart(client, read_server_info(client))
+            say("restarting the server: leases taken before it come back uncounted")
+            restart()
+            time.sleep(seconds / 2)
+            say("summary:")
+            for line in summary(daemon, client):
+                say(line)
+            say(f"metrics were served at {address}/metrics")
+        finally:
+            daemon.stop_requested.set()
+            daemon.stop()
+
+
+def stamp_for_restart(client: redis.Redis, info: ServerInfo) -> None:
+    """Leases taken now, on this run, expiring right after the restart."""
+    keys = QueueKeys("emails")
+    pipe = client.pipeline(transaction=False)
+    for n in range(3):
+        job_id = f"restart-{n}"
+        pipe.zadd(keys.active, {job_id: info.time_ms + 500})
+        pipe.hset(
+            keys.job(job_id),
+            items=["state", "active", "attempts", "1", "lease_epoch", info.run_id.decode()],
+        )
+    pipe.execute()

@@ -1,0 +1,96 @@
+"""One server the daemon sweeps: its client, executor, epoch watch, liveness and backoff."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+
+from sweeperd.executors import Executor, ExecutorChoice, choose
+from sweeperd.metrics import Metrics
+from sweeperd.serverinfo import ServerInfo, read_server_info
+
+log = structlog.get_logger("sweeperd.node")
+
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """What one look at the server found: its info, and whether it restarted since the last."""
+
+    info: ServerInfo
+    executor: Executor
+    restarted: bool
+
+
+@dataclass
+class Node:
+    """A server and what the daemon knows of it; shared by every batch that sweeps it."""
+
+    name: str
+    client: redis.Redis
+    choice: ExecutorChoice
+    metrics: Metrics
+    run_id: bytes | None = None
+    executor: Executor | None = None
+    up: bool | None = None  # None until the first answer or failure
+    last_answer: float | None = None  # monotonic seconds
+    retry_at: float = 0.0
+    backoff_s: float = BACKOFF_FIRST_S
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def may_try(self, now: float) -> bool:
+        """False while a down server's backoff runs."""
+        return self.up is not False or now >= self.retry_at
+
+    def look(self, now: float) -> Epoch:
+        """Read run_id and the clock; a new run_id is a restart, counted once, executor rechosen."""
+        info = read_server_info(self.client)
+        with self.lock:
+            restarted = self.run_id is not None and info.run_id != self.run_id
+            if restarted:
+                self.metrics.server_restarted(self.name)
+                log.warning(
+                    "server_restarted",
+                    node=self.name,
+                    old_run_id=(self.run_id or b"").decode(),
+                    new_run_id=info.run_id.decode(),
+                )
+            if restarted or self.executor is None:
+                self.executor = choose(self.client, self.choice)
+                self.executor.prepare(self.client)
+                log.info(
+                    "executor_chosen",
+                    node=self.name,
+                    executor=self.executor.name,
+                    wanted=str(self.choice),
+                )
+                self.metrics.server_info(self.name, info.run_id.decode(), self.executor.name)
+            self.run_id = info.run_id
+            self.answered(now)
+            return Epoch(info, self.executor, restarted)
+
+    def answered(self, now: float) -> None:
+        self.last_answer = now
+        self.backoff_s = BACKOFF_FIRST_S
+        if self.up is not True:
+            log.info("redis_up", node=self.name)
+            self.metrics.node_up(self.name, True)
+        self.up = True
+
+    def failed(self, now: float, error: BaseException) -> None:
+        """A connection failure: down, retried after a doubling backoff; logged once per change."""
+        with self.lock:
+            if self.up is not False:
+                log.warning("redis_down", node=self.name, error=str(error))
+                self.metrics.node_up(self.name, False)
+            self.up = False
+            self.retry_at = now + self.backoff_s
+            self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
+
+    def answered_within(self, now: float, seconds: float) -> bool:
+        return self.last_answer is not None and now - self.last_answer <= seconds

@@ -1,0 +1,109 @@
+"""Queues on their intervals: batches that fall due together, each one APScheduler job."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from itertools import groupby
+
+from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from sweeperd.settings import QueueSettings
+
+BATCH_SIZE = 200  # queues per pipelined round trip
+JOB_PREFIX = "sweep:"
+
+Batch = list[QueueSettings]
+
+
+def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dict[str, Batch]:
+    """Queues of one interval fall due together: grouped by interval, cut into batches."""
+    by_interval = sorted(queues, key=lambda q: (q.interval, q.name))
+    batches: dict[str, Batch] = {}
+    for interval, group in groupby(by_interval, key=lambda q: q.interval):
+        members = list(group)
+        for n in range(0, len(members), size):
+            batches[f"{JOB_PREFIX}{interval:g}s:{n // size}"] = members[n : n + size]
+    return batches
+
+
+class Schedule:
+    """Keeps one interval job per batch in step with the queue list; never two runs at once."""
+
+    def __init__(
+        self,
+        scheduler: BaseScheduler,
+        sweep: Callable[[Batch], None],
+        *,
+        jitter: float,
+        on_lag: Callable[[float], None],
+    ) -> None:
+        self.scheduler = scheduler
+        self.sweep = sweep
+        self.jitter = jitter
+        self.batches: dict[str, Batch] = {}
+        self.running: set[str] = set()
+        self.lock = threading.Lock()
+        scheduler.add_listener(self._submitted(on_lag), EVENT_JOB_SUBMITTED)
+
+    @staticmethod
+    def _submitted(on_lag: Callable[[float], None]) -> Callable[[JobSubmissionEvent], None]:
+        def listener(event: JobSubmissionEvent) -> None:
+            if event.job_id.startswith(JOB_PREFIX) and event.scheduled_run_times:
+                late = datetime.now(UTC) - event.scheduled_run_times[-1]
+                on_lag(max(0.0, late.total_seconds()))
+
+        return listener
+
+    def sync(self, queues: Sequence[QueueSettings]) -> None:
+        """Add the batches that are new, drop the vanished, let the rest keep their timers."""
+        planned = plan_batches(queues)
+        with self.lock:
+            for job_id in self.batches.keys() - planned.keys():
+                self.scheduler.remove_job(job_id)
+            for job_id, batch in planned.items():
+                if job_id not in self.batches:
+                    self._add(job_id, batch[0].interval)
+            self.batches = planned
+
+    def _add(self, job_id: str, interval: float) -> None:
+        self.scheduler.add_job(
+            self._run,
+            IntervalTrigger(seconds=interval, jitter=self.jitter * interval or None),
+            args=[job_id],
+            id=job_id,
+            name=job_id,
+            max_instances=1,  # never two sweeps of one queue at once
+            coalesce=True,  # missed runs collapse into one
+            misfire_grace_time=None,  # a late run still runs
+            next_run_time=datetime.now(UTC),
+        )
+
+    def _run(self, job_id: str) -> None:
+        batch = self.batches.get(job_id)
+        if not batch:
+            return
+        with self.lock:
+            self.running.add(job_id)
+        try:
+            self.sweep(batch)
+        finally:
+            with self.lock:
+                self.running.discard(job_id)
+
+    def sweep_now(self) -> None:
+        """Every batch not sweeping right now is due at once (after a server restart)."""
+        now = datetime.now(UTC)
+        with self.lock:
+            for job_id in self.batches.keys() - self.running:
+                self.scheduler.modify_job(job_id, next_run_time=now)
+
+    def queue_names(self) -> set[str]:
+        return {q.name for batch in self.batches.values() for q in batch}
+
+    def shortest_interval(self) -> float | None:
+        intervals = [b[0].interval for b in self.batches.values()]
+        return min(intervals) if intervals else None
