@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from sweeperd.settings import build_settings
+
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 PROMETHEUS_DIR = DEPLOY / "prometheus"
@@ -562,3 +564,10 @@ class TestKubernetesManifests:
         assert set(config) <= CONFIG_KEYS
         for name, queue in config["queues"].items():
             assert set(queue) <= QUEUE_KEYS, name
+
+    def test_configmap_config_is_accepted_by_sweeperd(self, tmp_path: Path) -> None:
+        """sweeperd's own settings loader takes the ConfigMap's sweeperd.toml as it is."""
+        path = tmp_path / "sweeperd.toml"
+        path.write_text(manifests()["ConfigMap"]["data"]["sweeperd.toml"])
+        settings = build_settings({}, path, stdout_isatty=False)
+        assert [queue.name for queue in settings.queues] == ["orders", "mail"]
