@@ -304,6 +304,14 @@ static void reply_ids(RedisModuleCtx *ctx, Plan *plan, int dead) {
     }
 }
 
+/* Replies [[recovered ids], [dead ids]]; ghosts are listed nowhere. */
+static int reply_plan(RedisModuleCtx *ctx, Plan *plan) {
+    RedisModule_ReplyWithArray(ctx, 2);
+    reply_ids(ctx, plan, 0);
+    reply_ids(ctx, plan, 1);
+    return REDISMODULE_OK;
+}
+
 /* EMQ.STALLED.CHECK <active> <pending> <dead> <prefix> <max_stalled> <limit>
  * Returns up to <limit> expired leases of <active> to <pending>, or to <dead>
  * once their stall budget is spent; a lease granted by another server process
@@ -326,13 +334,11 @@ static int StalledCheck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **ar
     for (size_t i = 0; i < plan.len; i++)
         if (judge_member(ctx, &plan, &plan.members[i], max_stalled) != REDISMODULE_OK)
             return REDISMODULE_OK;
+    if (plan.len == 0) return reply_plan(ctx, &plan);
     RedisModuleString *metrics = prefixed(ctx, &plan, "metrics:failed", NULL);
-    if (plan.len && check_targets(ctx, &plan, metrics) != REDISMODULE_OK) return REDISMODULE_OK;
-    if (plan.len) write_plan(ctx, &plan, metrics);
-    RedisModule_ReplyWithArray(ctx, 2);
-    reply_ids(ctx, &plan, 0);
-    reply_ids(ctx, &plan, 1);
-    return REDISMODULE_OK;
+    if (check_targets(ctx, &plan, metrics) != REDISMODULE_OK) return REDISMODULE_OK;
+    write_plan(ctx, &plan, metrics);
+    return reply_plan(ctx, &plan);
 }
 
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {

@@ -408,6 +408,7 @@ def seed_mixed(r: redis.Redis) -> None:
 
 @pytest.fixture
 def primary(tmp_path: Path) -> Iterator[RedisServer]:
+    """A module server of this test's own, for replicas to attach to."""
     with RedisServer(tmp_path / "primary") as server:
         yield server
 
@@ -417,6 +418,7 @@ class TestReplication:
 
     @staticmethod
     def wait_link(replica: redis.Redis) -> None:
+        """Waits until the replica has synced with its primary."""
         deadline = time.monotonic() + 10
         while replica.info("replication").get("master_link_status") != "up":
             assert time.monotonic() < deadline, "replica never linked"
