@@ -1,0 +1,84 @@
+"""The Lua port against the module on the same expired-lease backlog: speed and their ratio.
+
+Run from the repository root after `make -C module`:
+
+    python -m bench.bench_executors [--leases 100000] [--limits 100,1000]
+
+For each limit and budget both executors drain an identical seeded backlog (see
+bench_verb); the table has bench_verb's columns, then one line per pair with the
+script's wall leases/s and server usec_per_call as a multiple of the module's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_verb import (
+    ALL_RECOVER,
+    EXECUTORS,
+    MIX_MAX_STALLED,
+    Executor,
+    Reply,
+    Result,
+    bench_server,
+    drain,
+    print_table,
+    seed,
+)
+from sweeperd.executors import SCRIPT, script_sha
+
+
+def sweep_script(
+    client: redis.Redis, active: str, pending: str, dead: str, prefix: str, ms: int, limit: int
+) -> Reply:
+    """One EVALSHA of the package's Lua port (loaded by the caller)."""
+    reply = client.evalsha(script_sha(), 3, active, pending, dead, prefix, ms, limit)
+    assert isinstance(reply, list)
+    return reply
+
+
+LUA = Executor("script", sweep_script, "cmdstat_evalsha")
+
+
+def ratio_line(native: Result, script: Result) -> str:
+    """How the script compares with the module on one backlog."""
+    speed = (script.leases / script.wall_s) / (native.leases / native.wall_s)
+    cost = script.usec_per_call / native.usec_per_call if native.usec_per_call else float("nan")
+    return (
+        f"limit {native.limit}, {'all recover' if native.max_stalled == ALL_RECOVER else 'mix'}: "
+        f"Lua/module leases/s {speed:.2f}x, server usec/call {cost:.2f}x"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--leases", type=int, default=100_000)
+    parser.add_argument("--limits", default="100,1000", help="comma-separated limits, one run each")
+    parser.add_argument("--no-mix", action="store_true", help="skip the runs where a third die")
+    args = parser.parse_args(argv)
+    budgets = [ALL_RECOVER] if args.no_mix else [ALL_RECOVER, MIX_MAX_STALLED]
+    results: list[Result] = []
+    ratios: list[str] = []
+    with bench_server() as client:
+        SCRIPT.prepare(client)
+        for limit in (int(text) for text in args.limits.split(",")):
+            for max_stalled in budgets:
+                pair = []
+                for executor in (EXECUTORS["native"], LUA):
+                    seed(client, args.leases)
+                    pair.append(drain(client, executor, limit, max_stalled))
+                results += pair
+                ratios.append(ratio_line(*pair))
+    print_table(results)
+    print("\n".join(ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
