@@ -348,6 +348,20 @@ class TestDryRun:
         )
         assert dry.json() == {**real.json(), "dry_run": True}
 
+    def test_predicts_a_wrongtype_queue_key(self, native: Target) -> None:
+        """An active key that is not a zset: the dry run says WRONGTYPE like the verb, no writes."""
+        native.r.set(Q.active, "x")
+        before = dump_all(native.r)
+        dry = native.once("--json", "--dry-run")
+        real = native.once("--json")
+        assert (dry.code, real.code) == (1, 1)
+        assert dry.err == real.err
+        assert real.err_lines == [
+            "sweeperd: WRONGTYPE Operation against a key holding the wrong kind of value"
+        ]
+        assert dry.json() == {**real.json(), "dry_run": True}
+        assert dump_all(native.r) == before
+
     def test_text(self, native: Target) -> None:
         """The text of a dry run says it would recover and that nothing was written."""
         mixed(native.r)
