@@ -8,15 +8,17 @@ from dataclasses import dataclass, field
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sweeperd.constants import LLONG_MAX, LLONG_MIN, VERB
 from sweeperd.executors import script_source
 from sweeperd.keyspace import QueueKeys
+from sweeperd.model import string2ll
 from tests.helpers import now_ms, run_id
 from tests.keyspace_model import (
     Keyspace,
+    Reply,
     call,
     dump_keyspace,
     expected,
@@ -101,7 +103,8 @@ class Scenario:
         for job_id, row in self.rows.items():
             key = Q.job(job_id)
             if row.kind == "hash":
-                space.hashes[key] = row.fields | lease_epoch(row.epoch, epoch)
+                fields = row.fields | lease_epoch(row.epoch, epoch)
+                space.hashes[key] = fields | near_budget(fields, self.max_stalled)
             else:
                 wrong_type(space, key, row.kind)
         return space
@@ -110,6 +113,15 @@ class Scenario:
 def resolve(deadline: tuple[str, float], now: int) -> float:
     kind, value = deadline
     return value if kind == "abs" else now + value
+
+
+def near_budget(fields: dict[bytes, bytes], max_stalled: bytes) -> dict[bytes, bytes]:
+    """A `stalled` drawn as "the budget less k" made concrete, so s lands on the budget."""
+    less = BUDGET_LESS.get(fields.get(b"stalled", b""))
+    if less is None:
+        return {}
+    budget = string2ll(max_stalled) or 1
+    return {b"stalled": str(max(LLONG_MIN, budget - less)).encode()}
 
 
 def lease_epoch(kind: str, epoch: bytes) -> dict[bytes, bytes]:
@@ -139,26 +151,42 @@ def as_bytes(values: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
 NEAR_ANCHORS = tuple(
     sorted({n for a in ANCHORS for n in range(a - 2, a + 2) if LLONG_MIN <= n <= LLONG_MAX})
 )  # at and around the 64-bit bounds and the double's 2^53
-STALLED = st.one_of(
+COUNTED_STALLED = st.one_of(
     as_bytes(st.integers(-3, 3)),
     as_bytes(st.sampled_from(NEAR_ANCHORS)),
     as_bytes(st.integers(LLONG_MIN, LLONG_MAX)),
-    st.sampled_from(ODD_NUMBERS),
-)  # a `stalled` field: small integers, the bounds, and what HINCRBY refuses
+)  # a `stalled` field HINCRBY takes: small integers and the bounds
+BUDGET_LESS = {b"<budget-1>": 1, b"<budget-2>": 2}  # stalled + 1 reaches the budget, or not
+COUNTED_STALLED = st.one_of(COUNTED_STALLED, st.sampled_from(tuple(BUDGET_LESS)))
+STALLED = st.one_of(COUNTED_STALLED, st.sampled_from(ODD_NUMBERS))  # and what it refuses
 HUGE_POSITIVE = as_bytes(st.sampled_from(tuple(n for n in NEAR_ANCHORS if n >= 1)))
 REFUSED_ARGUMENT = st.sampled_from(BAD_ARGUMENTS)
-MAX_STALLED = st.one_of(*[as_bytes(st.integers(1, 4))] * 3, HUGE_POSITIVE, REFUSED_ARGUMENT)
-LIMIT = st.one_of(*[as_bytes(st.integers(1, 12))] * 3, HUGE_POSITIVE, REFUSED_ARGUMENT)
+ONE_IN_TEN = st.integers(0, 9)
+
+
+@st.composite
+def positive_arguments(draw: st.DrawFn, small: int) -> bytes:
+    """`max_stalled` or `limit`: mostly 1..small, one in five huge, one in ten refused."""
+    tier = draw(ONE_IN_TEN)  # Hypothesis leans to 0: the common case
+    if tier == 9:
+        return draw(REFUSED_ARGUMENT)
+    return draw(HUGE_POSITIVE if tier >= 7 else as_bytes(st.integers(1, small)))
+
+
+MAX_STALLED = positive_arguments(4)
+LIMIT = positive_arguments(12)
 ROW_KINDS = st.sampled_from(("hash",) * 12 + ("none",) * 3 + ("string", "list", "set"))
-ZSET_KIND = st.sampled_from(("natural",) * 20 + ("string", "hash", "list", "set"))
+CLEAN_ROW_KINDS = st.sampled_from(("hash",) * 5 + ("none",))
+NATURAL_KINDS = dict.fromkeys(("active", "pending", "dead", "metrics"), "natural")
+ZSET_KIND = st.sampled_from(("natural",) * 3 + ("string", "hash", "list", "set"))
 KEY_KINDS = st.fixed_dictionaries(
     {
-        "active": st.sampled_from(("natural",) * 40 + ("string", "hash")),
+        "active": st.sampled_from(("natural",) * 10 + ("string", "hash")),
         "pending": ZSET_KIND,
         "dead": ZSET_KIND,
-        "metrics": st.sampled_from(("natural",) * 20 + ("string", "zset", "list")),
+        "metrics": st.sampled_from(("natural",) * 3 + ("string", "zset", "list")),
     }
-)  # mostly the right types; now and then a queue key holding another type
+)  # drawn for three scenarios in ten: queue keys holding another type
 COUNTS = st.one_of(
     as_bytes(st.integers(0, 100)),
     as_bytes(st.integers(LLONG_MAX - 4, LLONG_MAX)),
@@ -179,22 +207,23 @@ ONE_IN_TWENTY = st.integers(0, 19)
 
 
 @st.composite
-def rows(draw: st.DrawFn) -> RowPlan:
-    """A job row: mostly a hash (at times a lane row), sometimes none or another type."""
-    kind = draw(ROW_KINDS)
+def rows(draw: st.DrawFn, dirty: bool) -> RowPlan:
+    """A job row: a hash or none; if dirty, also lane rows, other types, refused values."""
+    kind = draw(ROW_KINDS if dirty else CLEAN_ROW_KINDS)
     if kind != "hash":
         return RowPlan(kind)
     fields: dict[bytes, bytes] = {b"attempts": b"1"} if draw(st.booleans()) else {}
     if draw(ONE_IN_FOUR):
-        fields[b"stalled"] = draw(STALLED)
-    if draw(ONE_IN_TWENTY) == 0:
+        fields[b"stalled"] = draw(STALLED if dirty else COUNTED_STALLED)
+    if dirty and draw(ONE_IN_TWENTY) == 0:
         fields[b"group"] = b"lane"
     if draw(ONE_IN_FOUR) == 0 or not fields:
         fields[b"state"] = b"active"  # and a hash has at least one field
     return RowPlan(kind, fields, draw(EPOCH))
 
 
-ROWS = rows()
+DIRTY_ROWS, CLEAN_ROWS = rows(dirty=True), rows(dirty=False)
+ONE_IN_THREE = st.integers(0, 2)
 
 
 @st.composite
@@ -202,12 +231,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     """One queue: a pool of ids shared by active, pending, dead and the rows."""
     pool = draw(st.lists(ASCII_IDS, min_size=1, max_size=10, unique=True))
     some = st.lists(st.sampled_from(pool), max_size=3, unique=True)
+    rows = DIRTY_ROWS if draw(ONE_IN_THREE) == 0 else CLEAN_ROWS  # a refusal is likely
     return Scenario(
-        active={i: draw(DEADLINE) for i in pool if draw(ONE_IN_SIX)},
+        active={i: draw(DEADLINE) for i in pool if draw(ONE_IN_SIX) < 5},
         pending=dict.fromkeys(draw(some), ("abs", 5.0)),
         dead=dict.fromkeys(draw(some), ("abs", 0.0)),
-        rows={i: draw(ROWS) for i in pool},
-        key_kinds=draw(KEY_KINDS),
+        rows={i: draw(rows) for i in pool},
+        key_kinds=draw(KEY_KINDS) if draw(ONE_IN_TEN) >= 7 else NATURAL_KINDS,
         metrics=draw(METRICS),
         max_stalled=draw(MAX_STALLED),
         limit=draw(LIMIT),
@@ -230,11 +260,21 @@ def binary_scenarios(draw: st.DrawFn) -> Scenario:
         pending={},
         dead={},
         rows={i: RowPlan(draw(row_kinds), draw(PLAIN_ROW), draw(EPOCH)) for i in pool},
-        key_kinds=dict.fromkeys(("active", "pending", "dead", "metrics"), "natural"),
+        key_kinds=NATURAL_KINDS,
         metrics={},
         max_stalled=draw(as_bytes(st.integers(1, 4))),
         limit=draw(as_bytes(st.integers(1, 12))),
     )
+
+
+def outcome(reply: Reply) -> str:
+    """The kind of a reply, for --hypothesis-show-statistics (ids left out)."""
+    if isinstance(reply, str):
+        return reply.split(" job ")[0] if " job " in reply else reply
+    recovered, dead = reply
+    return "ok: " + ", ".join(
+        name for name, ids in (("recovered", recovered), ("dead", dead)) if ids
+    ) if recovered or dead else "ok: nothing listed"
 
 
 @dataclass
@@ -255,6 +295,7 @@ class Harness:
         want_reply, want_space = expected(before, argv, Q, self.epoch, now)
 
         native = call(self.r, VERB, *argv)
+        event(outcome(native))
         native_space, native_dumps = observe(self.r)
         assert native == want_reply
         assert native_space == want_space
