@@ -36,8 +36,8 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     pipe.hget(keys.metrics_failed, "count")
     active, expired, oldest, pending, dead, failed = pipe.execute()
     overdue = None
-    if oldest and oldest[0][1] <= info.time_ms:
-        overdue = (info.time_ms - oldest[0][1]) / 1000
+    if oldest and oldest[0][1] <= info.time_ms:  # a -inf deadline counts from 1970
+        overdue = (info.time_ms - max(oldest[0][1], 0)) / 1000
     return Census(
         queue=keys.queue,
         active=active,

@@ -64,7 +64,7 @@ def once_text(result: OnceResult) -> str:
 
 
 def census_json(census: Census) -> str:
-    return json.dumps(asdict(census))
+    return json.dumps(asdict(census), allow_nan=False)
 
 
 def census_text(c: Census) -> str:
