@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 
@@ -46,12 +46,11 @@ def read_password(password_file: str | None) -> str | None:
 
 def redact(url: str) -> str:
     """The URL with any user and password removed, fit for logs and labels."""
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    if not sep or "@" not in netloc:
         return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return f"{scheme}://{netloc.rsplit('@', 1)[1]}{slash}{path}"
 
 
 def node_name(url: str) -> str:
