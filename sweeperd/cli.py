@@ -10,7 +10,7 @@ import click
 import redis
 import typer
 
-from sweeperd import __version__, census, daemon, demo, once, report
+from sweeperd import __version__, census, once, report
 from sweeperd.connection import connect, read_password, redact
 from sweeperd.constants import (
     DEFAULT_LIMIT,
@@ -251,6 +251,8 @@ def run_command(
     except ConfigError as exc:
         raise _usage(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
+    from sweeperd import daemon  # the scheduler and the HTTP server: loaded for `run` only
+
     try:
         code = daemon.run(settings, load)
     except OSError as exc:  # the metrics port is taken, or cannot be bound
@@ -275,6 +277,8 @@ def demo_command(
     """Start a throwaway redis-server, seed stalled leases, sweep them live, clean up."""
     isatty = sys.stdout.isatty()
     configure_logging("console" if isatty else "json", "info")
+    from sweeperd import demo  # the daemon and its dependencies: loaded for `demo` only
+
     try:
         demo.run_demo(seconds, module, metrics_port, typer.echo, isatty)
     except FileNotFoundError as exc:
