@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -34,6 +35,7 @@ HEARTBEAT_S = 1.0  # the scheduler proves it is alive this often
 READY_INTERVALS = 3  # ready while every node answered within this many intervals
 STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
+OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 
 
 @dataclass
@@ -58,14 +60,18 @@ class Daemon:
             timezone=UTC, executors={"default": ThreadPoolExecutor(WORKERS)}
         )
         self.schedule = Schedule(
-            self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag
-        )
+            self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag,
+            on_overrun=self.overrun,
+        )  # fmt: skip
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.heartbeat = self.clock()
         self.discovered: set[str] = set()
         self.server: MetricsServer | None = None
         self.announced_ready = False
+        self.overruns_logged_at: float | None = None
+        # Overruns are counted and logged below, at most once a minute, not once per batch.
+        logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
 
     # The sweep of one batch, run by the scheduler's pool.
     def sweep(self, batch: Batch) -> None:
@@ -107,6 +113,17 @@ class Daemon:
             )
             self.discovered = found
             self.apply_queues()
+
+    def overrun(self) -> None:
+        self.metrics.schedule_overrun()
+        now = self.clock()
+        if self.overruns_logged_at is None or now - self.overruns_logged_at >= OVERRUN_LOG_S:
+            self.overruns_logged_at = now
+            log.warning(
+                "sweep_overrun",
+                hint="a batch was still sweeping when it fell due again: raise --interval, "
+                "or see sweeperd_schedule_overruns_total",
+            )
 
     def beat(self) -> None:
         self.heartbeat = self.clock()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 from enum import StrEnum
-from functools import cache
-from importlib import resources
 from typing import Protocol
 
 import redis
@@ -14,20 +11,17 @@ from redis.client import Pipeline
 from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.scripts import STALLED_CHECK
 from sweeperd.serverinfo import has_verb
 
-SCRIPT_FILE = "stalled_check.lua"
 
-
-@cache
 def script_source() -> str:
     """The Lua port of the verb, shipped in the package."""
-    return resources.files("sweeperd").joinpath(SCRIPT_FILE).read_text()
+    return STALLED_CHECK.source
 
 
-@cache
 def script_sha() -> str:
-    return hashlib.sha1(script_source().encode()).hexdigest()
+    return STALLED_CHECK.sha
 
 
 class ExecutorChoice(StrEnum):
@@ -73,7 +67,7 @@ class ScriptExecutor:
         pipe.execute_command("EVALSHA", script_sha(), 3, *args)  # type: ignore[no-untyped-call]
 
     def prepare(self, client: redis.Redis) -> None:
-        client.script_load(script_source())
+        STALLED_CHECK.load(client)
 
 
 NATIVE = NativeExecutor()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import platform
 import threading
+from bisect import bisect_left
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from prometheus_client import (
     CollectorRegistry,
@@ -13,15 +16,131 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.reasons import Reason
 
 SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds.
-DURATION_BUCKETS_S = (5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+DURATION_BUCKETS_S = (1e-3, 5e-3, 0.025, 0.1, 0.5, 2.5, 10.0)  # few: there is a set per queue
 # How late a sweep started against its schedule.
 LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+HELP = {
+    "recovered": "Expired leases returned to pending by the sweep (exempt ones included).",
+    "dead": "Jobs moved to the dead-letter set because their stall budget ran out.",
+    "exempt": "Recovered leases not counted against the stall budget because they predate a "
+    "server restart (a subset of sweeperd_recovered_total).",
+    "sweeps": "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included.",
+    "failures": "Sweep calls that failed, by reason (lane, wrongtype, counter, arguments, "
+    "no_verb, connection, timeout, other).",
+    "duration": "Wall time of one tick of one queue: every verb call it sent, drain included.",
+    "last_success": "Unix time of the queue's last tick whose calls all succeeded.",
+    "expired": "Leases of the queue still expired after its last tick (sweeps not keeping up).",
+    "jobs": "Jobs in the queue's active, pending and dead sets, read at the last tick.",
+    "failed": "The queue's own count of jobs that died for any reason (its metrics:failed hash).",
+}
+
+
+@dataclass
+class QueueSeries:
+    """One queue's numbers: plain values, turned into samples only when scraped."""
+
+    recovered: int = 0
+    dead: int = 0
+    exempt: int = 0
+    sweeps: int = 0
+    failures: dict[str, int] = field(default_factory=dict)  # a reason appears when it happens
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS_S) + 1))
+    duration_sum: float = 0.0
+    last_success: float | None = None  # absent until a tick succeeds: 0 would read as 1970
+    expired: int = 0
+    jobs: tuple[int, int, int] = (0, 0, 0)
+    failed: int = 0
+
+
+class QueueCollector(Collector):
+    """Every per-queue series, built at scrape time from plain state (thousands of queues
+    cost a dict update per event, not a labelled child per series)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queues: dict[str, QueueSeries] = {}
+
+    def series(self, queue: str) -> QueueSeries:
+        """The queue's numbers, created at zero on first use; call with the lock held."""
+        found = self.queues.get(queue)
+        if found is None:
+            found = self.queues[queue] = QueueSeries()
+        return found
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            queues = [(name, _copy(q)) for name, q in self.queues.items()]
+        yield from _counters(queues)
+        failures = CounterMetricFamily(
+            "sweeperd_sweep_failures", HELP["failures"], labels=["queue", "reason"]
+        )
+        for name, q in queues:
+            for reason, count in q.failures.items():
+                failures.add_metric([name, reason], count)
+        yield failures
+        yield _durations(queues)
+        yield from _gauges(queues)
+
+
+def _copy(q: QueueSeries) -> QueueSeries:
+    return QueueSeries(
+        q.recovered, q.dead, q.exempt, q.sweeps, dict(q.failures), list(q.buckets),
+        q.duration_sum, q.last_success, q.expired, q.jobs, q.failed,
+    )  # fmt: skip
+
+
+def _counters(queues: list[tuple[str, QueueSeries]]) -> Iterator[Metric]:
+    for attr in ("recovered", "dead", "exempt", "sweeps"):
+        family = CounterMetricFamily(f"sweeperd_{attr}", HELP[attr], labels=["queue"])
+        for name, q in queues:
+            family.add_metric([name], getattr(q, attr))
+        yield family
+
+
+def _durations(queues: list[tuple[str, QueueSeries]]) -> Metric:
+    family = HistogramMetricFamily(
+        "sweeperd_sweep_duration_seconds", HELP["duration"], labels=["queue"]
+    )
+    bounds = [*(str(float(b)) for b in DURATION_BUCKETS_S), "+Inf"]
+    for name, q in queues:
+        running, cumulative = 0, []
+        for bound, count in zip(bounds, q.buckets, strict=True):
+            running += count
+            cumulative.append((bound, running))
+        family.add_metric([name], cumulative, q.duration_sum)
+    return family
+
+
+def _gauges(queues: list[tuple[str, QueueSeries]]) -> Iterator[Metric]:
+    last = GaugeMetricFamily(
+        "sweeperd_last_success_timestamp_seconds", HELP["last_success"], labels=["queue"]
+    )
+    expired = GaugeMetricFamily("sweeperd_expired_leases", HELP["expired"], labels=["queue"])
+    jobs = GaugeMetricFamily("sweeperd_queue_jobs", HELP["jobs"], labels=["queue", "set"])
+    failed = GaugeMetricFamily("sweeperd_queue_failed_jobs", HELP["failed"], labels=["queue"])
+    for name, q in queues:
+        if q.last_success is not None:
+            last.add_metric([name], q.last_success)
+        expired.add_metric([name], q.expired)
+        for set_name, size in zip(SETS, q.jobs, strict=True):
+            jobs.add_metric([name, set_name], size)
+        failed.add_metric([name], q.failed)
+    yield from (last, expired, jobs, failed)
 
 
 class Metrics:
@@ -34,70 +153,8 @@ class Metrics:
         PlatformCollector(registry=r)
         self._lock = threading.Lock()
         self._info: dict[str, tuple[str, str]] = {}  # node -> (run_id, executor) exported
-
-        self.recovered = Counter(
-            "sweeperd_recovered",
-            "Expired leases returned to pending by the sweep (exempt ones included).",
-            ["queue"],
-            registry=r,
-        )
-        self.dead = Counter(
-            "sweeperd_dead",
-            "Jobs moved to the dead-letter set because their stall budget ran out.",
-            ["queue"],
-            registry=r,
-        )
-        self.exempt = Counter(
-            "sweeperd_exempt",
-            "Recovered leases not counted against the stall budget because they predate a "
-            "server restart (a subset of sweeperd_recovered_total).",
-            ["queue"],
-            registry=r,
-        )
-        self.sweeps = Counter(
-            "sweeperd_sweeps",
-            "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included.",
-            ["queue"],
-            registry=r,
-        )
-        self.failures = Counter(
-            "sweeperd_sweep_failures",
-            "Sweep calls that failed, by reason (lane, wrongtype, counter, arguments, no_verb, "
-            "connection, timeout, other).",
-            ["queue", "reason"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            "sweeperd_sweep_duration_seconds",
-            "Wall time of one tick of one queue: every verb call it sent, drain included.",
-            ["queue"],
-            buckets=DURATION_BUCKETS_S,
-            registry=r,
-        )
-        self.last_success = Gauge(
-            "sweeperd_last_success_timestamp_seconds",
-            "Unix time of the queue's last tick whose calls all succeeded.",
-            ["queue"],
-            registry=r,
-        )
-        self.expired = Gauge(
-            "sweeperd_expired_leases",
-            "Leases of the queue still expired after its last tick (sweeps not keeping up).",
-            ["queue"],
-            registry=r,
-        )
-        self.jobs = Gauge(
-            "sweeperd_queue_jobs",
-            "Jobs in the queue's active, pending and dead sets, read at the last tick.",
-            ["queue", "set"],
-            registry=r,
-        )
-        self.failed = Gauge(
-            "sweeperd_queue_failed_jobs",
-            "The queue's own count of jobs that died for any reason (its metrics:failed hash).",
-            ["queue"],
-            registry=r,
-        )
+        self.queues = QueueCollector()
+        r.register(self.queues)
         self.up = Gauge(
             "sweeperd_redis_up",
             "1 if the last call to the Redis/Valkey node succeeded, 0 if it failed.",
@@ -128,6 +185,12 @@ class Metrics:
             buckets=LAG_BUCKETS_S,
             registry=r,
         )
+        self.overruns = Counter(
+            "sweeperd_schedule_overruns",
+            "Sweeps skipped because the batch's previous sweep was still running "
+            "(the interval is shorter than a tick takes).",
+            registry=r,
+        )
         self.ready = Gauge(
             "sweeperd_ready",
             "1 when every node answered within the readiness window, else 0.",
@@ -137,15 +200,20 @@ class Metrics:
 
     def record_call(self, queue: str, *, recovered: int, dead: int, exempt: int) -> None:
         """One verb call that succeeded, with what it recovered, dead-lettered and exempted."""
-        self.sweeps.labels(queue).inc()
-        self.recovered.labels(queue).inc(recovered)
-        self.dead.labels(queue).inc(dead)
-        self.exempt.labels(queue).inc(exempt)
+        with self.queues.lock:
+            q = self.queues.series(queue)
+            q.sweeps += 1
+            q.recovered += recovered
+            q.dead += dead
+            q.exempt += exempt
 
     def record_failure(self, queue: str, reason: Reason) -> None:
         """One verb call that failed."""
-        self.sweeps.labels(queue).inc()
-        self.failures.labels(queue, Reason(reason).value).inc()
+        with self.queues.lock:
+            q = self.queues.series(queue)
+            q.sweeps += 1
+            reason_label = Reason(reason).value
+            q.failures[reason_label] = q.failures.get(reason_label, 0) + 1
 
     def record_tick(
         self,
@@ -156,19 +224,23 @@ class Metrics:
         succeeded_at: float | None,
     ) -> None:
         """One tick of a queue: its duration, the leases left expired, when it last succeeded."""
-        self.duration.labels(queue).observe(duration_s)
-        if expired_left is not None:
-            self.expired.labels(queue).set(expired_left)
-        if succeeded_at is not None:
-            self.last_success.labels(queue).set(succeeded_at)
+        with self.queues.lock:
+            q = self.queues.series(queue)
+            q.buckets[bisect_left(DURATION_BUCKETS_S, duration_s)] += 1
+            q.duration_sum += duration_s
+            if expired_left is not None:
+                q.expired = expired_left
+            if succeeded_at is not None:
+                q.last_success = succeeded_at
 
     def record_depths(
         self, queue: str, *, active: int, pending: int, dead: int, failed: int
     ) -> None:
         """The queue's set sizes and its failed count, as read at the tick."""
-        for name, size in zip(SETS, (active, pending, dead), strict=True):
-            self.jobs.labels(queue, name).set(size)
-        self.failed.labels(queue).set(failed)
+        with self.queues.lock:
+            q = self.queues.series(queue)
+            q.jobs = (active, pending, dead)
+            q.failed = failed
 
     def node_up(self, node: str, up: bool) -> None:
         self.up.labels(node).set(1 if up else 0)
@@ -190,32 +262,23 @@ class Metrics:
     def schedule_lag(self, seconds: float) -> None:
         self.lag.observe(max(seconds, 0.0))
 
+    def schedule_overrun(self) -> None:
+        self.overruns.inc()
+
     def set_ready(self, ready: bool) -> None:
         self.ready.set(1 if ready else 0)
 
     def add_queue(self, queue: str) -> None:
         """Every series of the queue at 0, so that rate() and increase() work from the start.
 
-        The last-success timestamp is left out until a tick succeeds: 0 would read as 1970.
+        Two are left out: the last-success timestamp until a tick succeeds (0 would read as
+        1970), and failures until one happens (eight reasons a queue would be eight series
+        per queue nobody reads at ten thousand queues).
         """
-        for counter in (self.sweeps, self.recovered, self.dead, self.exempt):
-            counter.labels(queue)
-        for reason in Reason:
-            self.failures.labels(queue, reason.value)
-        self.duration.labels(queue)
-        self.expired.labels(queue)
-        for name in SETS:
-            self.jobs.labels(queue, name)
-        self.failed.labels(queue)
+        with self.queues.lock:
+            self.queues.series(queue)
 
     def forget_queue(self, queue: str) -> None:
         """Remove every series of a queue that is no longer swept."""
-        for metric in (
-            self.sweeps, self.recovered, self.dead, self.exempt,
-            self.duration, self.expired, self.last_success, self.failed,
-        ):  # fmt: skip
-            metric.remove(queue)
-        for reason in Reason:
-            self.failures.remove(queue, reason.value)
-        for name in SETS:
-            self.jobs.remove(queue, name)
+        with self.queues.lock:
+            self.queues.queues.pop(queue, None)

@@ -10,6 +10,7 @@ import structlog
 
 from sweeperd.executors import Executor, ExecutorChoice, choose
 from sweeperd.metrics import Metrics
+from sweeperd.scripts import QUEUE_STATS
 from sweeperd.serverinfo import ServerInfo, read_server_info
 
 log = structlog.get_logger("sweeperd.node")
@@ -63,6 +64,7 @@ class Node:
             if restarted or self.executor is None:
                 self.executor = choose(self.client, self.choice)
                 self.executor.prepare(self.client)
+                QUEUE_STATS.load(self.client)
                 log.info(
                     "executor_chosen",
                     node=self.name,

@@ -1,4 +1,4 @@
-"""One pipelined round trip to a node: a sweep per queue, and what is still expired after it."""
+"""One pipelined round trip to a node: a sweep per queue, and the queue's counts after it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import redis
 
 from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
+from sweeperd.model import string2ll
 from sweeperd.reasons import SweepError
+from sweeperd.scripts import QUEUE_STATS
 
 
 @dataclass(frozen=True)
@@ -38,38 +40,65 @@ class SweepReply:
 
 
 @dataclass(frozen=True)
+class Depths:
+    """A queue's counts right after its sweep; `expired` counts leases due by the call's now."""
+
+    expired: int
+    active: int
+    pending: int
+    dead: int
+    failed: int | None  # the metrics:failed count; None when it is not an integer
+
+    @classmethod
+    def parse(cls, raw: object) -> Depths | None:
+        if not (isinstance(raw, list) and len(raw) == 5):
+            return None  # a key of the wrong type: the sweep's own error says which
+        expired, active, pending, dead, failed = raw
+        count = string2ll(failed) if isinstance(failed, bytes) else 0
+        return cls(expired, active, pending, dead, count)
+
+
+@dataclass(frozen=True)
 class CallResult:
-    """A call's reply or its error, and how many leases due by `now_ms` are still active."""
+    """A call's reply or its error, and the queue's counts after it."""
 
     call: Call
     reply: SweepReply | SweepError
-    expired_left: int | None = None
+    depths: Depths | None = None
 
     @property
-    def ok(self) -> bool:
-        return isinstance(self.reply, SweepReply)
+    def expired_left(self) -> int | None:
+        return None if self.depths is None else self.depths.expired
 
 
 def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> list[object]:
     pipe = client.pipeline(transaction=False)
     for call in calls:
-        executor.queue(pipe, call.keys, call.max_stalled, call.limit)
-        pipe.zcount(call.keys.active, "-inf", call.now_ms)
+        k = call.keys
+        executor.queue(pipe, k, call.max_stalled, call.limit)
+        pipe.execute_command(  # type: ignore[no-untyped-call]
+            "EVALSHA", QUEUE_STATS.sha, 4, k.active, k.pending, k.dead, k.metrics_failed,
+            call.now_ms,
+        )  # fmt: skip
     return list(pipe.execute(raise_on_error=False))
 
 
-def _result(call: Call, raw: object, left: object) -> CallResult:
-    expired_left = left if isinstance(left, int) else None
+def _result(call: Call, raw: object, stats: object) -> CallResult:
+    depths = Depths.parse(stats)
     if isinstance(raw, BaseException):
-        return CallResult(call, SweepError.of(raw), expired_left)
+        return CallResult(call, SweepError.of(raw), depths)
     try:
-        return CallResult(call, SweepReply.parse(raw), expired_left)
+        return CallResult(call, SweepReply.parse(raw), depths)
     except ValueError as exc:
-        return CallResult(call, SweepError.of(exc), expired_left)
+        return CallResult(call, SweepError.of(exc), depths)
+
+
+def _lost_script(raw: Sequence[object], i: int) -> bool:
+    return any(isinstance(r, redis.exceptions.NoScriptError) for r in raw[2 * i : 2 * i + 2])
 
 
 def sweep_round(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> list[CallResult]:
-    """Every call in one round trip; a script the server lost is loaded and its calls re-sent.
+    """Every call in one round trip; scripts the server lost are loaded and their calls re-sent.
 
     A connection failure raises (the whole node is down); an error reply is one call's result.
     """
@@ -77,9 +106,10 @@ def sweep_round(client: redis.Redis, executor: Executor, calls: Sequence[Call]) 
         return []
     raw = _send(client, executor, calls)
     results = [_result(c, raw[2 * i], raw[2 * i + 1]) for i, c in enumerate(calls)]
-    lost = [i for i in range(len(calls)) if isinstance(raw[2 * i], redis.exceptions.NoScriptError)]
+    lost = [i for i in range(len(calls)) if _lost_script(raw, i)]
     if lost:
         executor.prepare(client)
+        QUEUE_STATS.load(client)
         again = _send(client, executor, [calls[i] for i in lost])
         for n, i in enumerate(lost):
             results[i] = _result(calls[i], again[2 * n], again[2 * n + 1])

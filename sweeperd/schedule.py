@@ -7,7 +7,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from itertools import groupby
 
-from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_SUBMITTED,
+    JobSubmissionEvent,
+)
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -40,6 +44,7 @@ class Schedule:
         *,
         jitter: float,
         on_lag: Callable[[float], None],
+        on_overrun: Callable[[], None],
     ) -> None:
         self.scheduler = scheduler
         self.sweep = sweep
@@ -48,6 +53,8 @@ class Schedule:
         self.running: set[str] = set()
         self.lock = threading.Lock()
         scheduler.add_listener(self._submitted(on_lag), EVENT_JOB_SUBMITTED)
+        # A batch still sweeping when it falls due again is skipped, not queued behind itself.
+        scheduler.add_listener(lambda _event: on_overrun(), EVENT_JOB_MAX_INSTANCES)
 
     @staticmethod
     def _submitted(on_lag: Callable[[float], None]) -> Callable[[JobSubmissionEvent], None]:

@@ -9,14 +9,12 @@ from dataclasses import dataclass, field
 import redis
 import structlog
 
-from sweeperd.constants import METRICS_FAILED_FIELD
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import cap_ids
 from sweeperd.metrics import Metrics
-from sweeperd.model import string2ll
 from sweeperd.node import Epoch, Node
 from sweeperd.reasons import SweepError
-from sweeperd.rounds import Call, CallResult, SweepReply, read_exempt, sweep_round
+from sweeperd.rounds import Call, CallResult, Depths, SweepReply, read_exempt, sweep_round
 from sweeperd.settings import QueueSettings
 
 log = structlog.get_logger("sweeperd.tick")
@@ -31,7 +29,7 @@ class QueueTick:
     queue: QueueSettings
     keys: QueueKeys
     failed: bool = False
-    expired_left: int | None = None
+    depths: Depths | None = None
     finished_at: float = 0.0
 
 
@@ -60,7 +58,6 @@ class Tick:
             if epoch.restarted:
                 self.on_restart(self.node)
             self.drain(epoch)
-            self.read_depths()
         except UNREACHABLE as exc:
             self.node.failed(self.clock(), exc)
             for q in self.queues:
@@ -84,7 +81,7 @@ class Tick:
             now = self.clock()
             for q, result in zip(going, results, strict=True):
                 self.account(q, result, exempt, now)
-            going = [q for q in going if not q.failed and q.expired_left]
+            going = [q for q in going if not q.failed and q.depths and q.depths.expired]
 
     def exempt_of(self, results: Sequence[CallResult], epoch: bytes) -> set[tuple[str, bytes]]:
         recovered = [
@@ -99,7 +96,7 @@ class Tick:
         self, q: QueueTick, result: CallResult, exempt: set[tuple[str, bytes]], now: float
     ) -> None:
         q.finished_at = now
-        q.expired_left = result.expired_left
+        q.depths = result.depths or q.depths
         if isinstance(result.reply, SweepError):
             self.fail(q, result.reply)
             return
@@ -135,30 +132,21 @@ class Tick:
             error=error.message,
         )
 
-    def read_depths(self) -> None:
-        """Each queue's sets and failed count, in one more round trip."""
-        pipe = self.node.client.pipeline(transaction=False)
-        for q in self.queues:
-            pipe.zcard(q.keys.active)
-            pipe.zcard(q.keys.pending)
-            pipe.zcard(q.keys.dead)
-            pipe.hget(q.keys.metrics_failed, METRICS_FAILED_FIELD)
-        seen = pipe.execute(raise_on_error=False)
-        for n, q in enumerate(self.queues):
-            active, pending, dead, failed = seen[4 * n : 4 * n + 4]
-            if any(isinstance(v, BaseException) for v in (active, pending, dead)):
-                continue
-            count = string2ll(failed) if isinstance(failed, bytes) else 0
-            self.metrics.record_depths(
-                q.queue.name, active=active, pending=pending, dead=dead, failed=count or 0
-            )
-
     def report(self, started: float) -> None:
         succeeded_at = self.wall_clock()
         for q in self.queues:
+            d = q.depths
             self.metrics.record_tick(
                 q.queue.name,
                 duration_s=max(0.0, (q.finished_at or self.clock()) - started),
-                expired_left=q.expired_left,
+                expired_left=None if d is None else d.expired,
                 succeeded_at=None if q.failed else succeeded_at,
             )
+            if d is not None:
+                self.metrics.record_depths(
+                    q.queue.name,
+                    active=d.active,
+                    pending=d.pending,
+                    dead=d.dead,
+                    failed=d.failed or 0,
+                )

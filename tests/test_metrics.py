@@ -73,8 +73,11 @@ class TestRecord:
         m.record_tick("q", duration_s=0.002, expired_left=7, succeeded_at=1_700_000_000.5)
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="q") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_sum", queue="q") == 0.002
-        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.0025") == 1
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.005") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.001") == 0
+        m.record_tick("q", duration_s=0.001, expired_left=7, succeeded_at=None)
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.001") == 1
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="+Inf") == 2
         assert value(m, "sweeperd_expired_leases", queue="q") == 7
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") == 1_700_000_000.5
 
@@ -148,8 +151,8 @@ class TestQueueLifecycle:
         m.add_queue("q")
         for name in ("recovered", "dead", "exempt", "sweeps"):
             assert value(m, f"sweeperd_{name}_total", queue="q") == 0
-        for reason in Reason:
-            assert value(m, "sweeperd_sweep_failures_total", queue="q", reason=reason) == 0
+        for reason in Reason:  # a reason's series appears when it first happens
+            assert value(m, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
         assert value(m, "sweeperd_expired_leases", queue="q") == 0
         for name in ("active", "pending", "dead"):
@@ -211,5 +214,5 @@ class TestExposition:
             for metric in m.registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 16
+        assert len(helps) == 17
         assert all(len(text) > 20 for text in helps.values())
