@@ -203,17 +203,29 @@ class Daemon:
         """The main thread: signals, readiness and the watchdog, until asked to stop."""
         watchdog = self.notifier.watchdog_interval_s
         last_watchdog = 0.0
+        status = ""
         while not self.stop_requested.wait(WAKE_S):
             if self.reload_requested.is_set():
                 self.apply_reload()
-            if not self.announced_ready and self.ready():
+            ready = self.ready()
+            if ready and not self.announced_ready:
                 self.notifier.ready()
                 self.announced_ready = True
                 log.info("ready", node=self.node.name)
+            now_status = self.status_text(ready)
+            if now_status != status:
+                self.notifier.status(now_status)
+                status = now_status
             now = self.clock()
             if watchdog and now - last_watchdog >= watchdog and self.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
+
+    def status_text(self, ready: bool) -> str:
+        """What systemctl status shows: what the daemon sweeps, or what it waits for."""
+        if ready:
+            return f"sweeping {len(self.schedule.queue_names())} queues on {self.node.name}"
+        return f"waiting for {self.node.name} to answer"
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""

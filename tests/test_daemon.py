@@ -299,20 +299,22 @@ class TestNotify:
     def test_ready_and_watchdog_reach_the_notify_socket(
         self, r: redis.Redis, redis_server: RedisServer, workdir: Path
     ) -> None:
-        """With NOTIFY_SOCKET set, READY=1 comes once ready and WATCHDOG=1 after it."""
+        """With NOTIFY_SOCKET set: READY=1, a status, WATCHDOG=1, and STOPPING=1 at the end."""
         path = workdir / "notify.sock"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(str(path))
-        sock.settimeout(10)
         env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1000000"}
-        with DaemonProcess(
-            workdir, "--redis-url", redis_server.url, "--queue", "n", *FAST, env=env
-        ) as daemon:
-            seen = [sock.recv(4096) for _ in range(3)]
-            assert daemon.stop() == 0
-        sock.close()
-        assert seen[0] == b"READY=1"
-        assert b"WATCHDOG=1" in seen[1:]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            sock.settimeout(10)
+            args = ["--redis-url", redis_server.url, "--queue", "n", *FAST]
+            with DaemonProcess(workdir, *args, env=env) as daemon:
+                seen = [sock.recv(4096)]
+                while b"WATCHDOG=1" not in seen or b"READY=1" not in seen:
+                    seen.append(sock.recv(4096))
+                assert daemon.stop() == 0
+            while seen[-1] != b"STOPPING=1":
+                seen.append(sock.recv(4096))
+        assert f"STATUS=sweeping 1 queues on 127.0.0.1:{redis_server.port}".encode() in seen
+        assert seen.index(b"READY=1") < len(seen) - 1
 
 
 class TestExposition:
