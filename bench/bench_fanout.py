@@ -18,6 +18,7 @@ from tests.daemon_process import DaemonProcess, wait_until
 from tests.server import RedisServer
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+SCRAPE_TIMEOUT_S = 60.0  # ten thousand queues are 190,000 series: seconds to render
 
 
 def cpu_seconds(pid: int) -> float:
@@ -101,12 +102,14 @@ def measure(workdir: Path, queues: int, seconds: float, executor: str) -> dict[s
             pid = daemon.process.pid
             wait_until(lambda: daemon.get("/readyz")[0] == 200, 60, "ready")
             time.sleep(3)  # past the start-up sweep of every queue
-            lag0 = histogram(daemon.metrics_text(), "sweeperd_schedule_lag_seconds")
+            lag0 = histogram(daemon.metrics_text(SCRAPE_TIMEOUT_S), "sweeperd_schedule_lag_seconds")
             cpu0, t0 = cpu_seconds(pid), time.monotonic()
-            sweeps0 = total(daemon.metrics_text(), "sweeperd_sweeps_total")
+            sweeps0 = total(daemon.metrics_text(SCRAPE_TIMEOUT_S), "sweeperd_sweeps_total")
             time.sleep(seconds)
             cpu1, t1 = cpu_seconds(pid), time.monotonic()
-            text = daemon.metrics_text()
+            scrape_started = time.monotonic()
+            text = daemon.metrics_text(SCRAPE_TIMEOUT_S)
+            scrape_s = time.monotonic() - scrape_started
             lag = sub(histogram(text, "sweeperd_schedule_lag_seconds"), lag0)
             figures = {
                 "queues": queues,
@@ -115,6 +118,9 @@ def measure(workdir: Path, queues: int, seconds: float, executor: str) -> dict[s
                 "lag_p99_ms": 1000 * quantile(lag, 0.99),
                 "rss_mib": rss_mib(pid),
                 "sweeps_per_s": (total(text, "sweeperd_sweeps_total") - sweeps0) / (t1 - t0),
+                "overruns": total(text, "sweeperd_schedule_overruns_total"),
+                "scrape_s": scrape_s,
+                "scrape_mib": len(text.encode()) / 2**20,
             }
             daemon.stop()
     return figures

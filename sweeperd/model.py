@@ -141,7 +141,9 @@ def select(active: Iterable[tuple[bytes, float]], now_ms: int, limit: int) -> li
 
 
 def reply_safe(text: bytes) -> str:
-    """An error text as a client reads it: the server turns CR and LF into spaces."""
+    """An error text as a client reads it: cut at a NUL (the server builds it as a C string),
+    CR and LF turned into spaces."""
+    text = text.split(b"\0", 1)[0]
     return text.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
 
 

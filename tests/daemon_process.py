@@ -65,17 +65,18 @@ class DaemonProcess:
     def exited(self) -> bool:
         return self.process is None or self.process.poll() is not None
 
-    def get(self, path: str) -> tuple[int, str]:
+    def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.port}{path}"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 return resp.status, resp.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
         except OSError:
             return 0, ""
 
-    def metrics_text(self) -> str:
-        status, body = self.get("/metrics")
+    def metrics_text(self, timeout_s: float = 5.0) -> str:
+        status, body = self.get("/metrics", timeout_s)
         assert status == 200, status
         return body
 

@@ -183,6 +183,11 @@ class TestJudgeLease:
         got = model.judge_lease(Lease(b"a\r\nb", NotAHash("list")), EPOCH, 1)
         assert got == Refusal("WRONGTYPE job a  b is not a hash")
 
+    def test_not_a_hash_id_with_nul(self) -> None:
+        """An id with a NUL cuts the text there: the server builds errors as C strings."""
+        got = model.judge_lease(Lease(b"a\0b", NotAHash("string")), EPOCH, 1)
+        assert got == Refusal("WRONGTYPE job a")
+
     def test_lane(self) -> None:
         """A row with a group field refuses the call with EMQLANE naming the id."""
         lease = Lease(b"L", {b"group": b"g", b"lease_epoch": EPOCH})
