@@ -102,9 +102,12 @@ def measure(workdir: Path, queues: int, seconds: float, executor: str) -> dict[s
             pid = daemon.process.pid
             wait_until(lambda: daemon.get("/readyz")[0] == 200, 60, "ready")
             time.sleep(3)  # past the start-up sweep of every queue
-            lag0 = histogram(daemon.metrics_text(SCRAPE_TIMEOUT_S), "sweeperd_schedule_lag_seconds")
+            # The window holds exactly one scrape: the one taken at its start.
             cpu0, t0 = cpu_seconds(pid), time.monotonic()
-            sweeps0 = total(daemon.metrics_text(SCRAPE_TIMEOUT_S), "sweeperd_sweeps_total")
+            before = daemon.metrics_text(SCRAPE_TIMEOUT_S)
+            lag0 = histogram(before, "sweeperd_schedule_lag_seconds")
+            sweeps0 = total(before, "sweeperd_sweeps_total")
+            overruns0 = total(before, "sweeperd_schedule_overruns_total")
             time.sleep(seconds)
             cpu1, t1 = cpu_seconds(pid), time.monotonic()
             scrape_started = time.monotonic()
@@ -118,12 +121,25 @@ def measure(workdir: Path, queues: int, seconds: float, executor: str) -> dict[s
                 "lag_p99_ms": 1000 * quantile(lag, 0.99),
                 "rss_mib": rss_mib(pid),
                 "sweeps_per_s": (total(text, "sweeperd_sweeps_total") - sweeps0) / (t1 - t0),
-                "overruns": total(text, "sweeperd_schedule_overruns_total"),
+                "overruns": total(text, "sweeperd_schedule_overruns_total") - overruns0,
                 "scrape_s": scrape_s,
                 "scrape_mib": len(text.encode()) / 2**20,
             }
             daemon.stop()
     return figures
+
+
+COLUMNS = [  # title, figure, width, decimals
+    ("queues", "queues", 8, 0),
+    ("cpu %", "cpu_percent", 7, 1),
+    ("lag p50 ms", "lag_p50_ms", 11, 1),
+    ("lag p99 ms", "lag_p99_ms", 11, 1),
+    ("RSS MiB", "rss_mib", 8, 1),
+    ("sweeps/s", "sweeps_per_s", 9, 0),
+    ("overruns", "overruns", 9, 0),
+    ("scrape s", "scrape_s", 9, 2),
+    ("scrape MiB", "scrape_mib", 11, 1),
+]
 
 
 def total(text: str, name: str) -> float:
@@ -139,17 +155,11 @@ def main() -> None:
     parser.add_argument("--executor", choices=["native", "script"], default="native")
     opts = parser.parse_args()
     print(f"fan-out at a 1 s interval, {opts.seconds:g} s measured, executor {opts.executor}")
-    print(
-        f"{'queues':>8} {'cpu %':>7} {'lag p50 ms':>11} {'lag p99 ms':>11} {'RSS MiB':>8} "
-        f"{'sweeps/s':>9}"
-    )
+    print(" ".join(f"{title:>{width}}" for title, _, width, _ in COLUMNS))
     with tempfile.TemporaryDirectory() as tmp:
         for queues in opts.queues:
             f = measure(Path(tmp), queues, opts.seconds, opts.executor)
-            print(
-                f"{queues:>8} {f['cpu_percent']:>7.1f} {f['lag_p50_ms']:>11.1f} "
-                f"{f['lag_p99_ms']:>11.1f} {f['rss_mib']:>8.1f} {f['sweeps_per_s']:>9.0f}"
-            )
+            print(" ".join(f"{f[key]:>{width}.{digits}f}" for _, key, width, digits in COLUMNS))
 
 
 if __name__ == "__main__":
