@@ -272,9 +272,11 @@ def outcome(reply: Reply) -> str:
     if isinstance(reply, str):
         return reply.split(" job ")[0] if " job " in reply else reply
     recovered, dead = reply
-    return "ok: " + ", ".join(
-        name for name, ids in (("recovered", recovered), ("dead", dead)) if ids
-    ) if recovered or dead else "ok: nothing listed"
+    return (
+        "ok: " + ", ".join(name for name, ids in (("recovered", recovered), ("dead", dead)) if ids)
+        if recovered or dead
+        else "ok: nothing listed"
+    )
 
 
 @dataclass
