@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import redis
 
@@ -42,3 +43,13 @@ def lease(
     r.zadd(keys.active, {job_id: deadline_ms})
     if row:
         r.hset(keys.job(job_id), mapping=row)  # type: ignore[arg-type]
+
+
+def hash_of(r: redis.Redis, key: str | bytes) -> dict[bytes, bytes]:
+    """A hash's fields and values, bytes for bytes."""
+    return cast(dict[bytes, bytes], r.hgetall(key))
+
+
+def members(r: redis.Redis, key: str) -> list[bytes]:
+    """A sorted set's members in score order."""
+    return cast(list[bytes], r.zrange(key, 0, -1))

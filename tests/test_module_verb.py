@@ -12,7 +12,16 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
-from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
+from tests.helpers import (
+    FUTURE_OFFSET_MS,
+    PAST_MS,
+    dump_all,
+    hash_of,
+    lease,
+    members,
+    now_ms,
+    run_id,
+)
 from tests.server import RedisServer
 
 Q = QueueKeys("q")
@@ -64,11 +73,7 @@ def refused(r: redis.Redis, max_stalled: object = 1, limit: object = 100) -> byt
 
 
 def row(r: redis.Redis, job_id: str) -> dict[bytes, bytes]:
-    return cast(dict[bytes, bytes], r.hgetall(Q.job(job_id)))
-
-
-def members(r: redis.Redis, key: str) -> list[bytes]:
-    return cast(list[bytes], r.zrange(key, 0, -1))
+    return hash_of(r, Q.job(job_id))
 
 
 class TestSpecTable:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
 
 import pytest
 import redis
@@ -13,7 +12,16 @@ from sweeperd.executors import SCRIPT, script_sha
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import ARITY, NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
 from sweeperd.rounds import Call, SweepReply, sweep_round
-from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
+from tests.helpers import (
+    FUTURE_OFFSET_MS,
+    PAST_MS,
+    dump_all,
+    hash_of,
+    lease,
+    members,
+    now_ms,
+    run_id,
+)
 from tests.keyspace_model import Reply, call
 
 Q = QueueKeys("q")
@@ -47,11 +55,7 @@ def refused(r: redis.Redis, *argv: object, numkeys: int = 3) -> str:
 
 
 def row(r: redis.Redis, job_id: str | bytes) -> dict[bytes, bytes]:
-    return cast(dict[bytes, bytes], r.hgetall(Q.job(job_id)))
-
-
-def members(r: redis.Redis, key: str) -> list[bytes]:
-    return cast(list[bytes], r.zrange(key, 0, -1))
+    return hash_of(r, Q.job(job_id))
 
 
 class TestSpecTable:
