@@ -56,8 +56,11 @@ class Daemon:
             s.executor,
             self.metrics,
         )
+        # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
+        # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
-            timezone=UTC, executors={"default": ThreadPoolExecutor(WORKERS)}
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(WORKERS), "beat": ThreadPoolExecutor(1)},
         )
         self.schedule = Schedule(
             self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag,
@@ -102,9 +105,14 @@ class Daemon:
     def discover(self) -> None:
         try:
             found = discover_queues(self.node.client, self.settings.prefix_root)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.node.failed(self.clock(), exc)  # logged once per change, as the sweeps do
+            return
         except redis.RedisError as exc:  # a failed scan keeps the last list
             log.warning("discovery_failed", node=self.node.name, error=str(exc))
             return
+        with self.node.lock:
+            self.node.answered(self.clock())
         if found != self.discovered:
             log.info(
                 "queues_discovered",
@@ -144,8 +152,9 @@ class Daemon:
     def add_jobs(self) -> None:
         """The heartbeat, the discovery scan and one job per batch of queues."""
         self.scheduler.add_job(
-            self.beat, "interval", seconds=HEARTBEAT_S, id="heartbeat", coalesce=True
-        )
+            self.beat, "interval", seconds=HEARTBEAT_S, id="heartbeat", coalesce=True,
+            executor="beat",
+        )  # fmt: skip
         if self.settings.discover:
             self.scheduler.add_job(
                 self.discover,

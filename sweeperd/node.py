@@ -77,6 +77,7 @@ class Node:
             return Epoch(info, self.executor, restarted)
 
     def answered(self, now: float) -> None:
+        """The server answered: up, backoff reset; logged once per change. Hold the lock."""
         self.last_answer = now
         self.backoff_s = BACKOFF_FIRST_S
         if self.up is not True:
