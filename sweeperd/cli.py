@@ -25,7 +25,7 @@ from sweeperd.constants import (
     LLONG_MAX,
 )
 from sweeperd.executors import ExecutorChoice, choose
-from sweeperd.keyspace import QueueKeys
+from sweeperd.keyspace import QueueKeys, is_queue_name
 from sweeperd.logs import configure_logging
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.settings import ConfigError, Settings, build_settings
@@ -43,7 +43,7 @@ UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 
 
 def _queue_name(value: str) -> str:
-    if not value or any(c in value for c in "{} \t\r\n"):
+    if not is_queue_name(value):
         raise typer.BadParameter(f"{value!r} is not a queue name: no braces, no whitespace")
     return value
 

@@ -14,6 +14,11 @@ from sweeperd.constants import (
 )
 
 
+def is_queue_name(name: object) -> bool:
+    """A queue name fits in a hash tag: not empty, no braces, no whitespace."""
+    return isinstance(name, str) and bool(name) and not any(c in "{}" or c.isspace() for c in name)
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """Key names of queue `queue` under `root`: the prefix is `<root>:{<queue>}:`."""

@@ -28,6 +28,7 @@ from sweeperd.constants import (
     LLONG_MAX,
 )
 from sweeperd.executors import ExecutorChoice
+from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
 
 ENV_PREFIX = "SWEEPERD_"
@@ -252,11 +253,11 @@ def _root(given: _Given) -> str:
 
 
 def _queue_name(name: object, where: str) -> str:
-    if not isinstance(name, str) or not name or any(c in "{}" or c.isspace() for c in name):
+    if not is_queue_name(name):
         raise ConfigError(
             f"queue name {_shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
         )
-    return name
+    return str(name)
 
 
 def _why(exc: OSError | UnicodeDecodeError) -> str:
