@@ -71,11 +71,15 @@ class CallResult:
         return None if self.depths is None else self.depths.expired
 
 
-def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> list[object]:
+def _send(
+    client: redis.Redis, executor: Executor, calls: Sequence[Call], *, sweep: Sequence[bool]
+) -> list[object]:
+    """Each call's stats, after its sweep where `sweep` says so: replies in that order."""
     pipe = client.pipeline(transaction=False)
-    for call in calls:
+    for call, with_sweep in zip(calls, sweep, strict=True):
         k = call.keys
-        executor.queue(pipe, k, call.max_stalled, call.limit)
+        if with_sweep:
+            executor.queue(pipe, k, call.max_stalled, call.limit)
         pipe.execute_command(  # type: ignore[no-untyped-call]
             "EVALSHA", QUEUE_STATS.sha, 4, k.active, k.pending, k.dead, k.metrics_failed,
             call.now_ms,
@@ -93,27 +97,32 @@ def _result(call: Call, raw: object, stats: object) -> CallResult:
         return CallResult(call, SweepError.of(exc), depths)
 
 
-def _lost_script(raw: Sequence[object], i: int) -> bool:
-    return any(isinstance(r, redis.exceptions.NoScriptError) for r in raw[2 * i : 2 * i + 2])
+def _lost(reply: object) -> bool:
+    return isinstance(reply, redis.exceptions.NoScriptError)
 
 
 def sweep_round(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> list[CallResult]:
-    """Every call in one round trip; scripts the server lost are loaded and their calls re-sent.
+    """Every call in one round trip; scripts the server lost are loaded and sent again.
 
-    A connection failure raises (the whole node is down); an error reply is one call's result.
+    A sweep refused with NOSCRIPT wrote nothing and is sent again; a sweep that ran is never
+    repeated, only its stats are. A connection failure raises (the whole node is down); an
+    error reply is one call's result.
     """
     if not calls:
         return []
-    raw = _send(client, executor, calls)
-    results = [_result(c, raw[2 * i], raw[2 * i + 1]) for i, c in enumerate(calls)]
-    lost = [i for i in range(len(calls)) if _lost_script(raw, i)]
-    if lost:
+    raw = _send(client, executor, calls, sweep=[True] * len(calls))
+    replies, stats = raw[0::2], raw[1::2]
+    again = [i for i in range(len(calls)) if _lost(replies[i]) or _lost(stats[i])]
+    if again:
         executor.prepare(client)
         QUEUE_STATS.load(client)
-        again = _send(client, executor, [calls[i] for i in lost])
-        for n, i in enumerate(lost):
-            results[i] = _result(calls[i], again[2 * n], again[2 * n + 1])
-    return results
+        resend = [_lost(replies[i]) for i in again]
+        fresh = iter(_send(client, executor, [calls[i] for i in again], sweep=resend))
+        for i, with_sweep in zip(again, resend, strict=True):
+            if with_sweep:
+                replies[i] = next(fresh)
+            stats[i] = next(fresh)
+    return [_result(c, replies[i], stats[i]) for i, c in enumerate(calls)]
 
 
 def read_exempt(
