@@ -27,15 +27,16 @@ def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture
 def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client to the module server, its keyspace empty."""
+    """A client to the module server, its keyspace and script cache empty."""
     with redis_server.client() as client:
         client.flushall()
+        client.script_flush()
         yield client
 
 
 @pytest.fixture
 def r_plain(plain_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client to the server without the module, its keyspace empty."""
+    """A client to the server without the module, its keyspace and script cache empty."""
     with plain_server.client() as client:
         client.flushall()
         client.script_flush()
