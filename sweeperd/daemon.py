@@ -174,6 +174,7 @@ class Daemon:
             self.metrics.registry,
             healthy=self.healthy,
             ready=self.ready,
+            landing=lambda: self.status_text(self.ready()),
         )
         self.add_jobs()
         self.scheduler.start()

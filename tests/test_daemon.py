@@ -328,6 +328,9 @@ class TestExposition:
         ) as daemon:
             daemon.wait_value("sweeperd_dead_total", 1, queue="p")
             body = daemon.metrics_text()
+            landing = daemon.get("/")
+            assert landing[0] == 200
+            assert f"sweeping 1 queues on 127.0.0.1:{redis_server.port}" in landing[1]
             assert daemon.stop() == 0
         checked = subprocess.run(
             ["promtool", "check", "metrics"], input=body.encode(), capture_output=True, check=False
