@@ -25,22 +25,23 @@ def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
 
 
-@pytest.fixture
-def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client to the module server, its keyspace and script cache empty."""
-    with redis_server.client() as client:
+def _emptied(server: RedisServer) -> Iterator[redis.Redis]:
+    with server.client() as client:
         client.flushall()
         client.script_flush()
         yield client
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client to the module server, its keyspace and script cache empty."""
+    yield from _emptied(redis_server)
 
 
 @pytest.fixture
 def r_plain(plain_server: RedisServer) -> Iterator[redis.Redis]:
     """A client to the server without the module, its keyspace and script cache empty."""
-    with plain_server.client() as client:
-        client.flushall()
-        client.script_flush()
-        yield client
+    yield from _emptied(plain_server)
 
 
 @pytest.fixture
