@@ -61,20 +61,22 @@ class Node:
                     old_run_id=(self.run_id or b"").decode(),
                     new_run_id=info.run_id.decode(),
                 )
-            if restarted or self.executor is None:
-                self.executor = choose(self.client, self.choice)
-                self.executor.prepare(self.client)
-                QUEUE_STATS.load(self.client)
-                log.info(
-                    "executor_chosen",
-                    node=self.name,
-                    executor=self.executor.name,
-                    wanted=str(self.choice),
-                )
-                self.metrics.server_info(self.name, info.run_id.decode(), self.executor.name)
+                self.executor = None  # a module may have been loaded or unloaded
             self.run_id = info.run_id
             self.answered(now)
+            if self.executor is None:
+                self.executor = self.choose(info)
             return Epoch(info, self.executor, restarted)
+
+    def choose(self, info: ServerInfo) -> Executor:
+        """The executor for this run of the server, its scripts loaded; raises for no_verb."""
+        executor = choose(self.client, self.choice)
+        executor.prepare(self.client)
+        QUEUE_STATS.load(self.client)
+        log.info("executor_chosen", node=self.name, executor=executor.name,
+                 wanted=str(self.choice))  # fmt: skip
+        self.metrics.server_info(self.name, info.run_id.decode(), executor.name)
+        return executor
 
     def answered(self, now: float) -> None:
         """The server answered: up, backoff reset; logged once per change. Hold the lock."""

@@ -63,9 +63,10 @@ class Tick:
             for q in self.queues:
                 if not q.failed:
                     self.fail(q, SweepError.of(exc))
-        except SweepError as exc:  # the executor could not be chosen: no verb on the node
+        except (SweepError, redis.RedisError) as exc:  # no verb, or INFO refused (an ACL)
             for q in self.queues:
-                self.fail(q, exc)
+                if not q.failed:
+                    self.fail(q, SweepError.of(exc))
         self.report(started)
 
     def drain(self, epoch: Epoch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
@@ -10,6 +11,7 @@ from sweeperd.connection import connect
 from sweeperd.executors import ExecutorChoice
 from sweeperd.metrics import Metrics
 from sweeperd.node import BACKOFF_FIRST_S, BACKOFF_MAX_S, Node
+from sweeperd.reasons import Reason, SweepError
 from sweeperd.scripts import QUEUE_STATS, STALLED_CHECK
 from tests.helpers import run_id
 from tests.server import RedisServer
@@ -99,3 +101,16 @@ class TestEpochWatch:
         node = make_node(plain_server.url)
         assert node.look(1.0).executor.name == "script"
         assert r_plain.script_exists(STALLED_CHECK.sha, QUEUE_STATS.sha) == [True, True]
+
+    def test_a_restart_without_the_verb_is_counted_once(
+        self, r_plain: redis.Redis, plain_server: RedisServer
+    ) -> None:
+        """native on a server that lost its module: no_verb on every look, one restart."""
+        node = make_node(plain_server.url, ExecutorChoice.NATIVE)
+        node.run_id = b"a-run-that-had-the-module"
+        for now in (1.0, 2.0):
+            with pytest.raises(SweepError) as refused:
+                node.look(now)
+            assert refused.value.reason is Reason.NO_VERB
+        assert sample(node, "sweeperd_server_restarts_total", node="n:1") == 1
+        assert node.up is True
