@@ -95,18 +95,21 @@ def _client(url: str, timeout: float, password_file: Path | None) -> redis.Redis
     try:
         password = read_password(str(password_file) if password_file else None)
     except OSError as exc:
-        _usage(f"--redis-password-file: cannot read {password_file}: {exc.strerror}")
+        raise _usage(
+            f"--redis-password-file: cannot read {password_file}: {exc.strerror}"
+        ) from None
     return connect(url, socket_timeout=timeout, password=password)
 
 
 def _usage(message: str) -> typer.Exit:
+    """Say what is wrong on one line; the caller raises the exit this returns."""
     typer.echo(f"sweeperd: {message}", err=True)
-    raise typer.Exit(EXIT_USAGE)
+    return typer.Exit(EXIT_USAGE)
 
 
 def _unreachable(url: str, exc: BaseException) -> typer.Exit:
     typer.echo(f"sweeperd: cannot reach {redact(url)}: {exc}", err=True)
-    raise typer.Exit(EXIT_UNREACHABLE)
+    return typer.Exit(EXIT_UNREACHABLE)
 
 
 @app.command("once")
@@ -149,7 +152,7 @@ def once_command(
     typer.echo(report.once_json(result) if json_out else report.once_text(result))
     if result.error is not None:
         if result.error.reason in (Reason.CONNECTION, Reason.TIMEOUT):
-            raise _unreachable(redis_url, result.error)
+            raise _unreachable(redis_url, result.error) from None
         typer.echo(f"sweeperd: {result.error.message}", err=True)
         raise typer.Exit(EXIT_REFUSED)
 
