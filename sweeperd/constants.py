@@ -16,7 +16,9 @@ METRICS_FAILED_FIELD = "count"
 # Defaults of the sweep.
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_MAX_STALLED = 1
-DEFAULT_LIMIT = 100
+DEFAULT_LIMIT = 1000  # the most leases one call takes; calls are sized to the call target below it
+DEFAULT_CALL_TARGET_MS = 2.0  # one call's time, server and round trip: the size adapts to it
+DEFAULT_DRAIN_SHARE = 1.0  # of the server's time a backlog drain may take; 1 = calls back to back
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_DRAIN_BUDGET = 10  # verb calls per queue per tick
 DEFAULT_SOCKET_TIMEOUT_S = 5.0

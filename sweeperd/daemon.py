@@ -19,13 +19,16 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sweeperd import __version__
 from sweeperd.connection import connect, node_name
 from sweeperd.discovery import discover_queues
+from sweeperd.drain import Drainer
 from sweeperd.http import MetricsServer, serve
+from sweeperd.ledger import Ledger
 from sweeperd.logs import configure_logging
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.notify import Notifier
 from sweeperd.schedule import Batch, Schedule
 from sweeperd.settings import ConfigError, QueueSettings, Settings
+from sweeperd.sizing import CallSizer
 from sweeperd.tick import Tick
 
 log = structlog.get_logger("sweeperd.daemon")
@@ -55,6 +58,11 @@ class Daemon:
             connect(s.redis_url, socket_timeout=s.socket_timeout, password=s.redis_password),
             s.executor,
             self.metrics,
+            CallSizer(s.call_target_ms / 1000),
+        )
+        self.ledger = Ledger(self.metrics, self.node.name)
+        self.drainer = Drainer(
+            self.node, self.ledger, share=s.drain_share, on_restart=self.restarted
         )
         # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
         # a live scheduler look dead to the liveness probe.
@@ -70,6 +78,7 @@ class Daemon:
         self.reload_requested = threading.Event()
         self.heartbeat = self.clock()
         self.discovered: set[str] = set()
+        self.swept: set[str] = set()  # the queues that have series
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
@@ -78,14 +87,20 @@ class Daemon:
 
     # The sweep of one batch, run by the scheduler's pool.
     def sweep(self, batch: Batch) -> None:
+        if self.stop_requested.is_set():
+            return
         Tick(
             self.node,
             self.metrics,
+            self.ledger,
+            self.drainer,
             self.settings.prefix_root,
-            self.settings.drain_budget,
-            stopping=self.stop_requested.is_set,
-            on_restart=lambda node: self.schedule.sweep_now(),
+            on_restart=self.restarted,
         ).run(batch)
+
+    def restarted(self, _node: Node) -> None:
+        """A new run of the server: every queue at once, so its earlier leases go back now."""
+        self.schedule.sweep_now()
 
     def queues(self) -> list[QueueSettings]:
         named = {q.name for q in self.settings.queues}
@@ -93,13 +108,16 @@ class Daemon:
         return [*self.settings.queues, *found]
 
     def apply_queues(self) -> None:
-        before = self.schedule.queue_names()
+        """Schedule the queues wanted now; a queue no longer wanted loses its series."""
         wanted = self.queues()
-        for q in wanted:
-            if q.name not in before:
-                self.metrics.add_queue(q.name)
-        for name in before - {q.name for q in wanted}:
+        names = {q.name for q in wanted}
+        for name in names - self.swept:
+            self.metrics.add_queue(name)
+        for name in self.swept - names:
             self.metrics.forget_queue(name)
+            self.drainer.forget(name)
+            self.ledger.forget(name)
+        self.swept = names
         self.schedule.sync(wanted)
 
     def discover(self) -> None:
@@ -177,6 +195,7 @@ class Daemon:
             landing=lambda: self.status_text(self.ready()),
         )
         self.add_jobs()
+        self.drainer.start()
         self.scheduler.start()
         log.info("started", version=__version__, **s.describe())
 
@@ -205,7 +224,7 @@ class Daemon:
         configure_logging(fresh.log_format, fresh.log_level)
         self.settings = fresh
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
-        self.schedule.batches = {}
+        self.schedule.reset()
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
 
@@ -240,6 +259,7 @@ class Daemon:
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
         self.notifier.stopping()
+        self.drainer.stop(STOP_TIMEOUT_S / 2)
         done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
         done.start()
         done.join(STOP_TIMEOUT_S)

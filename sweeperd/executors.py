@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
 import redis
 from redis.client import Pipeline
 
-from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.scripts import STALLED_CHECK
+from sweeperd.scripts import STALLED_CHECK, SWEEP_NATIVE, SWEEP_SCRIPT, LuaScript
 from sweeperd.serverinfo import has_verb
 
 
@@ -35,43 +34,29 @@ def verb_args(keys: QueueKeys, max_stalled: int, limit: int) -> list[str]:
     return [keys.active, keys.pending, keys.dead, keys.prefix, str(max_stalled), str(limit)]
 
 
-class Executor(Protocol):
+@dataclass(frozen=True)
+class Executor:
+    """A way to run the verb: the sweep script (see sweep.lua) that wraps it with its accounting."""
+
     name: str
+    script: LuaScript
 
-    def queue(self, pipe: Pipeline, keys: QueueKeys, max_stalled: int, limit: int) -> None:
-        """Append one sweep of `keys` to the pipeline."""
-
-    def prepare(self, client: redis.Redis) -> None:
-        """Make the node ready to take `queue`'s command (a no-op for the native verb)."""
-
-
-class NativeExecutor:
-    """EMQ.STALLED.CHECK itself, answered by the module."""
-
-    name = "native"
-
-    def queue(self, pipe: Pipeline, keys: QueueKeys, max_stalled: int, limit: int) -> None:
-        pipe.execute_command(VERB, *verb_args(keys, max_stalled, limit))  # type: ignore[no-untyped-call]
+    def queue(
+        self, pipe: Pipeline, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int
+    ) -> None:
+        """Append one sweep of `keys` to the pipeline; `bound_ms` bounds the expired count."""
+        pipe.execute_command(  # type: ignore[no-untyped-call]
+            "EVALSHA", self.script.sha, 4, keys.active, keys.pending, keys.dead,
+            keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms,
+        )  # fmt: skip
 
     def prepare(self, client: redis.Redis) -> None:
-        return None
+        """Load the sweep script on the node (again after a restart or SCRIPT FLUSH)."""
+        self.script.load(client)
 
 
-class ScriptExecutor:
-    """The Lua port of the verb, by EVALSHA; loaded again whenever the server lost it."""
-
-    name = "script"
-
-    def queue(self, pipe: Pipeline, keys: QueueKeys, max_stalled: int, limit: int) -> None:
-        args = verb_args(keys, max_stalled, limit)
-        pipe.execute_command("EVALSHA", script_sha(), 3, *args)  # type: ignore[no-untyped-call]
-
-    def prepare(self, client: redis.Redis) -> None:
-        STALLED_CHECK.load(client)
-
-
-NATIVE = NativeExecutor()
-SCRIPT = ScriptExecutor()
+NATIVE = Executor("native", SWEEP_NATIVE)  # EMQ.STALLED.CHECK itself, answered by the module
+SCRIPT = Executor("script", SWEEP_SCRIPT)  # the verb's Lua port, for servers without it
 NO_VERB_HINT = (
     "the server does not know EMQ.STALLED.CHECK: load the module "
     "(loadmodule emq_stalled.so) or use --executor script (or auto)"

@@ -6,7 +6,7 @@ import platform
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.reasons import Reason
+from sweeperd.rounds import Depths, SweepReply
 
 SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds.
@@ -39,13 +40,16 @@ HELP = {
     "dead": "Jobs moved to the dead-letter set because their stall budget ran out.",
     "exempt": "Recovered leases not counted against the stall budget because they predate a "
     "server restart (a subset of sweeperd_recovered_total).",
+    "ghosts": "Ids removed from the active set that had no job row (listed nowhere by the verb).",
     "sweeps": "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included.",
     "failures": "Sweep calls that failed, by reason (lane, wrongtype, counter, arguments, "
     "no_verb, connection, timeout, other).",
-    "duration": "Wall time of one tick of one queue: every verb call it sent, drain included.",
-    "last_success": "Unix time of the queue's last tick whose calls all succeeded.",
-    "expired": "Leases of the queue still expired after its last tick (sweeps not keeping up).",
-    "jobs": "Jobs in the queue's active, pending and dead sets, read at the last tick.",
+    "duration": "Wall time of one scheduled tick of one queue (the drain's calls are not in it).",
+    "last_success": "Unix time of the queue's last successful call.",
+    "expired": "Leases of the queue still expired after its last call (sweeps not keeping up).",
+    "oldest": "How long the queue's oldest expired lease had been overdue at its last call: "
+    "how late recovery runs (0 when nothing was expired).",
+    "jobs": "Jobs in the queue's active, pending and dead sets, read at its last call.",
     "failed": "The queue's own count of jobs that died for any reason (its metrics:failed hash).",
 }
 
@@ -57,12 +61,14 @@ class QueueSeries:
     recovered: int = 0
     dead: int = 0
     exempt: int = 0
+    ghosts: int = 0
     sweeps: int = 0
     failures: dict[str, int] = field(default_factory=dict)  # a reason appears when it happens
     buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS_S) + 1))
     duration_sum: float = 0.0
     last_success: float | None = None  # absent until a tick succeeds: 0 would read as 1970
     expired: int = 0
+    oldest_expired_age: float = 0.0
     jobs: tuple[int, int, int] = (0, 0, 0)
     failed: int = 0
 
@@ -98,15 +104,21 @@ class QueueCollector(Collector):
 
 
 def _copy(q: QueueSeries) -> QueueSeries:
-    return QueueSeries(
-        q.recovered, q.dead, q.exempt, q.sweeps, dict(q.failures), list(q.buckets),
-        q.duration_sum, q.last_success, q.expired, q.jobs, q.failed,
-    )  # fmt: skip
+    return replace(q, failures=dict(q.failures), buckets=list(q.buckets))
+
+
+COUNTERS = {  # QueueSeries attribute -> counter name (without _total)
+    "recovered": "sweeperd_recovered",
+    "dead": "sweeperd_dead",
+    "exempt": "sweeperd_exempt",
+    "ghosts": "sweeperd_ghosts_removed",
+    "sweeps": "sweeperd_sweeps",
+}
 
 
 def _counters(queues: list[tuple[str, QueueSeries]]) -> Iterator[Metric]:
-    for attr in ("recovered", "dead", "exempt", "sweeps"):
-        family = CounterMetricFamily(f"sweeperd_{attr}", HELP[attr], labels=["queue"])
+    for attr, name in COUNTERS.items():
+        family = CounterMetricFamily(name, HELP[attr], labels=["queue"])
         for name, q in queues:
             family.add_metric([name], getattr(q, attr))
         yield family
@@ -131,16 +143,20 @@ def _gauges(queues: list[tuple[str, QueueSeries]]) -> Iterator[Metric]:
         "sweeperd_last_success_timestamp_seconds", HELP["last_success"], labels=["queue"]
     )
     expired = GaugeMetricFamily("sweeperd_expired_leases", HELP["expired"], labels=["queue"])
+    oldest = GaugeMetricFamily(
+        "sweeperd_oldest_expired_age_seconds", HELP["oldest"], labels=["queue"]
+    )
     jobs = GaugeMetricFamily("sweeperd_queue_jobs", HELP["jobs"], labels=["queue", "set"])
     failed = GaugeMetricFamily("sweeperd_queue_failed_jobs", HELP["failed"], labels=["queue"])
     for name, q in queues:
         if q.last_success is not None:
             last.add_metric([name], q.last_success)
         expired.add_metric([name], q.expired)
+        oldest.add_metric([name], q.oldest_expired_age)
         for set_name, size in zip(SETS, q.jobs, strict=True):
             jobs.add_metric([name, set_name], size)
         failed.add_metric([name], q.failed)
-    yield from (last, expired, jobs, failed)
+    yield from (last, expired, oldest, jobs, failed)
 
 
 class Metrics:
@@ -198,14 +214,16 @@ class Metrics:
         )
         self.build.labels(version, platform.python_version()).set(1)
 
-    def record_call(self, queue: str, *, recovered: int, dead: int, exempt: int) -> None:
-        """One verb call that succeeded, with what it recovered, dead-lettered and exempted."""
+    def record_call(self, queue: str, reply: SweepReply) -> None:
+        """One verb call that succeeded, with what it recovered, dead-lettered, exempted and
+        removed as ghosts."""
         with self.queues.lock:
             q = self.queues.series(queue)
             q.sweeps += 1
-            q.recovered += recovered
-            q.dead += dead
-            q.exempt += exempt
+            q.recovered += len(reply.recovered)
+            q.dead += len(reply.dead)
+            q.exempt += len(reply.exempt)
+            q.ghosts += reply.ghosts
 
     def record_failure(self, queue: str, reason: Reason) -> None:
         """One verb call that failed."""
@@ -215,32 +233,26 @@ class Metrics:
             reason_label = Reason(reason).value
             q.failures[reason_label] = q.failures.get(reason_label, 0) + 1
 
-    def record_tick(
-        self,
-        queue: str,
-        *,
-        duration_s: float,
-        expired_left: int | None,
-        succeeded_at: float | None,
-    ) -> None:
-        """One tick of a queue: its duration, the leases left expired, when it last succeeded."""
+    def record_tick(self, queue: str, *, duration_s: float) -> None:
+        """One tick of a queue: how long its call took, there and back."""
         with self.queues.lock:
             q = self.queues.series(queue)
             q.buckets[bisect_left(DURATION_BUCKETS_S, duration_s)] += 1
             q.duration_sum += duration_s
-            if expired_left is not None:
-                q.expired = expired_left
-            if succeeded_at is not None:
-                q.last_success = succeeded_at
 
-    def record_depths(
-        self, queue: str, *, active: int, pending: int, dead: int, failed: int
-    ) -> None:
-        """The queue's set sizes and its failed count, as read at the tick."""
+    def record_success(self, queue: str, at: float) -> None:
+        """The queue's call succeeded at Unix time `at`."""
+        with self.queues.lock:
+            self.queues.series(queue).last_success = at
+
+    def record_depths(self, queue: str, depths: Depths) -> None:
+        """The queue's backlog, set sizes and failed count, as read right after a call."""
         with self.queues.lock:
             q = self.queues.series(queue)
-            q.jobs = (active, pending, dead)
-            q.failed = failed
+            q.expired = depths.expired
+            q.oldest_expired_age = depths.oldest_expired_age_s
+            q.jobs = (depths.active, depths.pending, depths.dead)
+            q.failed = depths.failed or 0
 
     def node_up(self, node: str, up: bool) -> None:
         self.up.labels(node).set(1 if up else 0)

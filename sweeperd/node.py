@@ -10,13 +10,14 @@ import structlog
 
 from sweeperd.executors import Executor, ExecutorChoice, choose
 from sweeperd.metrics import Metrics
-from sweeperd.scripts import QUEUE_STATS
 from sweeperd.serverinfo import ServerInfo, read_server_info
+from sweeperd.sizing import CallSizer
 
 log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)  # the node, not one call, failed
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Node:
     client: redis.Redis
     choice: ExecutorChoice
     metrics: Metrics
+    sizer: CallSizer
     run_id: bytes | None = None
     executor: Executor | None = None
     up: bool | None = None  # None until the first answer or failure
@@ -72,7 +74,6 @@ class Node:
         """The executor for this run of the server, its scripts loaded; raises for no_verb."""
         executor = choose(self.client, self.choice)
         executor.prepare(self.client)
-        QUEUE_STATS.load(self.client)
         log.info("executor_chosen", node=self.name, executor=executor.name,
                  wanted=str(self.choice))  # fmt: skip
         self.metrics.server_info(self.name, info.run_id.decode(), executor.name)

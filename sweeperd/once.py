@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import redis
 
 from sweeperd import model
+from sweeperd.constants import DEFAULT_CALL_TARGET_MS
 from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import SweepError, reason_of_text
-from sweeperd.rounds import Call, SweepReply, read_exempt, sweep_round
+from sweeperd.rounds import Call, SweepReply, keeps_draining, sweep_round
 from sweeperd.serverinfo import read_server_info
+from sweeperd.sizing import CallSizer
 
 
 @dataclass
@@ -25,12 +29,20 @@ class OnceResult:
     recovered: list[bytes] = field(default_factory=list)
     dead: list[bytes] = field(default_factory=list)
     exempt: list[bytes] = field(default_factory=list)
+    ghosts: int = 0  # ids removed from active that had no row
     calls: int = 0
+    left: int = 0  # leases due (at the start) still in active after the last call
     error: SweepError | None = None
+    interrupted: bool = False  # Ctrl-C: what is here was done before it
 
     def add(self, reply: SweepReply | model.Plan) -> None:
-        self.recovered += list(reply.recovered)
-        self.dead += list(reply.dead)
+        self.recovered += reply.recovered
+        self.dead += reply.dead
+        self.exempt += reply.exempt
+        self.ghosts += reply.ghosts if isinstance(reply, SweepReply) else len(reply.ghosts)
+
+
+Progress = Callable[[OnceResult], None]
 
 
 def sweep(
@@ -41,25 +53,34 @@ def sweep(
     max_stalled: int,
     limit: int,
     drain: bool,
+    call_target_ms: float = DEFAULT_CALL_TARGET_MS,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> OnceResult:
-    """Send the verb; with `drain`, again while leases due when it started remain."""
+    """Send the verb once, `limit` leases at most; with `drain`, again until no lease due when
+    it started is left, each call sized to `call_target_ms`. Ctrl-C ends it after the call in
+    flight with what was done so far."""
     info = read_server_info(client)
     result = OnceResult(keys.queue, executor.name, info.run_id.decode(), dry_run=False)
-    call = Call(keys, max_stalled, limit, now_ms=info.time_ms)
-    left: int | None = None
-    while True:
-        [done] = sweep_round(client, executor, [call])
-        result.calls += 1
-        if isinstance(done.reply, SweepError):
-            result.error = done.reply
-            break
-        result.add(done.reply)
-        progressed = left is None or done.expired_left is None or done.expired_left < left
-        left = done.expired_left
-        if not (drain and left and progressed):
-            break
-    exempt = read_exempt(client, [(keys, i) for i in result.recovered], info.run_id)
-    result.exempt = [i for i in result.recovered if (keys.queue, i) in exempt]
+    sizer = CallSizer(call_target_ms / 1000)
+    try:
+        while True:
+            size = sizer.next(limit) if drain else limit
+            started = clock()
+            [done] = sweep_round(client, executor, [Call(keys, max_stalled, size, info.time_ms)])
+            result.calls += 1
+            if isinstance(done.reply, SweepError):
+                result.error = done.reply
+                break
+            sizer.observe(size, done.reply.taken, clock() - started)
+            result.add(done.reply)
+            result.left = done.expired_left or 0
+            if progress is not None:
+                progress(result)
+            if not (drain and keeps_draining(done)):
+                break
+    except KeyboardInterrupt:
+        result.interrupted = True
     return result
 
 
@@ -112,7 +133,6 @@ def dry_run(
             result.error = SweepError(reason_of_text(verdict.message), verdict.message)
             break
         result.add(verdict)
-        result.exempt += verdict.exempt
         snapshot = _after_deaths(snapshot, len(verdict.dead))
     return result
 

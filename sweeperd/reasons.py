@@ -32,7 +32,7 @@ def reason_of_text(text: str) -> Reason:
         return Reason.COUNTER
     if any(t in text for t in ARGUMENT_TEXTS):
         return Reason.ARGUMENTS
-    if "unknown command" in text:
+    if "unknown command" in text or "Unknown Redis command" in text:  # from a script: the latter
         return Reason.NO_VERB
     return Reason.OTHER
 

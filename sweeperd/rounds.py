@@ -1,4 +1,4 @@
-"""One pipelined round trip to a node: a sweep per queue, and the queue's counts after it."""
+"""One pipelined round trip to a node: a sweep per queue, each with its accounting and counts."""
 
 from __future__ import annotations
 
@@ -11,56 +11,83 @@ from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.reasons import SweepError
-from sweeperd.scripts import QUEUE_STATS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Call:
-    """One sweep of one queue; `now_ms` (server clock) bounds the count of what is left."""
+    """One sweep of one queue; `bound_ms` (server clock, 0 = the call's now) bounds `expired`."""
 
     keys: QueueKeys
     max_stalled: int
     limit: int
-    now_ms: int
+    bound_ms: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SweepReply:
-    """The verb's reply: recovered ids (exempt included), then dead ids, in selection order."""
+    """What one call did: recovered ids (exempt included) and dead ids in selection order, the
+    recovered ids whose lease predates the server's run_id, and ids removed that had no row."""
 
     recovered: tuple[bytes, ...] = ()
     dead: tuple[bytes, ...] = ()
+    exempt: tuple[bytes, ...] = ()
+    ghosts: int = 0
+
+    @property
+    def taken(self) -> int:
+        """Leases the call removed from active."""
+        return len(self.recovered) + len(self.dead) + self.ghosts
 
     @classmethod
     def parse(cls, raw: object) -> SweepReply:
-        if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(a, list) for a in raw)):
-            raise ValueError(f"EMQ.STALLED.CHECK replied {raw!r}, not two arrays")
-        recovered, dead = raw
-        return cls(tuple(recovered), tuple(dead))
+        if not (isinstance(raw, list) and len(raw) == 4 and isinstance(raw[3], int)):
+            raise ValueError(f"the sweep replied {raw!r}, not its four parts")
+        recovered, dead, exempt, ghosts = raw
+        return cls(tuple(recovered), tuple(dead), tuple(exempt), ghosts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Depths:
-    """A queue's counts right after its sweep; `expired` counts leases due by the call's now."""
+    """A queue's numbers right after its sweep, on the server's clock (`now_ms`)."""
 
-    expired: int
+    run_id: bytes
+    now_ms: int
+    expired: int  # leases due by the call's bound
     active: int
     pending: int
     dead: int
     failed: int | None  # the metrics:failed count; None when it is not an integer
+    oldest_expired_ms: float | None  # deadline of the oldest lease due now; None when none
+
+    @property
+    def oldest_expired_age_s(self) -> float:
+        """How long the oldest expired lease has been overdue; a -inf deadline counts from 1970."""
+        if self.oldest_expired_ms is None:
+            return 0.0
+        return (self.now_ms - max(self.oldest_expired_ms, 0.0)) / 1000
 
     @classmethod
     def parse(cls, raw: object) -> Depths | None:
-        if not (isinstance(raw, list) and len(raw) == 5):
+        if not (isinstance(raw, list) and len(raw) == 8):
+            return None
+        run_id, now_ms, expired, active, pending, dead, failed, oldest = raw
+        if not all(isinstance(n, int) for n in (expired, active, pending, dead)):
             return None  # a key of the wrong type: the sweep's own error says which
-        expired, active, pending, dead, failed = raw
-        count = string2ll(failed) if isinstance(failed, bytes) else 0
-        return cls(expired, active, pending, dead, count)
+        return cls(
+            run_id,
+            now_ms,
+            expired,
+            active,
+            pending,
+            dead,
+            string2ll(failed) if isinstance(failed, bytes) else 0,
+            float(oldest) if isinstance(oldest, bytes) else None,
+        )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallResult:
-    """A call's reply or its error, and the queue's counts after it."""
+    """A call's reply or its error, and the queue's numbers after it."""
 
     call: Call
     reply: SweepReply | SweepError
@@ -71,28 +98,33 @@ class CallResult:
         return None if self.depths is None else self.depths.expired
 
 
-def _send(
-    client: redis.Redis, executor: Executor, calls: Sequence[Call], *, sweep: Sequence[bool]
-) -> list[object]:
-    """Each call's stats, after its sweep where `sweep` says so: replies in that order."""
+def keeps_draining(result: CallResult) -> bool:
+    """A call that took leases and left some due: the queue's next call has work."""
+    return (
+        isinstance(result.reply, SweepReply)
+        and result.reply.taken > 0
+        and bool(result.expired_left)
+    )
+
+
+def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> list[object]:
     pipe = client.pipeline(transaction=False)
-    for call, with_sweep in zip(calls, sweep, strict=True):
-        k = call.keys
-        if with_sweep:
-            executor.queue(pipe, k, call.max_stalled, call.limit)
-        pipe.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", QUEUE_STATS.sha, 4, k.active, k.pending, k.dead, k.metrics_failed,
-            call.now_ms,
-        )  # fmt: skip
+    for call in calls:
+        executor.queue(pipe, call.keys, call.max_stalled, call.limit, call.bound_ms)
     return list(pipe.execute(raise_on_error=False))
 
 
-def _result(call: Call, raw: object, stats: object) -> CallResult:
-    depths = Depths.parse(stats)
+def _result(call: Call, raw: object) -> CallResult:
     if isinstance(raw, BaseException):
-        return CallResult(call, SweepError.of(raw), depths)
+        return CallResult(call, SweepError.of(raw))
+    if not (isinstance(raw, list) and len(raw) == 2):
+        return CallResult(call, SweepError.of(ValueError(f"the sweep replied {raw!r}")))
+    verdict, stats = raw
+    depths = Depths.parse(stats)
+    if isinstance(verdict, BaseException):
+        return CallResult(call, SweepError.of(verdict), depths)
     try:
-        return CallResult(call, SweepReply.parse(raw), depths)
+        return CallResult(call, SweepReply.parse(verdict), depths)
     except ValueError as exc:
         return CallResult(call, SweepError.of(exc), depths)
 
@@ -102,41 +134,15 @@ def _lost(reply: object) -> bool:
 
 
 def sweep_round(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> list[CallResult]:
-    """Every call in one round trip; scripts the server lost are loaded and sent again.
-
-    A sweep refused with NOSCRIPT wrote nothing and is sent again; a sweep that ran is never
-    repeated, only its stats are. A connection failure raises (the whole node is down); an
-    error reply is one call's result.
-    """
+    """Every call in one round trip; a call the server refused with NOSCRIPT (it wrote nothing)
+    is sent again once the script is loaded. A connection failure raises (the node is down);
+    an error reply is one call's result."""
     if not calls:
         return []
-    raw = _send(client, executor, calls, sweep=[True] * len(calls))
-    replies, stats = raw[0::2], raw[1::2]
-    again = [i for i in range(len(calls)) if _lost(replies[i]) or _lost(stats[i])]
+    replies = _send(client, executor, calls)
+    again = [i for i, reply in enumerate(replies) if _lost(reply)]
     if again:
         executor.prepare(client)
-        QUEUE_STATS.load(client)
-        resend = [_lost(replies[i]) for i in again]
-        fresh = iter(_send(client, executor, [calls[i] for i in again], sweep=resend))
-        for i, with_sweep in zip(again, resend, strict=True):
-            if with_sweep:
-                replies[i] = next(fresh)
-            stats[i] = next(fresh)
-    return [_result(c, replies[i], stats[i]) for i, c in enumerate(calls)]
-
-
-def read_exempt(
-    client: redis.Redis, recovered: Sequence[tuple[QueueKeys, bytes]], epoch: bytes
-) -> set[tuple[str, bytes]]:
-    """Which recovered rows carry a lease_epoch other than `epoch`: best effort, read after."""
-    if not recovered:
-        return set()
-    pipe = client.pipeline(transaction=False)
-    for keys, job_id in recovered:
-        pipe.hget(keys.job(job_id), "lease_epoch")
-    epochs = pipe.execute(raise_on_error=False)
-    return {
-        (keys.queue, job_id)
-        for (keys, job_id), seen in zip(recovered, epochs, strict=True)
-        if isinstance(seen, bytes) and seen != epoch
-    }
+        for i, reply in zip(again, _send(client, executor, [calls[i] for i in again]), strict=True):
+            replies[i] = reply
+    return [_result(call, reply) for call, reply in zip(calls, replies, strict=True)]

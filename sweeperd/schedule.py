@@ -101,6 +101,11 @@ class Schedule:
             with self.lock:
                 self.running.discard(job_id)
 
+    def reset(self) -> None:
+        """Forget every batch (their jobs were removed from the scheduler)."""
+        with self.lock:
+            self.batches = {}
+
     def sweep_now(self) -> None:
         """Every batch not sweeping right now is due at once (after a server restart)."""
         now = datetime.now(UTC)

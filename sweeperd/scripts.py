@@ -9,16 +9,14 @@ from importlib import resources
 
 import redis
 
+from sweeperd.constants import VERB
+
 
 @dataclass(frozen=True)
 class LuaScript:
-    """A script file of the package, sent by EVALSHA and loaded when the server lacks it."""
+    """A script sent by EVALSHA and loaded again whenever the server lacks it."""
 
-    file: str
-
-    @cached_property
-    def source(self) -> str:
-        return resources.files("sweeperd").joinpath(self.file).read_text()
+    source: str
 
     @cached_property
     def sha(self) -> str:
@@ -28,5 +26,18 @@ class LuaScript:
         client.script_load(self.source)
 
 
-STALLED_CHECK = LuaScript("stalled_check.lua")  # the verb's Lua port
-QUEUE_STATS = LuaScript("queue_stats.lua")  # a queue's counts after a sweep
+def _text(file: str) -> str:
+    return resources.files("sweeperd").joinpath(file).read_text()
+
+
+def _as_verb(body: str) -> str:
+    """`body`, a chunk that reads KEYS and ARGV, as the local function `verb` of a script."""
+    return f"local function verb(KEYS, ARGV)\n{body}\nend\n"
+
+
+NATIVE_VERB = f"return redis.pcall('{VERB}', KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])"
+
+STALLED_CHECK = LuaScript(_text("stalled_check.lua"))  # the verb's Lua port, on its own
+# A sweep with its accounting, in one atomic call: by the module's verb, or by the Lua port.
+SWEEP_NATIVE = LuaScript(_as_verb(NATIVE_VERB) + _text("sweep.lua"))
+SWEEP_SCRIPT = LuaScript(_as_verb(STALLED_CHECK.source) + _text("sweep.lua"))

@@ -16,7 +16,9 @@ import redis
 
 from sweeperd.connection import CREDENTIAL_NAME, read_password
 from sweeperd.constants import (
+    DEFAULT_CALL_TARGET_MS,
     DEFAULT_DRAIN_BUDGET,
+    DEFAULT_DRAIN_SHARE,
     DEFAULT_INTERVAL_S,
     DEFAULT_JITTER_FRACTION,
     DEFAULT_LIMIT,
@@ -94,6 +96,8 @@ class Settings:
     discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queues: tuple[QueueSettings, ...]
     config_path: Path | None
+    call_target_ms: float = DEFAULT_CALL_TARGET_MS  # one call's target time; sizes adapt to it
+    drain_share: float = DEFAULT_DRAIN_SHARE  # of the server's time a drain may take, (0, 1]
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""

@@ -11,6 +11,20 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from sweeperd.metrics import Metrics
 from sweeperd.reasons import Reason
+from sweeperd.rounds import Depths, SweepReply
+
+
+def reply(recovered: int = 0, dead: int = 0, exempt: int = 0, ghosts: int = 0) -> SweepReply:
+    """A reply with that many ids in each list (exempt ones among the recovered)."""
+    ids = [f"j{n}".encode() for n in range(recovered + dead)]
+    return SweepReply(tuple(ids[:recovered]), tuple(ids[recovered:]), tuple(ids[:exempt]), ghosts)
+
+
+def depths(
+    active: int = 0, pending: int = 0, dead: int = 0, failed: int = 0, expired: int = 0,
+    oldest_ms: float | None = None, now_ms: int = 10_000,
+) -> Depths:  # fmt: skip
+    return Depths(b"r", now_ms, expired, active, pending, dead, failed, oldest_ms)
 
 
 @pytest.fixture
@@ -51,13 +65,14 @@ class TestConstruction:
 
 class TestRecord:
     def test_record_call(self, m: Metrics) -> None:
-        """A call adds one sweep and its recovered, dead and exempt counts."""
-        m.record_call("q", recovered=3, dead=1, exempt=2)
-        m.record_call("q", recovered=1, dead=0, exempt=0)
+        """A call adds one sweep and its recovered, dead, exempt and ghost counts."""
+        m.record_call("q", reply(recovered=3, dead=1, exempt=2, ghosts=5))
+        m.record_call("q", reply(recovered=1))
         assert value(m, "sweeperd_sweeps_total", queue="q") == 2
         assert value(m, "sweeperd_recovered_total", queue="q") == 4
         assert value(m, "sweeperd_dead_total", queue="q") == 1
         assert value(m, "sweeperd_exempt_total", queue="q") == 2
+        assert value(m, "sweeperd_ghosts_removed_total", queue="q") == 5
 
     def test_record_failure(self, m: Metrics) -> None:
         """A failure adds one sweep and one failure of its reason."""
@@ -69,32 +84,36 @@ class TestRecord:
         assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="timeout") == 2
 
     def test_record_tick(self, m: Metrics) -> None:
-        """A tick observes its duration and sets the expired gauge and last success."""
-        m.record_tick("q", duration_s=0.002, expired_left=7, succeeded_at=1_700_000_000.5)
+        """A tick observes its duration in the histogram."""
+        m.record_tick("q", duration_s=0.002)
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="q") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_sum", queue="q") == 0.002
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.005") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.001") == 0
-        m.record_tick("q", duration_s=0.001, expired_left=7, succeeded_at=None)
+        m.record_tick("q", duration_s=0.001)
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.001") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="+Inf") == 2
-        assert value(m, "sweeperd_expired_leases", queue="q") == 7
+
+    def test_record_success(self, m: Metrics) -> None:
+        """The last success is the time given, absent until then."""
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
+        m.record_success("q", 1_700_000_000.5)
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") == 1_700_000_000.5
 
-    def test_record_tick_keeps_unknowns(self, m: Metrics) -> None:
-        """None leaves the expired gauge and the last success as they were."""
-        m.record_tick("q", duration_s=0.1, expired_left=4, succeeded_at=100.0)
-        m.record_tick("q", duration_s=0.1, expired_left=None, succeeded_at=None)
-        assert value(m, "sweeperd_expired_leases", queue="q") == 4
-        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") == 100.0
-
     def test_record_depths(self, m: Metrics) -> None:
-        """Depths set one gauge per set and the failed count."""
-        m.record_depths("q", active=1, pending=2, dead=3, failed=4)
+        """Depths set one gauge per set, the failed count, the backlog and its oldest age."""
+        m.record_depths(
+            "q", depths(active=1, pending=2, dead=3, failed=4, expired=7, oldest_ms=2_500)
+        )
         assert value(m, "sweeperd_queue_jobs", queue="q", set="active") == 1
         assert value(m, "sweeperd_queue_jobs", queue="q", set="pending") == 2
         assert value(m, "sweeperd_queue_jobs", queue="q", set="dead") == 3
         assert value(m, "sweeperd_queue_failed_jobs", queue="q") == 4
+        assert value(m, "sweeperd_expired_leases", queue="q") == 7
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
+        m.record_depths("q", depths(oldest_ms=None))
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
+        assert value(m, "sweeperd_expired_leases", queue="q") == 0
 
     def test_node_up(self, m: Metrics) -> None:
         """node_up sets 1 or 0 per node."""
@@ -149,12 +168,13 @@ class TestQueueLifecycle:
     def test_add_queue_precreates(self, m: Metrics) -> None:
         """add_queue makes every per-queue series exist at 0 before anything happens."""
         m.add_queue("q")
-        for name in ("recovered", "dead", "exempt", "sweeps"):
+        for name in ("recovered", "dead", "exempt", "ghosts_removed", "sweeps"):
             assert value(m, f"sweeperd_{name}_total", queue="q") == 0
         for reason in Reason:  # a reason's series appears when it first happens
             assert value(m, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
         assert value(m, "sweeperd_expired_leases", queue="q") == 0
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
         for name in ("active", "pending", "dead"):
             assert value(m, "sweeperd_queue_jobs", queue="q", set=name) == 0
         assert value(m, "sweeperd_queue_failed_jobs", queue="q") == 0
@@ -162,7 +182,7 @@ class TestQueueLifecycle:
 
     def test_add_queue_keeps_counts(self, m: Metrics) -> None:
         """Adding a queue again does not reset what it counted."""
-        m.record_call("q", recovered=2, dead=0, exempt=0)
+        m.record_call("q", reply(recovered=2))
         m.add_queue("q")
         assert value(m, "sweeperd_recovered_total", queue="q") == 2
 
@@ -170,10 +190,11 @@ class TestQueueLifecycle:
         """forget_queue removes every series of the queue and no other queue's."""
         for queue in ("gone", "kept"):
             m.add_queue(queue)
-            m.record_call(queue, recovered=1, dead=1, exempt=1)
+            m.record_call(queue, reply(recovered=1, dead=1, exempt=1, ghosts=1))
             m.record_failure(queue, Reason.OTHER)
-            m.record_tick(queue, duration_s=0.01, expired_left=1, succeeded_at=5.0)
-            m.record_depths(queue, active=1, pending=1, dead=1, failed=1)
+            m.record_tick(queue, duration_s=0.01)
+            m.record_success(queue, 5.0)
+            m.record_depths(queue, depths(active=1, pending=1, dead=1, failed=1, expired=1))
         m.forget_queue("gone")
         text = generate_latest(m.registry).decode()
         assert 'queue="gone"' not in text
@@ -191,10 +212,11 @@ class TestExposition:
         promtool = shutil.which("promtool")
         assert promtool, "promtool is missing: install Debian's prometheus package"
         m.add_queue("q")
-        m.record_call("q", recovered=1, dead=1, exempt=0)
+        m.record_call("q", reply(recovered=1, dead=1, ghosts=1))
         m.record_failure("q", Reason.CONNECTION)
-        m.record_tick("q", duration_s=0.004, expired_left=0, succeeded_at=1.0)
-        m.record_depths("q", active=0, pending=1, dead=1, failed=1)
+        m.record_tick("q", duration_s=0.004)
+        m.record_success("q", 1.0)
+        m.record_depths("q", depths(pending=1, dead=1, failed=1, expired=2, oldest_ms=5))
         m.node_up("h:6379", True)
         m.server_restarted("h:6379")
         m.server_info("h:6379", "abc", "native")
@@ -214,5 +236,5 @@ class TestExposition:
             for metric in m.registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 17
+        assert len(helps) == 19
         assert all(len(text) > 20 for text in helps.values())

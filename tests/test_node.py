@@ -12,14 +12,15 @@ from sweeperd.executors import ExecutorChoice
 from sweeperd.metrics import Metrics
 from sweeperd.node import BACKOFF_FIRST_S, BACKOFF_MAX_S, Node
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.scripts import QUEUE_STATS, STALLED_CHECK
+from sweeperd.scripts import SWEEP_SCRIPT
+from sweeperd.sizing import CallSizer
 from tests.helpers import run_id
 from tests.server import RedisServer
 
 
 def make_node(url: str, choice: ExecutorChoice = ExecutorChoice.AUTO) -> Node:
     metrics = Metrics(CollectorRegistry(), version="test")
-    return Node("n:1", connect(url, socket_timeout=2.0), choice, metrics)
+    return Node("n:1", connect(url, socket_timeout=2.0), choice, metrics, CallSizer(0.002))
 
 
 def sample(of: Node, name: str, **labels: str) -> float | None:
@@ -97,10 +98,10 @@ class TestEpochWatch:
     def test_auto_picks_the_script_without_the_module(
         self, r_plain: redis.Redis, plain_server: RedisServer
     ) -> None:
-        """On a server without the verb, auto chooses the Lua port and loads it."""
+        """On a server without the verb, auto chooses the Lua port and loads its sweep script."""
         node = make_node(plain_server.url)
         assert node.look(1.0).executor.name == "script"
-        assert r_plain.script_exists(STALLED_CHECK.sha, QUEUE_STATS.sha) == [True, True]
+        assert r_plain.script_exists(SWEEP_SCRIPT.sha) == [True]
 
     def test_a_restart_without_the_verb_is_counted_once(
         self, r_plain: redis.Redis, plain_server: RedisServer

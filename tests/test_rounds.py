@@ -1,15 +1,18 @@
-"""One pipelined round: replies, stats, and scripts the server lost, on a real server."""
+"""One pipelined round: replies with their accounting, counts, and scripts the server lost."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
-from sweeperd.executors import NATIVE, SCRIPT
+from sweeperd.executors import NATIVE, SCRIPT, Executor
 from sweeperd.keyspace import QueueKeys
-from sweeperd.rounds import Call, Depths, SweepReply, sweep_round
-from tests.helpers import lease, now_ms
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.rounds import Call, Depths, SweepReply, keeps_draining, sweep_round
+from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 
 A, B = QueueKeys("a"), QueueKeys("b")
+BOTH = pytest.mark.parametrize("executor", [NATIVE, SCRIPT], ids=["native", "script"])
 
 
 def commands_called(r: redis.Redis, name: str) -> int:
@@ -17,44 +20,129 @@ def commands_called(r: redis.Redis, name: str) -> int:
     return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
 
 
+def numbers(d: Depths | None) -> tuple[int, int, int, int, int | None]:
+    """expired, active, pending, dead and failed of a result's depths."""
+    assert d is not None
+    return (d.expired, d.active, d.pending, d.dead, d.failed)
+
+
+def on(r: redis.Redis, r_plain: redis.Redis, executor: Executor) -> redis.Redis:
+    """The module server for the native executor, the plain one for the Lua port."""
+    return r if executor is NATIVE else r_plain
+
+
 class TestSweepRound:
-    def test_each_call_gets_its_reply_and_counts(self, r: redis.Redis) -> None:
+    @BOTH
+    def test_each_call_gets_its_reply_and_counts(
+        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
+    ) -> None:
         """Two queues in one round: each its own reply and the counts after its sweep."""
-        lease(r, A, b"a1", attempts="1", stalled="0")
-        lease(r, A, b"a2", deadline_ms=now_ms() + 3_600_000, attempts="1")
-        lease(r, B, b"b1", attempts="1", stalled="4")
-        r.hset(B.metrics_failed, "count", "7")
-        a, b = sweep_round(r, NATIVE, [Call(A, 2, 100, now_ms()), Call(B, 2, 100, now_ms())])
+        c = on(r, r_plain, executor)
+        lease(c, A, b"a1", attempts="1", stalled="0")
+        lease(c, A, b"a2", deadline_ms=now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        lease(c, B, b"b1", attempts="1", stalled="4")
+        c.hset(B.metrics_failed, "count", "7")
+        a, b = sweep_round(c, executor, [Call(A, 2, 100), Call(B, 2, 100)])
         assert a.reply == SweepReply((b"a1",), ())
         assert b.reply == SweepReply((), (b"b1",))
-        assert a.depths == Depths(expired=0, active=1, pending=1, dead=0, failed=0)
-        assert b.depths == Depths(expired=0, active=0, pending=0, dead=1, failed=8)
+        assert numbers(a.depths) == (0, 1, 1, 0, 0)
+        assert numbers(b.depths) == (0, 0, 0, 1, 8)
+        assert a.depths is not None and a.depths.run_id == run_id(c)
+        assert a.depths.oldest_expired_ms is None
 
-    def test_a_lost_stats_script_never_repeats_the_sweep(self, r: redis.Redis) -> None:
-        """With the script cache flushed, the native sweep runs once and keeps its reply."""
+    @BOTH
+    def test_exempt_is_exactly_the_rows_of_another_epoch(
+        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
+    ) -> None:
+        """Recovered rows whose lease_epoch is not the run_id are exempt; the rest are not."""
+        c = on(r, r_plain, executor)
+        lease(c, A, b"old", 1, attempts="1", lease_epoch="an-earlier-run")
+        lease(c, A, b"now", 2, attempts="1", lease_epoch=run_id(c))
+        lease(c, A, b"none", 3, attempts="1")
+        lease(c, A, b"dies", 4, attempts="1", stalled="5")
+        [result] = sweep_round(c, executor, [Call(A, 3, 100)])
+        assert result.reply == SweepReply((b"old", b"now", b"none"), (b"dies",), (b"old",))
+
+    @BOTH
+    def test_ghosts_are_counted(
+        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
+    ) -> None:
+        """Ids in active with no row are removed, listed nowhere, and counted as ghosts."""
+        c = on(r, r_plain, executor)
+        lease(c, A, b"g1")
+        lease(c, A, b"g2")
+        lease(c, A, b"j", attempts="1")
+        lease(c, A, b"later", deadline_ms=now_ms() + FUTURE_OFFSET_MS)
+        [result] = sweep_round(c, executor, [Call(A, 5, 100)])
+        assert result.reply == SweepReply((b"j",), (), (), ghosts=2)
+        assert isinstance(result.reply, SweepReply) and result.reply.taken == 3
+
+    @BOTH
+    def test_the_limit_and_what_is_left(
+        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
+    ) -> None:
+        """A call takes `limit` leases; the rest stay counted as expired, the oldest's age given."""
+        c = on(r, r_plain, executor)
+        for n in range(5):
+            lease(c, A, f"j{n}".encode(), PAST_MS + n, attempts="1")
+        [result] = sweep_round(c, executor, [Call(A, 5, 2)])
+        assert result.reply == SweepReply((b"j0", b"j1"), ())
+        assert numbers(result.depths) == (3, 3, 2, 0, 0)
+        assert result.depths is not None and result.depths.oldest_expired_ms == PAST_MS + 2
+        assert result.depths.oldest_expired_age_s == (result.depths.now_ms - PAST_MS - 2) / 1000
+        assert keeps_draining(result)
+
+    def test_a_bound_counts_only_what_was_due_by_then(self, r: redis.Redis) -> None:
+        """With a bound, `expired` counts leases due by it, not those due since."""
+        lease(r, A, b"early", PAST_MS, attempts="1")
+        lease(r, A, b"late", PAST_MS + 50, attempts="1")
+        [result] = sweep_round(r, NATIVE, [Call(A, 5, 1, bound_ms=PAST_MS + 10)])
+        assert result.reply == SweepReply((b"early",), ())
+        assert result.expired_left == 0
+        assert not keeps_draining(result)
+
+    def test_a_lost_sweep_script_is_loaded_and_sent_once(self, r: redis.Redis) -> None:
+        """With the script cache flushed, the sweep is refused with NOSCRIPT, loaded, sent again,
+        and the verb runs once."""
         lease(r, A, b"j", attempts="1", lease_epoch="an-earlier-run")
         r.script_flush()
         r.config_resetstat()
-        [result] = sweep_round(r, NATIVE, [Call(A, 1, 100, now_ms())])
-        assert result.reply == SweepReply((b"j",), ())
-        assert result.depths == Depths(expired=0, active=0, pending=1, dead=0, failed=0)
+        [result] = sweep_round(r, NATIVE, [Call(A, 1, 100)])
+        assert result.reply == SweepReply((b"j",), (), (b"j",))
+        assert numbers(result.depths) == (0, 0, 1, 0, 0)
         assert commands_called(r, "emq.stalled.check") == 1
+        assert commands_called(r, "evalsha") == 2
 
-    def test_a_lost_verb_script_is_loaded_and_sent_again(self, r_plain: redis.Redis) -> None:
-        """The Lua port refused with NOSCRIPT wrote nothing: it is loaded and sent once more."""
-        lease(r_plain, A, b"j", attempts="1")
-        r_plain.script_flush()
-        [result] = sweep_round(r_plain, SCRIPT, [Call(A, 1, 100, now_ms())])
-        assert result.reply == SweepReply((), (b"j",))
-        assert result.depths == Depths(expired=0, active=0, pending=0, dead=1, failed=1)
-        assert r_plain.hget(A.metrics_failed, "count") == b"1"
-
-    def test_a_refusal_is_that_call_alone(self, r: redis.Redis) -> None:
-        """A lane row refuses queue A's call; queue B's call in the same round succeeds."""
-        lease(r, A, b"lane", attempts="1", group="g")
-        lease(r, B, b"j", attempts="1")
-        a, b = sweep_round(r, NATIVE, [Call(A, 1, 100, now_ms()), Call(B, 1, 100, now_ms())])
-        assert not isinstance(a.reply, SweepReply)
-        assert a.reply.message == "EMQLANE job lane is a lane row"
-        assert a.depths == Depths(expired=1, active=1, pending=0, dead=0, failed=0)
+    @BOTH
+    def test_a_refusal_is_that_call_alone(
+        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
+    ) -> None:
+        """A lane row refuses queue A's call and writes nothing; queue B's call succeeds."""
+        c = on(r, r_plain, executor)
+        lease(c, A, b"lane", attempts="1", group="g")
+        lease(c, B, b"j", attempts="1")
+        before = {k: v for k, v in dump_all(c).items() if b"{a}" in k}
+        a, b = sweep_round(c, executor, [Call(A, 1, 100), Call(B, 1, 100)])
+        assert isinstance(a.reply, SweepError)
+        assert (a.reply.reason, a.reply.message) == (Reason.LANE, "EMQLANE job lane is a lane row")
+        assert numbers(a.depths) == (1, 1, 0, 0, 0)
         assert b.reply == SweepReply((), (b"j",))
+        assert {k: v for k, v in dump_all(c).items() if b"{a}" in k} == before
+
+    def test_the_native_verb_missing_is_no_verb(self, r_plain: redis.Redis) -> None:
+        """The native sweep on a server without the module fails with reason no_verb."""
+        lease(r_plain, A, b"j", attempts="1")
+        [result] = sweep_round(r_plain, NATIVE, [Call(A, 1, 100)])
+        assert isinstance(result.reply, SweepError)
+        assert result.reply.reason is Reason.NO_VERB
+        assert r_plain.zcard(A.active) == 1
+
+    def test_a_wrong_type_active_key_has_no_counts(self, r: redis.Redis) -> None:
+        """An active key that is not a zset: the verb's WRONGTYPE, and no counts."""
+        r.set(A.active, "x")
+        [result] = sweep_round(r, NATIVE, [Call(A, 1, 100)])
+        assert isinstance(result.reply, SweepError) and result.depths is None
+        assert (result.reply.reason, result.reply.message) == (
+            Reason.WRONGTYPE,
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        )

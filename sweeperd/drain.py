@@ -1,0 +1,187 @@
+"""Backlogs drained at server speed: one short call at a time, round-robin between queues."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+import structlog
+
+from sweeperd.keyspace import QueueKeys
+from sweeperd.ledger import Ledger
+from sweeperd.node import UNREACHABLE, Node
+from sweeperd.reasons import SweepError
+from sweeperd.rounds import Call, keeps_draining, sweep_round
+from sweeperd.settings import QueueSettings
+
+log = structlog.get_logger("sweeperd.drain")
+
+PROGRESS_LOG_S = 5.0  # a drain_progress event per queue at most this often
+IDLE_WAIT_S = 0.5  # how long the drain thread sleeps when no queue is backlogged
+
+
+@dataclass
+class Backlog:
+    """One queue's drain: where it started, what it has done, what is left."""
+
+    queue: QueueSettings
+    keys: QueueKeys
+    started: float  # monotonic seconds
+    logged: float  # when progress was last logged
+    done: int = 0  # leases taken from active
+    left: int = 0  # leases due after the last call
+
+    def progress(self, now: float) -> dict[str, object]:
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.done / elapsed
+        eta = self.left / rate if rate > 0 else None
+        return {
+            "queue": self.queue.name,
+            "done": self.done,
+            "left": self.left,
+            "rate": round(rate, 1),
+            "eta_s": None if eta is None else round(eta, 1),
+            "elapsed_s": round(elapsed, 1),
+        }
+
+
+class Drainer:
+    """Takes the queues a tick left with leases due and sweeps them until nothing is due.
+
+    One call on the node at a time, each sized to the call target, so other clients (and the
+    scheduled ticks of the other queues) get the server between two calls; queues with a
+    backlog take turns. `share` below 1 pauses between calls to leave the server that much.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        ledger: Ledger,
+        *,
+        share: float,
+        on_restart: Callable[[Node], None],
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.ledger = ledger
+        self.share = share
+        self.on_restart = on_restart
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.backlogs: OrderedDict[str, Backlog] = OrderedDict()
+        self.wake = threading.Condition()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
+        """A queue with `left` leases still due joins the turns (once)."""
+        now = self.clock()
+        with self.wake:
+            if queue.name in self.backlogs:
+                return
+            self.backlogs[queue.name] = Backlog(queue, keys, now, now, left=left)
+            self.wake.notify()
+        log.info("drain_started", queue=queue.name, left=left)
+
+    def holds(self, name: str) -> bool:
+        """Whether the queue is being drained (its scheduled tick has nothing to add)."""
+        with self.wake:
+            return name in self.backlogs
+
+    def forget(self, name: str) -> None:
+        """A queue no longer swept leaves the turns."""
+        with self.wake:
+            self.backlogs.pop(name, None)
+
+    def step(self) -> float | None:
+        """One call on the queue whose turn it is: the pause owed before the next call, or
+        None when no queue is backlogged."""
+        with self.wake:
+            if not self.backlogs:
+                return None
+            _name, backlog = self.backlogs.popitem(last=False)
+        executor = self.node.executor
+        if executor is None:  # the node restarted and has not been looked at yet: the tick will
+            return 0.0
+        size = self.node.sizer.next(backlog.queue.limit)
+        call = Call(backlog.keys, backlog.queue.max_stalled, size)
+        started = self.clock()
+        try:
+            [result] = sweep_round(self.node.client, executor, [call])
+        except UNREACHABLE as exc:
+            self.node.failed(self.clock(), exc)
+            self.ledger.fail(backlog.queue.name, SweepError.of(exc))
+            self.drop_all("redis_down")
+            return None
+        except redis.RedisError as exc:
+            self.ledger.fail(backlog.queue.name, SweepError.of(exc))
+            return 0.0
+        took = self.clock() - started
+        reply = self.ledger.record(
+            backlog.queue.name, result, self.wall_clock(), level=logging.DEBUG
+        )
+        if result.depths is not None and result.depths.run_id != self.node.run_id:
+            self.restarted()
+        if reply is None:
+            return 0.0
+        self.node.sizer.observe(size, reply.taken, took)
+        backlog.done += reply.taken
+        backlog.left = result.expired_left or 0
+        self.next_turn(backlog, keeps_draining(result))
+        return took * (1 / self.share - 1)
+
+    def next_turn(self, backlog: Backlog, again: bool) -> None:
+        now = self.clock()
+        if again:
+            with self.wake:
+                self.backlogs.setdefault(backlog.queue.name, backlog)
+            if now - backlog.logged >= PROGRESS_LOG_S:
+                backlog.logged = now
+                log.info("drain_progress", **backlog.progress(now))
+            return
+        log.info("drain_finished", **backlog.progress(now))
+
+    def restarted(self) -> None:
+        """The reply came from another run of the server: look at it (counted there)."""
+        try:
+            epoch = self.node.look(self.clock())
+        except (redis.RedisError, SweepError):
+            return  # the next tick looks again
+        if epoch.restarted:
+            self.on_restart(self.node)
+
+    def drop_all(self, why: str) -> None:
+        with self.wake:
+            names = list(self.backlogs)
+            self.backlogs.clear()
+        if names:
+            log.info("drain_stopped", queues=len(names), reason=why)
+
+    def run_forever(self) -> None:
+        """The drain thread: a call whenever a queue is backlogged, until stopped."""
+        while not self.stopped.is_set():
+            pause = self.step()
+            if pause is None:
+                with self.wake:
+                    if not self.backlogs and not self.stopped.is_set():
+                        self.wake.wait(IDLE_WAIT_S)
+            elif pause > 0:
+                self.stopped.wait(pause)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.run_forever, name="drain", daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop after the call in flight; wait for it at most `timeout_s`."""
+        self.stopped.set()
+        with self.wake:
+            self.wake.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout_s)

@@ -1,0 +1,81 @@
+"""What each call did, counted and logged once: shared by the scheduled ticks and the drains."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import structlog
+
+from sweeperd.logs import cap_ids
+from sweeperd.metrics import Metrics
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.rounds import CallResult, SweepReply
+
+log = structlog.get_logger("sweeperd.sweep")
+
+
+@dataclass
+class Ledger:
+    """Counts every call in the metrics; logs a failure once per change of reason per queue."""
+
+    metrics: Metrics
+    node: str
+    failing: dict[str, Reason] = field(default_factory=dict)  # queue -> its failure's reason
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(
+        self, queue: str, result: CallResult, at: float, *, level: int = logging.INFO
+    ) -> SweepReply | None:
+        """Count one call (its reply or its failure) and the numbers after it, at Unix time
+        `at`; the reply when the call succeeded. `level` is the `sweep` event's log level."""
+        if result.depths is not None:
+            self.metrics.record_depths(queue, result.depths)
+        if isinstance(result.reply, SweepError):
+            self.fail(queue, result.reply)
+            return None
+        reply = result.reply
+        self.metrics.record_call(queue, reply)
+        self.metrics.record_success(queue, at)
+        self.recovered(queue)
+        if reply.taken:
+            log.log(
+                level,
+                "sweep",
+                queue=queue,
+                recovered=len(reply.recovered),
+                dead=len(reply.dead),
+                exempt=len(reply.exempt),
+                ghosts=reply.ghosts,
+                recovered_ids=cap_ids(reply.recovered),
+                dead_ids=cap_ids(reply.dead),
+                exempt_ids=cap_ids(reply.exempt),
+            )
+        return reply
+
+    def fail(self, queue: str, error: SweepError) -> None:
+        """A failed call: always counted; logged when the queue's reason changes."""
+        self.metrics.record_failure(queue, error.reason)
+        with self.lock:
+            changed = self.failing.get(queue) != error.reason
+            self.failing[queue] = error.reason
+        if changed:
+            log.warning(
+                "sweep_failed",
+                queue=queue,
+                node=self.node,
+                reason=str(error.reason),
+                error=error.message,
+            )
+
+    def recovered(self, queue: str) -> None:
+        """A call succeeded: a queue that was failing says so once."""
+        with self.lock:
+            reason = self.failing.pop(queue, None)
+        if reason is not None:
+            log.info("sweep_recovered", queue=queue, node=self.node, after=str(reason))
+
+    def forget(self, queue: str) -> None:
+        with self.lock:
+            self.failing.pop(queue, None)

@@ -1,0 +1,36 @@
+"""How many leases one call takes: as many as keep the call under its target time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FIRST_SIZE = 100  # leases in a node's first call, before any call was timed
+MOST_GROWTH = 2.0  # a call is at most this many times the size of the last
+MOST_SHRINK = 0.25  # and at least this fraction of it
+
+
+@dataclass
+class CallSizer:
+    """The size of the next call on one node, moved towards `target_s` by each full call timed.
+
+    A call's time is its round trip seen from here, an upper bound of the server's time. Only a
+    call that took all it was allowed says how long that many leases take; a short one cannot
+    say the size was too small.
+    """
+
+    target_s: float
+    size: int = FIRST_SIZE
+
+    def next(self, limit: int) -> int:
+        """The next call's size: the learned size, never above the queue's `limit`."""
+        return max(1, min(self.size, limit))
+
+    def observe(self, asked: int, taken: int, seconds: float) -> None:
+        """A call asked for `asked` leases, took `taken`, and took `seconds` there and back."""
+        if seconds <= 0:
+            return
+        ratio = self.target_s / seconds
+        if ratio < 1:
+            self.size = max(1, round(asked * max(MOST_SHRINK, ratio)))
+        elif taken >= asked:
+            self.size = max(self.size, round(asked * min(MOST_GROWTH, ratio)))

@@ -1,0 +1,56 @@
+-- One counted sweep and its accounting, atomically: this text follows a local function
+-- `verb(KEYS, ARGV)` (the module's EMQ.STALLED.CHECK, or its Lua port) in one script.
+-- KEYS[1]  active: zset, job id -> lease deadline (ms since the Unix epoch, server clock)
+-- KEYS[2]  pending: zset
+-- KEYS[3]  dead: zset
+-- KEYS[4]  metrics:failed: hash, field count
+-- ARGV[1]  prefix: the queue's key prefix; rows are <prefix>job:<id>
+-- ARGV[2]  max_stalled: the stall budget, passed to the verb as given
+-- ARGV[3]  limit: leases the call takes at most, passed to the verb as given
+-- ARGV[4]  bound: ms; `expired` counts leases with a deadline at or before it; 0 = now
+-- Replies {verdict, stats}:
+--   verdict  the verb's error reply unchanged, or {recovered, dead, exempt, ghosts}: the
+--            verb's two lists, the recovered ids whose lease_epoch is not the run_id, and
+--            how many ids it removed from active that had no row
+--   stats    {run_id, now, expired, active, pending, dead, failed count, oldest deadline}
+--            read after the verb; a count of a key of the wrong type is false, and so is the
+--            oldest deadline when no lease is expired
+-- Reads only, but for what the verb writes: the verb's refusal writes nothing.
+
+local function count(command, key, ...)
+  local n = redis.pcall(command, key, ...)
+  if type(n) == 'table' then return false end
+  return n
+end
+
+local active = KEYS[1]
+local before = count('ZCARD', active)
+local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+if not verdict['err'] then
+  local recovered, died, exempt = verdict[1], verdict[2], {}
+  for _, id in ipairs(recovered) do
+    local epoch = redis.call('HGET', ARGV[1] .. 'job:' .. id, 'lease_epoch')
+    if epoch and epoch ~= run_id then exempt[#exempt + 1] = id end
+  end
+  local ghosts = before - redis.call('ZCARD', active) - #recovered - #died
+  verdict = {recovered, died, exempt, ghosts}
+end
+
+local bound = ARGV[4] == '0' and now or ARGV[4]
+local oldest = false
+local first = redis.pcall('ZRANGE', active, 0, 0, 'WITHSCORES')
+if first[1] and tonumber(first[2]) <= now then oldest = first[2] end
+return {verdict, {
+  run_id,
+  now,
+  count('ZCOUNT', active, '-inf', bound),
+  count('ZCARD', active),
+  count('ZCARD', KEYS[2]),
+  count('ZCARD', KEYS[3]),
+  count('HGET', KEYS[4], 'count'),
+  oldest,
+}}
