@@ -105,9 +105,10 @@ class Drainer:
         with self.wake:
             if not self.backlogs:
                 return None
-            _name, backlog = self.backlogs.popitem(last=False)
+            backlog = next(iter(self.backlogs.values()))  # it stays held while its call runs
         executor = self.node.executor
         if executor is None:  # the node restarted and has not been looked at yet: the tick will
+            self.forget(backlog.queue.name)
             return 0.0
         size = self.node.sizer.next(backlog.queue.limit)
         call = Call(backlog.keys, backlog.queue.max_stalled, size)
@@ -120,6 +121,7 @@ class Drainer:
             self.drop_all("redis_down")
             return None
         except redis.RedisError as exc:
+            self.forget(backlog.queue.name)
             self.ledger.fail(backlog.queue.name, SweepError.of(exc))
             return 0.0
         took = self.clock() - started
@@ -129,18 +131,26 @@ class Drainer:
         if result.depths is not None and result.depths.run_id != self.node.run_id:
             self.restarted()
         if reply is None:
+            self.forget(backlog.queue.name)
             return 0.0
-        self.node.sizer.observe(size, reply.taken, took)
+        spent = result.seconds(took)
+        self.node.sizer.observe(size, reply.taken, spent)
         backlog.done += reply.taken
         backlog.left = result.expired_left or 0
         self.next_turn(backlog, keeps_draining(result))
-        return took * (1 / self.share - 1)
+        return spent * (1 / self.share - 1)
 
     def next_turn(self, backlog: Backlog, again: bool) -> None:
+        """To the back of the turns while leases are left, else out with a last word."""
         now = self.clock()
+        name = backlog.queue.name
+        with self.wake:
+            if name in self.backlogs:  # not forgotten meanwhile
+                if again:
+                    self.backlogs.move_to_end(name)
+                else:
+                    del self.backlogs[name]
         if again:
-            with self.wake:
-                self.backlogs.setdefault(backlog.queue.name, backlog)
             if now - backlog.logged >= PROGRESS_LOG_S:
                 backlog.logged = now
                 log.info("drain_progress", **backlog.progress(now))

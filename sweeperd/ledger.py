@@ -13,7 +13,8 @@ from sweeperd.metrics import Metrics
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.rounds import CallResult, SweepReply
 
-log = structlog.get_logger("sweeperd.sweep")
+LOGGER = "sweeperd.sweep"
+log = structlog.get_logger(LOGGER)
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Ledger:
         self.metrics.record_call(queue, reply)
         self.metrics.record_success(queue, at)
         self.recovered(queue)
-        if reply.taken:
+        if reply.taken and (level >= logging.INFO or logging.getLogger(LOGGER).isEnabledFor(level)):
             log.log(
                 level,
                 "sweep",

@@ -53,26 +53,28 @@ def sweep(
     max_stalled: int,
     limit: int,
     drain: bool,
+    adaptive: bool = False,
     call_target_ms: float = DEFAULT_CALL_TARGET_MS,
     progress: Progress | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> OnceResult:
     """Send the verb once, `limit` leases at most; with `drain`, again until no lease due when
-    it started is left, each call sized to `call_target_ms`. Ctrl-C ends it after the call in
-    flight with what was done so far."""
+    it started is left. Calls take `limit` leases each (what a dry run predicts) or, `adaptive`,
+    as many as keep a call under `call_target_ms`, never more than `limit`. Ctrl-C ends it after
+    the call in flight with what was done so far."""
     info = read_server_info(client)
     result = OnceResult(keys.queue, executor.name, info.run_id.decode(), dry_run=False)
     sizer = CallSizer(call_target_ms / 1000)
     try:
         while True:
-            size = sizer.next(limit) if drain else limit
+            size = sizer.next(limit) if adaptive else limit
             started = clock()
             [done] = sweep_round(client, executor, [Call(keys, max_stalled, size, info.time_ms)])
             result.calls += 1
             if isinstance(done.reply, SweepError):
                 result.error = done.reply
                 break
-            sizer.observe(size, done.reply.taken, clock() - started)
+            sizer.observe(size, done.reply.taken, done.seconds(clock() - started))
             result.add(done.reply)
             result.left = done.expired_left or 0
             if progress is not None:

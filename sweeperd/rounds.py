@@ -58,6 +58,7 @@ class Depths:
     dead: int
     failed: int | None  # the metrics:failed count; None when it is not an integer
     oldest_expired_ms: float | None  # deadline of the oldest lease due now; None when none
+    server_us: int = 0  # how long the call ran on the server, in microseconds
 
     @property
     def oldest_expired_age_s(self) -> float:
@@ -68,9 +69,9 @@ class Depths:
 
     @classmethod
     def parse(cls, raw: object) -> Depths | None:
-        if not (isinstance(raw, list) and len(raw) == 8):
+        if not (isinstance(raw, list) and len(raw) == 9):
             return None
-        run_id, now_ms, expired, active, pending, dead, failed, oldest = raw
+        run_id, now_ms, expired, active, pending, dead, failed, oldest, server_us = raw
         if not all(isinstance(n, int) for n in (expired, active, pending, dead)):
             return None  # a key of the wrong type: the sweep's own error says which
         return cls(
@@ -82,6 +83,7 @@ class Depths:
             dead,
             string2ll(failed) if isinstance(failed, bytes) else 0,
             float(oldest) if isinstance(oldest, bytes) else None,
+            server_us,
         )
 
 
@@ -96,6 +98,12 @@ class CallResult:
     @property
     def expired_left(self) -> int | None:
         return None if self.depths is None else self.depths.expired
+
+    def seconds(self, round_trip_s: float) -> float:
+        """How long the call took on the server; its round trip where the server did not say."""
+        if self.depths is None or self.depths.server_us <= 0:
+            return round_trip_s
+        return self.depths.server_us / 1_000_000
 
 
 def keeps_draining(result: CallResult) -> bool:

@@ -13,9 +13,9 @@ MOST_SHRINK = 0.25  # and at least this fraction of it
 class CallSizer:
     """The size of the next call on one node, moved towards `target_s` by each full call timed.
 
-    A call's time is its round trip seen from here, an upper bound of the server's time. Only a
-    call that took all it was allowed says how long that many leases take; a short one cannot
-    say the size was too small.
+    A call's time is the server's own (the sweep script times itself), or its round trip where
+    the server cannot say. Only a call that took all it was allowed says how long that many
+    leases take; a short one cannot say the size was too small.
     """
 
     target_s: float
@@ -26,7 +26,7 @@ class CallSizer:
         return max(1, min(self.size, limit))
 
     def observe(self, asked: int, taken: int, seconds: float) -> None:
-        """A call asked for `asked` leases, took `taken`, and took `seconds` there and back."""
+        """A call asked for `asked` leases, took `taken`, and ran `seconds`."""
         if seconds <= 0:
             return
         ratio = self.target_s / seconds

@@ -12,9 +12,10 @@
 --   verdict  the verb's error reply unchanged, or {recovered, dead, exempt, ghosts}: the
 --            verb's two lists, the recovered ids whose lease_epoch is not the run_id, and
 --            how many ids it removed from active that had no row
---   stats    {run_id, now, expired, active, pending, dead, failed count, oldest deadline}
---            read after the verb; a count of a key of the wrong type is false, and so is the
---            oldest deadline when no lease is expired
+--   stats    {run_id, now, expired, active, pending, dead, failed count, oldest deadline,
+--            server time}: read after the verb; a count of a key of the wrong type is false,
+--            and so is the oldest deadline when no lease is expired; the server time is the
+--            microseconds this script ran
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
 
 local function count(command, key, ...)
@@ -23,18 +24,24 @@ local function count(command, key, ...)
   return n
 end
 
-local active = KEYS[1]
+local function micros()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local call, active = redis.call, KEYS[1]
+local started = micros()
 local before = count('ZCARD', active)
 local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
-local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local run_id = string.match(call('INFO', 'server'), 'run_id:(%x+)')
+local now = math.floor(micros() / 1000)
 
 if not verdict['err'] then
   local recovered, died, exempt = verdict[1], verdict[2], {}
-  for _, id in ipairs(recovered) do
-    local epoch = redis.call('HGET', ARGV[1] .. 'job:' .. id, 'lease_epoch')
-    if epoch and epoch ~= run_id then exempt[#exempt + 1] = id end
+  local rows = ARGV[1] .. 'job:'
+  for i = 1, #recovered do
+    local epoch = call('HGET', rows .. recovered[i], 'lease_epoch')
+    if epoch and epoch ~= run_id then exempt[#exempt + 1] = recovered[i] end
   end
   local ghosts = before - redis.call('ZCARD', active) - #recovered - #died
   verdict = {recovered, died, exempt, ghosts}
@@ -53,4 +60,5 @@ return {verdict, {
   count('ZCARD', KEYS[3]),
   count('HGET', KEYS[4], 'count'),
   oldest,
+  micros() - started,
 }}

@@ -50,7 +50,9 @@ class Tick:
             return
         took = self.clock() - started
         if len(calls) == 1 and isinstance(results[0].reply, SweepReply):
-            self.node.sizer.observe(calls[0].limit, results[0].reply.taken, took)
+            self.node.sizer.observe(
+                calls[0].limit, results[0].reply.taken, results[0].seconds(took)
+            )
         at = self.wall_clock()
         for q, result in zip(queues, results, strict=True):
             self.metrics.record_tick(q.name, duration_s=took)

@@ -110,20 +110,30 @@ class TestCounters:
         assert sum(int(str(e["recovered"])) for e in sweeps) == 5
         assert sum(int(str(e["dead"])) for e in sweeps) == 2
 
-    def test_drain_takes_a_backlog_in_one_tick(self, target: Target, workdir: Path) -> None:
-        """A backlog of 350 at limit 100 is drained by repeated calls, counted exactly."""
+    def test_a_backlog_drains_without_waiting_for_ticks(
+        self, target: Target, workdir: Path
+    ) -> None:
+        """30,000 expired leases and an hour between ticks: the first tick's queue keeps
+        draining call after call until nothing is due, counted exactly, its progress logged."""
         keys = QueueKeys("backlog")
         pipe = target.client.pipeline(transaction=False)
-        for n in range(350):
+        for n in range(30_000):
             pipe.zadd(keys.active, {f"j{n}": PAST_MS + n})
             pipe.hset(keys.job(f"j{n}"), mapping={"attempts": "1"})
         pipe.execute()
-        args = [*target.args("backlog"), "--max-stalled", "9", "--limit", "100"]
+        args = [*target.args("backlog"), "--max-stalled", "9", "--interval", "3600"]
         with DaemonProcess(workdir, *args) as daemon:
-            daemon.wait_value("sweeperd_recovered_total", 350, queue="backlog")
-            assert daemon.value("sweeperd_sweeps_total", queue="backlog") >= 4  # type: ignore[operator]
+            daemon.wait_value("sweeperd_recovered_total", 30_000, queue="backlog")
+            assert daemon.value("sweeperd_sweeps_total", queue="backlog") >= 10  # type: ignore[operator]
+            assert daemon.value("sweeperd_sweep_duration_seconds_count", queue="backlog") == 1
+            assert daemon.value("sweeperd_expired_leases", queue="backlog") == 0
+            wait_until(lambda: daemon.events("drain_finished"), what="drain_finished")
+            [started] = daemon.events("drain_started")
+            [finished] = daemon.events("drain_finished")
             assert daemon.stop() == 0
-        assert target.client.zcard(keys.pending) == 350
+        assert started["queue"] == "backlog" and int(str(started["left"])) > 0
+        assert int(str(finished["done"])) + 100 >= 30_000 and finished["left"] == 0
+        assert target.client.zcard(keys.pending) == 30_000
         assert target.client.exists(keys.active) == 0
 
 
@@ -238,7 +248,7 @@ class TestLifecycle:
         for n in range(20_000):
             pipe.zadd(keys.active, {f"j{n}": PAST_MS})
         pipe.execute()
-        args = [*target.args("busy"), "--limit", "50", "--drain-budget", "1000"]
+        args = [*target.args("busy"), "--limit", "50"]
         with DaemonProcess(workdir, *args) as daemon:
             wait_until(lambda: daemon.value("sweeperd_sweeps_total", queue="busy"), what="sweep")
             started = time.monotonic()
@@ -247,7 +257,8 @@ class TestLifecycle:
         assert daemon.events("stopped")
 
     def test_sighup_rereads_the_config_file(self, target: Target, workdir: Path) -> None:
-        """A queue added to the config file is swept after SIGHUP."""
+        """A queue added to the config file is swept after SIGHUP; one removed loses its
+        series."""
         config = workdir / "sweeperd.toml"
         config.write_text('queues = ["first"]\n')
         args = [
@@ -267,6 +278,11 @@ class TestLifecycle:
             daemon.process.send_signal(signal.SIGHUP)
             daemon.wait_value("sweeperd_dead_total", 1, queue="second")
             assert daemon.events("reloaded")
+            config.write_text('queues = ["second"]\n')
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_until(lambda: len(daemon.events("reloaded")) == 2, what="a second reload")
+            wait_until(lambda: 'queue="first"' not in daemon.metrics_text(), what="first dropped")
+            assert daemon.value("sweeperd_dead_total", queue="second") == 1
             assert daemon.stop() == 0
 
     def test_discovery_finds_and_drops_queues(self, target: Target, workdir: Path) -> None:

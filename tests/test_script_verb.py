@@ -12,6 +12,7 @@ from sweeperd.executors import SCRIPT, script_sha
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import ARITY, NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
 from sweeperd.rounds import Call, SweepReply, sweep_round
+from sweeperd.scripts import STALLED_CHECK, SWEEP_SCRIPT
 from tests.helpers import (
     FUTURE_OFFSET_MS,
     PAST_MS,
@@ -33,7 +34,7 @@ MAX = str(LLONG_MAX)
 @pytest.fixture
 def rs(r_plain: redis.Redis) -> Iterator[redis.Redis]:
     """The server without the module, its keyspace empty and the script loaded."""
-    SCRIPT.prepare(r_plain)
+    STALLED_CHECK.load(r_plain)
     yield r_plain
 
 
@@ -328,6 +329,6 @@ class TestLostScript:
         lease(rs, Q, b"j", attempts=1, lease_epoch="other")
         rs.script_flush()
         [result] = sweep_round(rs, SCRIPT, [Call(Q, 1, 100, now_ms())])
-        assert result.reply == SweepReply((b"j",), ())
+        assert result.reply == SweepReply((b"j",), (), (b"j",))
         assert result.expired_left == 0
-        assert rs.script_exists(script_sha()) == [True]
+        assert rs.script_exists(SWEEP_SCRIPT.sha) == [True]

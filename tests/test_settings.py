@@ -47,7 +47,7 @@ class TestPrecedence:
         assert s.redis_url == "redis://localhost:6379/0"
         assert s.redis_password is None
         assert s.prefix_root == "emq"
-        assert (s.interval, s.max_stalled, s.limit) == (5.0, 1, 100)
+        assert (s.interval, s.max_stalled, s.limit) == (5.0, 1, 1000)
         assert s.executor is ExecutorChoice.AUTO
         assert (s.metrics_host, s.metrics_port) == ("0.0.0.0", 9787)
         assert s.log_level == "info"

@@ -1,0 +1,250 @@
+"""A mass stall: a million expired leases in one queue, drained four ways in one run.
+
+Run from the repository root after `make module venv`:
+
+    python bench/bench_mass.py [--leases 1000000]
+
+The backlog is seeded once and saved; each drain starts a fresh server from that file:
+(a) `sweeperd run` at its defaults, (b) `sweeperd once --drain` native, (c) the same with the
+script executor, and (d) a bare loop of EMQ.STALLED.CHECK at limit 1,000 with no accounting.
+For each: leases/s (from the first lease taken to the last), the ratio to the bare loop, the
+longest single command in SLOWLOG, another client's PING latency during the drain (its own
+process, its own connection) and the sweeper's CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+try:
+    from tests.server import RedisServer, free_port
+except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.server import RedisServer, free_port
+
+QUEUE = "mass"
+PREFIX = f"emq:{{{QUEUE}}}:"
+ACTIVE, PENDING, DEAD = PREFIX + "active", PREFIX + "pending", PREFIX + "dead"
+EXPIRED_MS = 1_000_000  # a deadline long gone
+SEED_CHUNK = 20_000
+BARE_LIMIT = 1_000
+ALL_RECOVER = 2**62  # a max_stalled no lease reaches
+POLL_S = 0.01
+SLOW_US = 500  # SLOWLOG keeps every command slower than this
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One way of draining: what it was, how fast, how the server and its neighbour fared."""
+
+    name: str
+    leases: int
+    seconds: float
+    longest_call_ms: float
+    ping_ms: tuple[float, float, float]  # p50, p99, max
+    cpu_percent: float | None  # of one core, the sweeper's process; None in-process
+
+    @property
+    def rate(self) -> float:
+        return self.leases / self.seconds
+
+
+def seed(path: Path, leases: int) -> Path:
+    """A server holding `leases` expired leases with rows (no lease_epoch: every one counted),
+    saved as an RDB file to start each drain's server from."""
+    with RedisServer(path, module=None) as server, server.client() as client:
+        pipe = client.pipeline(transaction=False)
+        for i in range(leases):
+            job = f"job{i:07}"
+            pipe.zadd(ACTIVE, {job: EXPIRED_MS + i})
+            pipe.hset(f"{PREFIX}job:{job}", mapping={"attempts": 1, "state": "active"})
+            if (i + 1) % SEED_CHUNK == 0:
+                pipe.execute()
+        pipe.execute()
+        client.save()
+    return path / "dump.rdb"
+
+
+@contextmanager
+def fresh_server(rdb: Path) -> Iterator[RedisServer]:
+    """A module server loaded from the seeded RDB, its SLOWLOG catching every slow command."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-mass-"))
+    shutil.copy(rdb, workdir / "dump.rdb")
+    server = RedisServer(workdir)
+    try:
+        with server, server.client() as client:
+            client.config_set("slowlog-log-slower-than", SLOW_US)
+            client.config_set("slowlog-max-len", 1_000_000)
+            client.slowlog_reset()
+            yield server
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def longest_call_ms(client: redis.Redis) -> float:
+    entries = client.slowlog_get(1_000_000)
+    return max((int(e["duration"]) for e in entries), default=0) / 1000
+
+
+@contextmanager
+def pinger(port: int) -> Iterator[Callable[[], tuple[float, float, float]]]:
+    """Another client pinging in its own process; yields a reader of p50, p99 and max in ms."""
+    out = Path(tempfile.mkstemp(prefix="pings-")[1])
+    proc = subprocess.Popen([sys.executable, __file__, "--pinger", str(port), str(out)])
+    samples: list[float] = []
+
+    def read() -> tuple[float, float, float]:
+        if not samples:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(10)
+            samples.extend(float(x) for x in out.read_text().split())
+        ordered = sorted(samples)
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        return statistics.median(ordered), p99, ordered[-1]
+
+    try:
+        time.sleep(0.3)  # its interpreter up and pinging
+        yield read
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.unlink(missing_ok=True)
+
+
+def ping_forever(port: int, out: Path) -> None:
+    """The pinger's process: PING round trips in ms until SIGTERM, then written to `out`."""
+    stop: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    seen: list[float] = []
+    with redis.Redis(port=port) as client:
+        while not stop:
+            started = time.perf_counter()
+            client.ping()
+            seen.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.001)
+    out.write_text("\n".join(f"{s:.4f}" for s in seen))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def watch(client: redis.Redis, total: int, pid: int | None) -> tuple[float, float | None]:
+    """Seconds from the first lease taken to the last, and the sweeper's CPU share meanwhile."""
+    while client.zcard(ACTIVE) == total:
+        time.sleep(POLL_S / 10)
+    started, cpu_started = time.perf_counter(), cpu_seconds(pid) if pid else 0.0
+    while client.zcard(ACTIVE):
+        time.sleep(POLL_S)
+    seconds = time.perf_counter() - started
+    cpu = (cpu_seconds(pid) - cpu_started) / seconds * 100 if pid else None
+    return seconds, cpu
+
+
+def sweeperd(*args: str, port: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "sweeperd", *args, "--queue", QUEUE]
+    argv += ["--redis-url", f"redis://127.0.0.1:{port}/0", "--max-stalled", str(ALL_RECOVER)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def drain_by_process(name: str, rdb: Path, total: int, *args: str) -> Drain:
+    with fresh_server(rdb) as server, server.client() as client, pinger(server.port) as pings:
+        proc = sweeperd(*args, port=server.port)
+        try:
+            seconds, cpu = watch(client, total, proc.pid)
+            if args[0] == "run":
+                check_recovered(args, total)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+        return Drain(name, total, seconds, longest_call_ms(client), pings(), cpu)
+
+
+def check_recovered(args: tuple[str, ...], total: int) -> None:
+    """The daemon's own count of what it recovered is the backlog, exactly."""
+    port = args[args.index("--metrics-addr") + 1].rsplit(":", 1)[1]
+    deadline = time.monotonic() + 10
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        line = next((x for x in text.splitlines() if x.startswith("sweeperd_recovered_total")), "")
+        if line and float(line.rsplit(" ", 1)[1]) == total:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"sweeperd_recovered_total is not {total}: {line!r}")
+        time.sleep(0.2)
+
+
+def drain_bare(rdb: Path, total: int) -> Drain:
+    """EMQ.STALLED.CHECK at limit 1,000 in a loop, nothing counted: the server's own speed."""
+    with fresh_server(rdb) as server, server.client() as client, pinger(server.port) as pings:
+        started = time.perf_counter()
+        taken = 1
+        while taken:
+            back, died = client.execute_command(  # type: ignore[no-untyped-call]
+                "EMQ.STALLED.CHECK", ACTIVE, PENDING, DEAD, PREFIX, ALL_RECOVER, BARE_LIMIT
+            )
+            taken = len(back) + len(died)
+        seconds = time.perf_counter() - started
+        return Drain("bare loop, limit 1000", total, seconds, longest_call_ms(client), pings(),
+                     None)  # fmt: skip
+
+
+def table(drains: list[Drain]) -> str:
+    bare = next(d for d in drains if d.name.startswith("bare"))
+    head = "| drain | leases/s | ratio to bare loop | longest call | PING p50 / p99 / max | CPU |"
+    rows = [head, "|---|---|---|---|---|---|"]
+    for d in drains:
+        cpu = "—" if d.cpu_percent is None else f"{d.cpu_percent:.0f} %"
+        p50, p99, most = d.ping_ms
+        rows.append(
+            f"| {d.name} | {d.rate:,.0f} | {d.rate / bare.rate:.2f} | {d.longest_call_ms:.1f} ms "
+            f"| {p50:.2f} / {p99:.2f} / {most:.2f} ms | {cpu} |"
+        )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--leases", type=int, default=1_000_000)
+    args = parser.parse_args()
+    seeded = Path(tempfile.mkdtemp(prefix="bench-mass-seed-"))
+    try:
+        rdb = seed(seeded, args.leases)
+        metrics = f"127.0.0.1:{free_port()}"
+        daemon = ("run", "--metrics-addr", metrics, "--log-format", "json")
+        script = ("once", "--drain", "--executor", "script")
+        drains = [
+            drain_bare(rdb, args.leases),
+            drain_by_process("sweeperd run (defaults)", rdb, args.leases, *daemon),
+            drain_by_process("sweeperd once --drain (native)", rdb, args.leases, "once", "--drain"),
+            drain_by_process("sweeperd once --drain (script)", rdb, args.leases, *script),
+        ]
+    finally:
+        shutil.rmtree(seeded, ignore_errors=True)
+    print(f"{args.leases:,} expired leases in one queue, each drain on a fresh server")
+    print(table(drains))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--pinger":
+        ping_forever(int(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main()
