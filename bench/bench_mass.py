@@ -198,7 +198,7 @@ def drain_bare(rdb: Path, total: int) -> Drain:
         started = time.perf_counter()
         taken = 1
         while taken:
-            back, died = client.execute_command(  # type: ignore[no-untyped-call]
+            back, died = client.execute_command(
                 "EMQ.STALLED.CHECK", ACTIVE, PENDING, DEAD, PREFIX, ALL_RECOVER, BARE_LIMIT
             )
             taken = len(back) + len(died)

@@ -45,7 +45,7 @@ def seed(r: redis.Redis, keys: QueueKeys, count: int, **row: object) -> None:
     for n in range(count):
         job = f"j{n:06}"
         pipe.zadd(keys.active, {job: PAST_MS + n})
-        pipe.hset(keys.job(job), mapping={"attempts": 1, **row})  # type: ignore[arg-type]
+        pipe.hset(keys.job(job), mapping={"attempts": 1, **row})  # type: ignore[dict-item]
     pipe.execute()
 
 
@@ -248,7 +248,7 @@ class TestTicksDuringADrain:
         rig.drainer.clock = time.monotonic
         rig.tick(queue("huge"))
         rig.drainer.start()
-        durations = []
+        durations: list[float] = []
         try:
             while rig.drainer.holds("huge") and len(durations) < 30:
                 r.zadd(QueueKeys("small").active, {"j000000": PAST_MS})
