@@ -41,14 +41,24 @@ class Executor:
     name: str
     script: LuaScript
 
+    def args(self, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int) -> list[object]:
+        """EVALSHA of the sweep script for `keys`; `bound_ms` bounds the expired count."""
+        return [
+            "EVALSHA", self.script.sha, 4, keys.active, keys.pending, keys.dead,
+            keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms,
+        ]  # fmt: skip
+
     def queue(
         self, pipe: Pipeline, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int
     ) -> None:
-        """Append one sweep of `keys` to the pipeline; `bound_ms` bounds the expired count."""
-        pipe.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", self.script.sha, 4, keys.active, keys.pending, keys.dead,
-            keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms,
-        )  # fmt: skip
+        """Append one sweep of `keys` to the pipeline."""
+        pipe.execute_command(*self.args(keys, max_stalled, limit, bound_ms))  # type: ignore[no-untyped-call]
+
+    def send(
+        self, client: redis.Redis, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int
+    ) -> object:
+        """One sweep of `keys` on its own; an error reply raises."""
+        return client.execute_command(*self.args(keys, max_stalled, limit, bound_ms))  # type: ignore[no-untyped-call]
 
     def prepare(self, client: redis.Redis) -> None:
         """Load the sweep script on the node (again after a restart or SCRIPT FLUSH)."""
