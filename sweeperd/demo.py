@@ -23,6 +23,7 @@ from sweeperd.settings import Settings, build_settings
 log = structlog.get_logger("sweeperd.demo")
 
 QUEUES = ("emails", "reports", "billing")
+BACKLOG = 50_000  # expired leases of `reports`, as a dead worker fleet leaves them
 MAX_STALLED = 3
 MODULE_NAME = "emq_stalled.so"
 Say = Callable[[str], None]
@@ -124,8 +125,8 @@ def seed(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
     lease(emails, "digest-1", past, lease_epoch=run_id.decode())  # counted: stalled 1
     lease(emails, "poison-1", past, lease_epoch=run_id.decode(), stalled="2")  # at budget: dead
     lease(emails, "ghost-1", past)  # no row: removed from active, listed nowhere
-    for n in range(250):  # a backlog: drained at 100 a call within one tick
-        lease(reports, f"report-{n:03}", past - n, stalled=str(n % 2))
+    for n in range(BACKLOG):  # a mass stall: drained call after call, each about 2 ms
+        lease(reports, f"report-{n:05}", past - n, stalled=str(n % 2))
     for n in range(5):  # due in two to six seconds: swept while you watch
         lease(billing, f"invoice-{n}", now_ms + 2_000 + 1_000 * n, lease_epoch=run_id.decode())
     pipe.execute()
@@ -153,8 +154,9 @@ def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
             return int(registry.get_sample_value(name, {"queue": q}) or 0)
 
         lines.append(
-            f"  {queue:8} recovered {value('sweeperd_recovered_total'):4}"
-            f" (exempt {value('sweeperd_exempt_total')})  dead {value('sweeperd_dead_total'):2}"
+            f"  {queue:8} recovered {value('sweeperd_recovered_total'):6}"
+            f" (exempt {value('sweeperd_exempt_total')})"
+            f"  dead {value('sweeperd_dead_total'):6}  ghosts {value('sweeperd_ghosts_removed_total')}"
             f"  | now: active {client.zcard(keys.active)}, pending {client.zcard(keys.pending)},"
             f" dead {client.zcard(keys.dead)}"
         )
