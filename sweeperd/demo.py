@@ -156,7 +156,8 @@ def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
         lines.append(
             f"  {queue:8} recovered {value('sweeperd_recovered_total'):6}"
             f" (exempt {value('sweeperd_exempt_total')})"
-            f"  dead {value('sweeperd_dead_total'):6}  ghosts {value('sweeperd_ghosts_removed_total')}"
+            f"  dead {value('sweeperd_dead_total'):6}"
+            f"  ghosts {value('sweeperd_ghosts_removed_total')}"
             f"  | now: active {client.zcard(keys.active)}, pending {client.zcard(keys.pending)},"
             f" dead {client.zcard(keys.dead)}"
         )
