@@ -42,10 +42,11 @@ format:
 	$(VENV)/bin/ruff format sweeperd tests bench
 	$(VENV)/bin/ruff check --fix sweeperd tests bench
 
-bench: system module venv  ## the verb, the executors and the daemon's fan-out, measured
+bench: system module venv  ## the verb, the executors, the fan-out and a mass stall, measured
 	$(PY) bench/bench_verb.py
 	$(PY) bench/bench_executors.py
 	$(PY) bench/bench_fanout.py
+	$(PY) bench/bench_mass.py
 
 clean:
 	$(MAKE) -C module clean
