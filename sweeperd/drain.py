@@ -133,6 +133,8 @@ class Drainer:
         if reply is None:
             self.forget(backlog.queue.name)
             return 0.0
+        with self.node.lock:
+            self.node.answered(self.clock())
         spent = result.seconds(took)
         self.node.sizer.observe(size, reply.taken, spent)
         backlog.done += reply.taken

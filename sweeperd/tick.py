@@ -35,24 +35,21 @@ class Tick:
     wall_clock: Callable[[], float] = time.time
 
     def run(self, batch: Sequence[QueueSettings]) -> None:
-        """One call per queue not already draining; a queue left with leases due drains on."""
+        """The epoch, then one call per queue not already draining; a queue left with leases
+        due drains on."""
         started = self.clock()
         if not self.node.may_try(started):
             return
         queues = [q for q in batch if not self.drainer.holds(q.name)]
-        if not queues:
-            return
-        calls = self.calls(queues)
         try:
-            results = self.send(calls, started)
+            results = self.send(self.calls(queues), started)
         except Exception as exc:  # whatever it was, every queue of the batch failed
             self.fail_all(queues, exc, started)
             return
         took = self.clock() - started
-        if len(calls) == 1 and isinstance(results[0].reply, SweepReply):
-            self.node.sizer.observe(
-                calls[0].limit, results[0].reply.taken, results[0].seconds(took)
-            )
+        if len(results) == 1 and isinstance(results[0].reply, SweepReply):
+            self.node.sizer.observe(results[0].call.limit, results[0].reply.taken,
+                                    results[0].seconds(took))  # fmt: skip
         at = self.wall_clock()
         for q, result in zip(queues, results, strict=True):
             self.metrics.record_tick(q.name, duration_s=took)
@@ -62,7 +59,7 @@ class Tick:
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
         """The node's call size shared out: the round stays about one call's target long."""
-        share = max(1, self.node.sizer.size // len(queues))
+        share = max(1, self.node.sizer.size // max(1, len(queues)))
         return [
             Call(QueueKeys(q.name, self.prefix_root), q.max_stalled, min(q.limit, share))
             for q in queues

@@ -180,6 +180,20 @@ class TestDrain:
         finished = [e for e in logs if e["event"] == "drain_finished"]
         assert len(finished) == 1 and finished[0]["left"] == 0 and finished[0]["done"] == 380
 
+    def test_a_drain_keeps_the_node_answering(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Each drain call that succeeds is an answer from the node, so a long drain whose
+        queue skips its ticks keeps /readyz up."""
+        rig = Rig(redis_server.url, clock=Clock(step=1.0))
+        seed(r, QueueKeys("long"), 500)
+        rig.node.sizer.size = 50
+        rig.tick(queue("long", limit=50))
+        ticked = rig.node.last_answer
+        rig.drain()
+        assert ticked is not None and rig.node.last_answer is not None
+        assert rig.node.last_answer >= ticked + 9  # nine more calls, a second of clock each
+
     def test_call_size_adapts_to_the_target(
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
