@@ -194,6 +194,19 @@ class TestDrain:
         assert ticked is not None and rig.node.last_answer is not None
         assert rig.node.last_answer >= ticked + 9  # nine more calls, a second of clock each
 
+    def test_a_share_below_one_pauses_as_long_as_the_call_ran(
+        self, r: redis.Redis, rig: Rig
+    ) -> None:
+        """At drain_share 0.5 the pause owed after a call equals its server time; at 1 none."""
+        seed(r, QueueKeys("q"), 2000)
+        rig.tick(queue("q", limit=100))
+        assert rig.drainer.step() == 0.0
+        rig.drainer.share = 0.5
+        r.config_resetstat()
+        pause = rig.drainer.step()
+        ran_s = int(r.info("commandstats")["cmdstat_evalsha"]["usec"]) / 1_000_000
+        assert pause is not None and 0.5 * ran_s <= pause <= ran_s  # the script's own timing
+
     def test_call_size_adapts_to_the_target(
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
