@@ -8,13 +8,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from sweeperd.census import Census
+from sweeperd.keyspace import job_id_text
 from sweeperd.once import OnceResult
 
 FRAME_LINES = 8  # lines of a `once` summary besides the ids
-
-
-def job_id_text(job_id: bytes) -> str:
-    return job_id.decode("utf-8", "backslashreplace")
 
 
 def once_json(result: OnceResult) -> str:

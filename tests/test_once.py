@@ -374,14 +374,14 @@ class TestDryRun:
 
 
 USAGE = {  # case: (arguments after `once`, the option the error line names)
-    "limit 0": (["--queue", "q", "--limit", "0"], "'--limit'"),
-    "limit -1": (["--queue", "q", "--limit", "-1"], "'--limit'"),
-    "max-stalled 0": (["--queue", "q", "--max-stalled", "0"], "'--max-stalled'"),
-    "max-stalled x": (["--queue", "q", "--max-stalled", "x"], "'--max-stalled'"),
-    "no queue": ([], "'--queue'"),
+    "limit 0": (["--queue", "q", "--limit", "0"], "--limit (SWEEPERD_LIMIT)"),
+    "limit -1": (["--queue", "q", "--limit", "-1"], "--limit (SWEEPERD_LIMIT)"),
+    "max-stalled 0": (["--queue", "q", "--max-stalled", "0"], "--max-stalled (SWEEPERD_MAX"),
+    "max-stalled x": (["--queue", "q", "--max-stalled", "x"], "--max-stalled (SWEEPERD_MAX"),
+    "no queue": ([], "--queue (SWEEPERD_QUEUES)"),
     "unknown flag": (["--queue", "q", "--bogus"], "'--bogus'"),
-    "url scheme": (["--queue", "q", "--redis-url", "foo://u:s3cret@x"], "'--redis-url'"),
-    "brace": (["--queue", "a{b}"], "'--queue'"),
+    "url scheme": (["--queue", "q", "--redis-url", "foo://u:s3cret@x"], "--redis-url (SWEEPERD"),
+    "brace": (["--queue", "a{b}"], "--queue (SWEEPERD_QUEUES)"),
 }
 
 

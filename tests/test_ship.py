@@ -569,5 +569,5 @@ class TestKubernetesManifests:
         """sweeperd's own settings loader takes the ConfigMap's sweeperd.toml as it is."""
         path = tmp_path / "sweeperd.toml"
         path.write_text(manifests()["ConfigMap"]["data"]["sweeperd.toml"])
-        settings = build_settings({}, path, stdout_isatty=False)
+        settings = build_settings({}, path, logs_to_tty=False)
         assert [queue.name for queue in settings.queues] == ["orders", "mail"]
