@@ -225,6 +225,7 @@ OPTIONS: dict[str, Option] = {
     )
 }
 SETTING_KEYS = tuple(k for k, o in OPTIONS.items() if not o.is_flag and k != "config")
+MARKDOWN_ESCAPES = {"|": "\\|", "<": "\\<", "*": "\\*"}  # in a table cell, shown as typed
 REMOVED_KEYS = {
     "drain_budget": "drain_budget was removed: a backlog is drained automatically "
     "(see call_target_ms and drain_share)",
@@ -241,7 +242,7 @@ def markdown_table() -> str:
         flag = f"`{o.flag_name}`" + (f", `{o.short}`" if o.short else "")
         toml = f"`{o.key}`" if o.toml else ""
         default = f"`{o.default_text}`" if o.default_text else ""
-        meaning = o.help.replace("|", "\\|")
+        meaning = "".join(MARKDOWN_ESCAPES.get(c, c) for c in o.help)
         commands = ", ".join(o.commands)
         rows.append(f"| {flag} | `{o.env_name}` | {toml} | {default} | {commands} | {meaning} |")
     return "\n".join(rows)

@@ -8,6 +8,7 @@ import pytest
 
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
+from sweeperd.options import OPTIONS
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings
 
 
@@ -91,6 +92,26 @@ class TestPrecedence:
         assert (s.call_target_ms, s.drain_share) == (0.5, 0.25)
         assert (s.socket_timeout, s.jitter, s.discover) == (0.25, 0.5, 60.0)
         assert s.queues == ()
+
+
+class TestDefaultsTable:
+    def test_one_table(self, tmp_path: Path) -> None:
+        """Every setting's default is the options table's: the settings read no other."""
+        s = build(tmp_path, queues=["q"])
+        for key, option in OPTIONS.items():
+            if key in ("redis_url", "socket_timeout"):
+                assert getattr(s.connection, key.removeprefix("redis_")) == option.default
+            elif key in ("executor", "log_format", "log_level") or option.is_flag:
+                continue
+            elif key not in ("config", "queues", "redis_password_file", "metrics_addr"):
+                assert getattr(s, key) == option.default, key
+
+    def test_removed_drain_budget(self, tmp_path: Path) -> None:
+        """drain_budget in the file is refused, saying it was removed and why."""
+        assert refusal(tmp_path, 'queues = ["q"]\ndrain_budget = 10\n') == (
+            "drain_budget was removed: a backlog is drained automatically (see call_target_ms "
+            f"and drain_share); remove it from config file {tmp_path / 'sweeperd.toml'}"
+        )
 
 
 class TestLogFormat:
@@ -196,6 +217,12 @@ class TestPassword:
             f"cannot read the Redis password file {tmp_path}: Is a directory; "
             "check --redis-password-file (SWEEPERD_REDIS_PASSWORD_FILE)"
         )
+
+    def test_describe_redacts_query_password(self, tmp_path: Path) -> None:
+        """A ?password= in the URL is not in describe() (run's `started` line) nor in repr."""
+        s = build(tmp_path, queues=["q"], redis_url="redis://h:6379/0?password=hunter2")
+        assert s.describe()["redis_url"] == "redis://h:6379/0?password=<redacted>"
+        assert "hunter2" not in repr(s)
 
     def test_repr_redacts_url(self, tmp_path: Path) -> None:
         """The settings' repr and describe() show no credentials."""
