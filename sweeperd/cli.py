@@ -122,14 +122,19 @@ def _usage(message: str) -> Failure:
     return Failure(EXIT_USAGE, "usage", message)
 
 
-def _settings(ctx: typer.Context, reply: Reply) -> Settings:
+def _build(ctx: typer.Context) -> Settings:
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
     overrides = {key: ctx.params.get(key) or None for key in SETTING_KEYS}
     config = ctx.params.get("config")
+    return build_settings(
+        overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()
+    )
+
+
+def _settings(ctx: typer.Context, reply: Reply) -> Settings:
+    """The settings, or the command ends: one line, exit 2."""
     try:
-        return build_settings(
-            overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()
-        )
+        return _build(ctx)
     except ConfigError as exc:
         reply.fail(_usage(str(exc)))
 
@@ -241,8 +246,8 @@ def run_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(json=False)
     settings = _settings(ctx, reply)
 
-    def load() -> Settings:
-        return _settings(ctx, reply)
+    def load() -> Settings:  # SIGHUP: a ConfigError is the daemon's to log, not an exit
+        return _build(ctx)
 
     configure_logging(settings.log_format, settings.log_level)
     from sweeperd import daemon  # the scheduler and the HTTP server: loaded for `run` only
@@ -271,7 +276,7 @@ def demo_command(
 ) -> None:
     """Start a throwaway redis-server, seed stalled leases, sweep them live, clean up."""
     isatty = sys.stdout.isatty()
-    configure_logging("console" if isatty else "json", "info")
+    configure_logging("console" if sys.stderr.isatty() else "json", "info")
     from sweeperd import demo  # the daemon and its dependencies: loaded for `demo` only
 
     try:

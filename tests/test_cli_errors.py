@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import dump_all, hash_of, lease, members, run_id
 from tests.server import RedisServer, free_port
 from tests.test_cli_usage import Ran, sweeperd, sweeperd_many
@@ -333,3 +335,22 @@ class TestRunRefusesAtStart:
         """Settings that would crash every tick stop `run` at start: exit 2, one line."""
         ran = sweeperd("run", "-q", "q", "--metrics-addr", f"127.0.0.1:{free_port()}", *args)
         assert one_line(ran, 2).startswith(f"sweeperd: {named} ")
+
+
+class TestRunReload:
+    def test_bad_file_on_sighup(
+        self, r: redis.Redis, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """A config file broken before SIGHUP is logged as reload_failed; run goes on sweeping."""
+        config = tmp_path / "sweeperd.toml"
+        config.write_text('queues = ["q"]\n')
+        args = ["--config", str(config), "--redis-url", redis_server.url, "--interval", "0.2"]
+        with DaemonProcess(tmp_path, *args) as daemon:
+            daemon.wait_value("sweeperd_sweeps_total", 1, queue="q")
+            config.write_text('queues = ["q"]\nlimit = 0\n')
+            assert daemon.process is not None
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_until(lambda: daemon.events("reload_failed"), what="reload_failed")
+            lease(r, Q, b"j", attempts=1)
+            daemon.wait_value("sweeperd_dead_total", 1, queue="q")
+            assert daemon.stop() == 0

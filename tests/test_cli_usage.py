@@ -62,7 +62,12 @@ def sweeperd_many(
     ]
     done = []
     for proc in procs:
-        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+        try:
+            out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a command that should have ended must not outlive the test
+            proc.communicate()
+            raise
         done.append(Ran(proc.returncode, out or "", err))
     return done
 

@@ -238,7 +238,7 @@ class TestLifecycle:
         for n in range(20_000):
             pipe.zadd(keys.active, {f"j{n}": PAST_MS})
         pipe.execute()
-        args = [*target.args("busy"), "--limit", "50", "--drain-budget", "1000"]
+        args = [*target.args("busy"), "--limit", "50"]
         with DaemonProcess(workdir, *args) as daemon:
             wait_until(lambda: daemon.value("sweeperd_sweeps_total", queue="busy"), what="sweep")
             started = time.monotonic()
