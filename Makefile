@@ -30,8 +30,8 @@ demo: system module venv  ## a throwaway server, stalled leases, the daemon swee
 
 test: system module venv lint pytest  ## everything CI runs
 
-pytest:
-	$(PY) -m pytest
+pytest:  ## the suite, with line and branch coverage (subprocesses included) printed at the end
+	$(PY) -m pytest --cov --cov-report=term
 
 lint:
 	$(VENV)/bin/ruff check sweeperd tests bench

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import redis
 
+from sweeperd.constants import METRICS_FAILED_FIELD
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.serverinfo import has_verb, read_server_info
@@ -33,7 +34,7 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     pipe.zrange(keys.active, 0, 0, withscores=True)
     pipe.zcard(keys.pending)
     pipe.zcard(keys.dead)
-    pipe.hget(keys.metrics_failed, "count")
+    pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
     active, expired, oldest, pending, dead, failed = pipe.execute()
     overdue = None
     if oldest and oldest[0][1] <= info.time_ms:  # a -inf deadline counts from 1970

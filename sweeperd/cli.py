@@ -2,265 +2,285 @@
 
 from __future__ import annotations
 
+import inspect
+import json
+import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import click
 import redis
 import typer
+from rich.console import Console
 
 from sweeperd import __version__, census, once, report
-from sweeperd.connection import connect, read_password, redact
-from sweeperd.constants import (
-    DEFAULT_LIMIT,
-    DEFAULT_MAX_STALLED,
-    DEFAULT_PREFIX_ROOT,
-    DEFAULT_REDIS_URL,
-    DEFAULT_SOCKET_TIMEOUT_S,
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    LLONG_MAX,
-)
-from sweeperd.executors import ExecutorChoice, choose
-from sweeperd.keyspace import QueueKeys, is_queue_name
-from sweeperd.logs import configure_logging
-from sweeperd.reasons import Reason, SweepError
-from sweeperd.settings import ConfigError, Settings, build_settings
+from sweeperd.constants import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from sweeperd.executors import choose
+from sweeperd.failures import Failure, failure_of
+from sweeperd.keyspace import QueueKeys
+from sweeperd.logs import configure_logging, redact_text
+from sweeperd.options import INSPECT, ONCE, OPTIONS, RUN, SETTING_KEYS
+from sweeperd.progress import drain_bar
+from sweeperd.reasons import SweepError
+from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings, queue_names
 
 app = typer.Typer(
     name="sweeperd",
-    help="The stalled-job sweeper for EchoMQ: sends EMQ.STALLED.CHECK on a schedule, per queue. "
-    "sweeperd never runs the uncounted reaper (@reap): every recovery it makes is counted.",
-    no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: Rich would read "[default: …]" text as markup
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
+Command = TypeVar("Command", bound=Callable[..., None])
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-def _queue_name(value: str) -> str:
-    if not is_queue_name(value):
-        raise typer.BadParameter(f"{value!r} is not a queue name: no braces, no whitespace")
-    return value
-
-
-def _url(value: str) -> str:
-    try:
-        redis.connection.parse_url(value)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        raise typer.BadParameter(f"{redact(value)}: {exc}") from None
-    return value
-
-
-Queue = Annotated[
-    str, typer.Option("--queue", "-q", help="The queue to sweep.", callback=_queue_name)
-]
-RedisUrl = Annotated[
-    str,
-    typer.Option(envvar="SWEEPERD_REDIS_URL", callback=_url, help="redis://, rediss:// or unix://"),
-]
-PasswordFile = Annotated[
-    Path | None,
-    typer.Option(
-        envvar="SWEEPERD_REDIS_PASSWORD_FILE",
-        help="Read the password from this file (else $CREDENTIALS_DIRECTORY/redis-password).",
-    ),
-]
-PrefixRoot = Annotated[
-    str, typer.Option(envvar="SWEEPERD_PREFIX_ROOT", help="Keys live under <root>:{<queue>}:.")
-]
-MaxStalled = Annotated[
-    int,
-    typer.Option(min=1, max=LLONG_MAX, help="Stalls a job may have; at this count it is dead."),
-]
-Limit = Annotated[int, typer.Option(min=1, max=LLONG_MAX, help="Expired leases per call.")]
-Executor = Annotated[
-    ExecutorChoice,
-    typer.Option(
-        envvar="SWEEPERD_EXECUTOR",
-        help="native: the module's verb; script: the Lua port; auto: native where loaded.",
-    ),
-]
-SocketTimeout = Annotated[
-    float, typer.Option(min=0.001, envvar="SWEEPERD_SOCKET_TIMEOUT", help="Seconds per call.")
-]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
-
-def _client(url: str, timeout: float, password_file: Path | None) -> redis.Redis:
-    try:
-        password = read_password(str(password_file) if password_file else None)
-    except OSError as exc:
-        raise _usage(
-            f"--redis-password-file: cannot read {password_file}: {exc.strerror}"
-        ) from None
-    return connect(url, socket_timeout=timeout, password=password)
-
-
-def _usage(message: str) -> typer.Exit:
-    """Say what is wrong on one line; the caller raises the exit this returns."""
-    typer.echo(f"sweeperd: {message}", err=True)
-    return typer.Exit(EXIT_USAGE)
-
-
-def _unreachable(url: str, exc: BaseException) -> typer.Exit:
-    typer.echo(f"sweeperd: cannot reach {redact(url)}: {exc}", err=True)
-    return typer.Exit(EXIT_UNREACHABLE)
-
-
-@app.command("once")
-def once_command(
-    queue: Queue,
-    redis_url: RedisUrl = DEFAULT_REDIS_URL,
-    max_stalled: MaxStalled = DEFAULT_MAX_STALLED,
-    limit: Limit = DEFAULT_LIMIT,
-    prefix_root: PrefixRoot = DEFAULT_PREFIX_ROOT,
-    executor: Executor = ExecutorChoice.AUTO,
-    drain: Annotated[
-        bool, typer.Option(help="Repeat calls until no lease due at the start remains.")
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(help="Read only: what a sweep would do now, from the model. Writes nothing."),
-    ] = False,
-    json_out: Json = False,
-    socket_timeout: SocketTimeout = DEFAULT_SOCKET_TIMEOUT_S,
-    redis_password_file: PasswordFile = None,
-) -> None:
-    """The manual counted recovery of one queue: EMQ.STALLED.CHECK, once (or until drained).
-
-    Exit 0 when done (also when nothing was due), 1 when the server refused (nothing was
-    written by the refused call), 2 on a bad option, 3 when the server cannot be reached.
-    In --json, `exempt` lists the recovered rows whose lease_epoch differs from the server's
-    run_id, read right after the sweep: best effort, a worker may have claimed one meanwhile.
-    """
-    client = _client(redis_url, socket_timeout, redis_password_file)
-    keys = QueueKeys(queue, prefix_root)
-    act = once.dry_run if dry_run else once.sweep
-    try:
-        chosen = choose(client, executor)
-        result = act(client, chosen, keys, max_stalled=max_stalled, limit=limit, drain=drain)
-    except UNREACHABLE as exc:
-        raise _unreachable(redis_url, exc) from None
-    except SweepError as exc:
-        typer.echo(f"sweeperd: {exc.message}", err=True)
-        raise typer.Exit(EXIT_REFUSED) from None
-    typer.echo(report.once_json(result) if json_out else report.once_text(result))
-    if result.error is not None:
-        if result.error.reason in (Reason.CONNECTION, Reason.TIMEOUT):
-            raise _unreachable(redis_url, result.error) from None
-        typer.echo(f"sweeperd: {result.error.message}", err=True)
-        raise typer.Exit(EXIT_REFUSED)
-
-
-@app.command("inspect")
-def inspect_command(
-    queue: Queue,
-    redis_url: RedisUrl = DEFAULT_REDIS_URL,
-    prefix_root: PrefixRoot = DEFAULT_PREFIX_ROOT,
-    json_out: Json = False,
-    socket_timeout: SocketTimeout = DEFAULT_SOCKET_TIMEOUT_S,
-    redis_password_file: PasswordFile = None,
-) -> None:
-    """A queue at a glance: leases, expired backlog, pending, dead, the server's run_id."""
-    client = _client(redis_url, socket_timeout, redis_password_file)
-    try:
-        seen = census.take_census(client, QueueKeys(queue, prefix_root))
-    except UNREACHABLE as exc:
-        raise _unreachable(redis_url, exc) from None
-    except redis.ResponseError as exc:
-        typer.echo(f"sweeperd: {exc}", err=True)
-        raise typer.Exit(EXIT_REFUSED) from None
-    typer.echo(report.census_json(seen) if json_out else report.census_text(seen))
-
-
-def _setting(key: str, help_text: str) -> Any:
-    """A `run` option: flag --key-name, env SWEEPERD_KEY_NAME; None when not given."""
+def _option(key: str) -> Any:
+    """The typer option of OPTIONS[key]: its flag, env var, value name, help and default."""
+    o = OPTIONS[key]
+    decls = [o.flag_name, *([o.short] if o.short else [])]
+    if o.is_flag:
+        return typer.Option(*decls, envvar=o.env_name, help=o.help, show_default=False)
     return typer.Option(
-        None,
-        f"--{key.replace('_', '-')}",
-        envvar=f"SWEEPERD_{key.upper()}",
-        help=help_text,
+        *decls,
+        envvar=o.env_name,
+        metavar=o.metavar,
+        help=f"{o.help}  [default: {o.default_text}]" if o.default_text else o.help,
         show_default=False,
     )
 
 
-@app.command("run")
-def run_command(
-    queue: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--queue",
-            "-q",
-            envvar="SWEEPERD_QUEUES",
-            show_default=False,
-            help="A queue to sweep (repeat, or comma-separate). Env: space/comma separated.",
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(envvar="SWEEPERD_CONFIG", help="TOML file; flags and env vars beat it."),
-    ] = None,
-    redis_url: str | None = _setting("redis_url", f"Server URL [{DEFAULT_REDIS_URL}]."),
-    redis_password_file: str | None = _setting(
-        "redis_password_file", "Password file [$CREDENTIALS_DIRECTORY/redis-password]."
-    ),
-    prefix_root: str | None = _setting("prefix_root", f"Key root [{DEFAULT_PREFIX_ROOT}]."),
-    interval: str | None = _setting("interval", "Seconds between sweeps of a queue [5]."),
-    max_stalled: str | None = _setting("max_stalled", "Stall budget [1]."),
-    limit: str | None = _setting("limit", "Expired leases per call [100]."),
-    executor: str | None = _setting("executor", "auto | native | script [auto]."),
-    metrics_addr: str | None = _setting("metrics_addr", "HOST:PORT of /metrics [0.0.0.0:9787]."),
-    log_format: str | None = _setting("log_format", "json | console [console on a terminal]."),
-    log_level: str | None = _setting("log_level", "debug | info | warning | error [info]."),
-    drain_budget: str | None = _setting("drain_budget", "Calls per queue per tick [10]."),
-    socket_timeout: str | None = _setting("socket_timeout", "Seconds per server call [5]."),
-    jitter: str | None = _setting("jitter", "Fraction of the interval to jitter by [0.1]."),
-    discover: str | None = _setting("discover", "Seconds between scans for queues; 0 off [0]."),
+def _options_of(command: str) -> Callable[[Command], Command]:
+    """Give a command the options OPTIONS lists for it, as parameters typer reads."""
+
+    def give(function: Command) -> Command:
+        params = [inspect.Parameter("ctx", KEYWORD, annotation=typer.Context)]
+        for o in OPTIONS.values():
+            if command in o.commands:
+                kind: Any = bool if o.is_flag else list[str] if o.key == "queues" else str
+                params.append(
+                    inspect.Parameter(
+                        o.key,
+                        KEYWORD,
+                        annotation=Annotated[kind if o.is_flag else kind | None, _option(o.key)],
+                        default=False if o.is_flag else None,
+                    )
+                )
+        function.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        return function
+
+    return give
+
+
+@dataclass
+class Reply:
+    """What a command prints: its result on stdout, and on failure one line on stderr
+    (and, with --json, a JSON object with an `error` field on stdout)."""
+
+    json: bool
+    queue: str | None = None
+
+    def print(self, text: str) -> None:
+        """The result on stdout; a stdout that cannot be written is one line and exit 1."""
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except OSError as exc:
+            _drop_stdout()
+            typer.echo(
+                f"sweeperd: the command ran, but its result cannot be written to stdout: "
+                f"{exc.strerror or exc}",
+                err=True,
+            )
+            raise typer.Exit(EXIT_REFUSED) from None
+
+    def fail(self, failure: Failure) -> NoReturn:
+        """Say what failed (and, with --json, print it as an object), then exit."""
+        message = self.say(failure)
+        if self.json:
+            error = {"reason": failure.reason, "message": message}
+            self.print(json.dumps({"queue": self.queue, "error": error}))
+        raise typer.Exit(failure.exit_code)
+
+    def say(self, failure: Failure) -> str:
+        """The failure's one line on stderr, credentials removed; the line is returned."""
+        message = redact_text(failure.message)
+        typer.echo(f"sweeperd: {message}", err=True)
+        return message
+
+
+@contextmanager
+def _progress(queue: str, wanted: bool) -> Iterator[once.Progress | None]:
+    """A progress bar on stderr when it is a terminal and one is wanted."""
+    if not (wanted and sys.stderr.isatty()):
+        yield None
+        return
+    with drain_bar(queue, Console(stderr=True)) as update:
+        yield update
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _usage(message: str) -> Failure:
+    return Failure(EXIT_USAGE, "usage", message)
+
+
+def _build(ctx: typer.Context) -> Settings:
+    """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
+    overrides = {key: ctx.params.get(key) or None for key in SETTING_KEYS}
+    config = ctx.params.get("config")
+    return build_settings(
+        overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()
+    )
+
+
+def _settings(ctx: typer.Context, reply: Reply) -> Settings:
+    """The settings, or the command ends: one line, exit 2."""
+    try:
+        return _build(ctx)
+    except ConfigError as exc:
+        reply.fail(_usage(str(exc)))
+
+
+def _one_queue(ctx: typer.Context, reply: Reply) -> tuple[Settings, QueueSettings]:
+    """The one queue `once` or `inspect` works on, with its own table's budget and limit."""
+    where = OPTIONS["queues"].where
+    try:
+        names = list(dict.fromkeys(queue_names(ctx.params.get("queues") or [])))
+    except ConfigError as exc:
+        reply.fail(_usage(str(exc)))
+    if len(names) != 1:
+        given = f"got {', '.join(names)}" if names else "got none"
+        reply.fail(
+            _usage(
+                f"{ctx.info_name} takes exactly one queue in {where} ({given}): its result "
+                f"and exit code are one queue's; run it once per queue"
+            )
+        )
+    reply.queue = names[0]
+    settings = _settings(ctx, reply)
+    return settings, settings.for_queue(names[0])
+
+
+@app.callback(invoke_without_command=True)
+def top(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
+    """The stalled-job sweeper for EchoMQ: sends EMQ.STALLED.CHECK on a schedule, per queue.
+
+    sweeperd never runs the uncounted reaper (@reap): every recovery it makes is counted.
+    """
+    if version:
+        typer.echo(f"sweeperd {__version__}")
+        raise typer.Exit(EXIT_OK)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(EXIT_USAGE)
+
+
+@app.command("once")
+@_options_of(ONCE)
+def once_command(ctx: typer.Context, **_given: object) -> None:
+    """The manual counted recovery of one queue: EMQ.STALLED.CHECK, once (or until drained).
+
+    Settings come as `run` takes them (defaults, --config, env vars, flags), and the queue's
+    own [queues.<name>] table in the config file sets its max_stalled and limit.
+
+    With --drain, calls are sized to --call-target-ms, never above the limit; with --limit
+    given, every call takes that many (the batches --dry-run predicts). On a terminal a
+    progress bar shows what is done and left; Ctrl-C stops after the call in flight, prints
+    what was done and exits 130.
+
+    Exit 0 when done (also when nothing was due), 1 when the server refused (a verb call,
+    which wrote nothing, a command the user lacks, or authentication), 2 on a bad option,
+    3 when the server cannot be reached or is not a Redis server. In --json, `exempt` lists
+    the recovered rows whose lease_epoch differs from the server's run_id, read in the same
+    atomic call as the sweep, and `ghosts` counts the ids removed that had no row.
+    """
+    reply = Reply(ctx.params["json"])
+    settings, queue = _one_queue(ctx, reply)
+    connection = settings.connection
+    client = connection.client()
+    keys = QueueKeys(queue.name, settings.prefix_root)
+    drain, dry = ctx.params["drain"], ctx.params["dry_run"]
+    try:
+        chosen = choose(client, settings.executor)
+        if dry:
+            result = once.dry_run(
+                client, chosen, keys, max_stalled=queue.max_stalled, limit=queue.limit,
+                drain=drain,
+            )  # fmt: skip
+        else:
+            with _progress(queue.name, drain and not reply.json) as progress:
+                result = once.sweep(
+                    client, chosen, keys, max_stalled=queue.max_stalled, limit=queue.limit,
+                    drain=drain, adaptive=ctx.params["limit"] is None,
+                    call_target_ms=settings.call_target_ms, progress=progress,
+                )  # fmt: skip
+    except (redis.RedisError, SweepError) as exc:
+        reply.fail(failure_of(exc, connection))
+    reply.print(report.once_json(result) if reply.json else report.once_text(result))
+    if result.interrupted:
+        typer.echo(f"sweeperd: interrupted after {result.calls} calls", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if result.error is not None:
+        failure = failure_of(result.error, connection)
+        reply.say(failure)
+        raise typer.Exit(failure.exit_code)
+
+
+@app.command("inspect")
+@_options_of(INSPECT)
+def inspect_command(ctx: typer.Context, **_given: object) -> None:
+    """A queue at a glance: leases, expired backlog, pending, dead, the server's run_id.
+
+    It writes nothing. Exit codes as `once`.
+    """
+    reply = Reply(ctx.params["json"])
+    settings, queue = _one_queue(ctx, reply)
+    connection = settings.connection
+    try:
+        seen = census.take_census(connection.client(), QueueKeys(queue.name, settings.prefix_root))
+    except redis.RedisError as exc:
+        reply.fail(failure_of(exc, connection))
+    reply.print(report.census_json(seen) if reply.json else report.census_text(seen))
+
+
+@app.command("run")
+@_options_of(RUN)
+def run_command(ctx: typer.Context, **_given: object) -> None:
     """The daemon: sweep every queue on its interval, watch the server's run_id, serve /metrics.
 
-    Settings rise in precedence: defaults, the TOML file, env vars, flags. SIGHUP re-reads
-    the file; SIGTERM and SIGINT stop after the sweep in flight.
+    Settings rise in precedence: defaults, the TOML file, env vars, flags; every one is
+    checked before it starts. SIGHUP re-reads the file; SIGTERM and SIGINT stop after the
+    sweep in flight.
     """
-    overrides: dict[str, object] = {
-        "queues": queue or None,
-        "redis_url": redis_url,
-        "redis_password_file": redis_password_file,
-        "prefix_root": prefix_root,
-        "interval": interval,
-        "max_stalled": max_stalled,
-        "limit": limit,
-        "executor": executor,
-        "metrics_addr": metrics_addr,
-        "log_format": log_format,
-        "log_level": log_level,
-        "drain_budget": drain_budget,
-        "socket_timeout": socket_timeout,
-        "jitter": jitter,
-        "discover": discover,
-    }
-    isatty = sys.stdout.isatty()
+    reply = Reply(json=False)
+    settings = _settings(ctx, reply)
 
-    def load() -> Settings:
-        return build_settings(overrides, config, stdout_isatty=isatty)
+    def load() -> Settings:  # SIGHUP: a ConfigError is the daemon's to log, not an exit
+        return _build(ctx)
 
-    try:
-        settings = load()
-    except ConfigError as exc:
-        raise _usage(str(exc)) from None
     configure_logging(settings.log_format, settings.log_level)
     from sweeperd import daemon  # the scheduler and the HTTP server: loaded for `run` only
 
     try:
         code = daemon.run(settings, load)
     except OSError as exc:  # the metrics port is taken, or cannot be bound
-        typer.echo(f"sweeperd: --metrics-addr: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        reply.fail(_usage(f"{OPTIONS['metrics_addr'].where}: {exc}"))
     raise typer.Exit(code)
 
 
@@ -270,7 +290,9 @@ def demo_command(
     module: Annotated[
         Path | None,
         typer.Option(
-            envvar="SWEEPERD_MODULE", help="The reference module [./module/emq_stalled.so]."
+            envvar="SWEEPERD_MODULE",
+            help="The reference module.",
+            show_default="./module/emq_stalled.so",
         ),
     ] = None,
     metrics_port: Annotated[
@@ -279,16 +301,16 @@ def demo_command(
 ) -> None:
     """Start a throwaway redis-server, seed stalled leases, sweep them live, clean up."""
     isatty = sys.stdout.isatty()
-    configure_logging("console" if isatty else "json", "info")
+    configure_logging("console" if sys.stderr.isatty() else "json", "info")
     from sweeperd import demo  # the daemon and its dependencies: loaded for `demo` only
 
     try:
         demo.run_demo(seconds, module, metrics_port, typer.echo, isatty)
     except FileNotFoundError as exc:
-        raise _usage(str(exc)) from None
+        Reply(json=False).fail(_usage(str(exc)))
     except KeyboardInterrupt:
         typer.echo("interrupted: the server is stopped and its files removed", err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 @app.command("version")
@@ -308,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sweeperd: {message}{where}", file=sys.stderr)
         return EXIT_USAGE
     except click.Abort:
-        return 130
+        return EXIT_INTERRUPTED
     return code if isinstance(code, int) else EXIT_OK
 
 

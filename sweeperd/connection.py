@@ -1,16 +1,35 @@
-"""Clients to a Redis/Valkey node: bounded timeouts, raw replies, credentials kept out of logs."""
+"""How sweeperd reaches a server: the connection settings, checked once, and the client they make.
+
+Every connection option is checked here before anything is sent. A new one (a TLS file, a
+cluster or Sentinel mode) is a field of `Connection`, its check in `Connection.checked` and its
+use in `Connection.client`, beside a row in options.OPTIONS.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import redis
 
-PASSWORD_FILE_ENV = "SWEEPERD_REDIS_PASSWORD_FILE"
+from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
+
 CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
+URL_SCHEMES = ("redis", "rediss", "unix")
+MAX_DB = 2**31 - 1  # the most `databases` a server may be configured with
+SSL_CERT_REQS = ("none", "optional", "required")
+BOOLEAN_WORDS = ("0", "1", "true", "false", "yes", "no")
+URL_QUERY_KEYS = ("db", "username", "password", "ssl_cert_reqs", "ssl_check_hostname")
+SECRET_QUERY_KEYS = ("password",)
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
+
+
+class BadConnection(ValueError):
+    """A connection setting that cannot be used; the message names the part that is wrong."""
 
 
 def _raw(response: Any, **_options: Any) -> Any:
@@ -34,23 +53,35 @@ def connect(url: str, *, socket_timeout: float, password: str | None = None) -> 
     return client
 
 
-def read_password(password_file: str | None) -> str | None:
-    """The password from a file: the given one, else systemd's credential, else none."""
-    if password_file:
-        return Path(password_file).read_text().rstrip("\r\n")
+def credential_path() -> Path | None:
+    """systemd's credential file for the password, when the unit passed one."""
     credentials = os.environ.get("CREDENTIALS_DIRECTORY")
-    if credentials and (Path(credentials) / CREDENTIAL_NAME).is_file():
-        return (Path(credentials) / CREDENTIAL_NAME).read_text().rstrip("\r\n")
-    return None
+    return Path(credentials) / CREDENTIAL_NAME if credentials else None
+
+
+def read_password(path: Path) -> str:
+    """The password in a file, its line end stripped; an empty one is refused."""
+    password = path.read_text(encoding="utf-8").rstrip("\r\n")
+    if not password:
+        raise BadConnection(f"the password file {path} is empty")
+    return password
 
 
 def redact(url: str) -> str:
-    """The URL with any user and password removed, fit for logs and labels."""
+    """The URL with any user and password removed, the query's too, fit for logs and labels."""
     scheme, sep, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    if not sep or "@" not in netloc:
+    if not sep:
         return url
-    return f"{scheme}://{netloc.rsplit('@', 1)[1]}{slash}{path}"
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = netloc.rsplit("@", 1)[1]
+    head, question, query = path.partition("?")
+    if question:
+        pairs = [pair.partition("=") for pair in query.split("&")]
+        query = "&".join(
+            f"{k}{eq}{'<redacted>' if k in SECRET_QUERY_KEYS and v else v}" for k, eq, v in pairs
+        )
+    return f"{scheme}{sep}{netloc}{slash}{head}{question}{query}"
 
 
 def node_name(url: str) -> str:
@@ -59,3 +90,118 @@ def node_name(url: str) -> str:
     if parts.scheme == "unix":
         return parts.path
     return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+
+
+def _port(netloc: str) -> None:
+    hostport = netloc.rsplit("@", 1)[-1]
+    if hostport.startswith("["):
+        port = hostport.partition("]")[2].removeprefix(":") if "]:" in hostport else None
+    else:
+        port = hostport.rpartition(":")[2] if ":" in hostport else None
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise BadConnection(f"the port must be a number from 1 to 65535, not {port!r}")
+
+
+def _db(text: str, what: str) -> int:
+    if not (text.isascii() and text.isdigit() and int(text) <= MAX_DB):
+        raise BadConnection(f"the db ({what}) must be a number from 0 to {MAX_DB}, not {text!r}")
+    return int(text)
+
+
+def _query(scheme: str, query: str) -> dict[str, str]:
+    pairs = parse_qsl(query, keep_blank_values=True)
+    given: dict[str, str] = {}
+    for key, value in pairs:
+        if key not in URL_QUERY_KEYS:
+            raise BadConnection(
+                f"unknown query key {key!r} (sweeperd takes {', '.join(URL_QUERY_KEYS)})"
+            )
+        if key in given:
+            raise BadConnection(f"the query key {key!r} is given twice")
+        given[key] = value
+    if "db" in given:
+        _db(given["db"], "?db=")
+    ssl_keys = [k for k in given if k.startswith("ssl_")]
+    if ssl_keys and scheme != "rediss":
+        raise BadConnection(f"{ssl_keys[0]} is for rediss:// URLs only")
+    if given.get("ssl_cert_reqs", "required") not in SSL_CERT_REQS:
+        raise BadConnection(
+            f"ssl_cert_reqs must be one of {', '.join(SSL_CERT_REQS)}, "
+            f"not {given['ssl_cert_reqs']!r}"
+        )
+    if given.get("ssl_check_hostname", "true").lower() not in BOOLEAN_WORDS:
+        raise BadConnection(
+            f"ssl_check_hostname must be true or false, not {given['ssl_check_hostname']!r}"
+        )
+    return given
+
+
+def check_url(url: str) -> str:
+    """The URL, stripped, once every part of it is one redis-py will use as written."""
+    url = url.strip()
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in URL_SCHEMES:
+        raise BadConnection("the scheme must be redis://, rediss:// or unix://")
+    parts = urlsplit(url)
+    if parts.fragment:
+        raise BadConnection("a URL fragment (#...) means nothing here")
+    query = _query(scheme, parts.query)
+    if scheme == "unix":
+        if not parts.path:
+            raise BadConnection("a unix:// URL needs the socket's path (unix:///run/redis.sock)")
+        return url
+    _port(parts.netloc)
+    if parts.path not in ("", "/"):
+        _db(parts.path.removeprefix("/"), "the path after the host")
+        if "db" in query:
+            raise BadConnection("the db is given twice, in the path and as ?db=")
+    try:
+        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise BadConnection(str(exc).rstrip(".")) from None
+    return url
+
+
+def check_timeout(value: float) -> float:
+    """A socket timeout a socket takes: positive, finite and at most an hour."""
+    if not (math.isfinite(value) and 0 < value <= MAX_SOCKET_TIMEOUT_S):
+        raise BadConnection(
+            f"must be a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}, not {value:g}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the server is and how to talk to it, checked; `client()` sends nothing."""
+
+    url: str
+    password: str | None = field(repr=False)
+    socket_timeout: float  # seconds, connect and read
+
+    @classmethod
+    def checked(cls, url: str, password: str | None, socket_timeout: float) -> Connection:
+        """Check every part now, and build one connection object without connecting."""
+        made = cls(check_url(url), password, check_timeout(socket_timeout))
+        try:
+            made.client().connection_pool.make_connection()
+        except (TypeError, ValueError, redis.RedisError) as exc:
+            raise BadConnection(str(exc).rstrip(".")) from None
+        return made
+
+    @property
+    def has_password(self) -> bool:
+        """A password is given: by its file, or in the URL."""
+        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
+        return self.password is not None or bool(parsed.get("password"))
+
+    @property
+    def shown_url(self) -> str:
+        return redact(self.url)
+
+    @property
+    def node(self) -> str:
+        return node_name(self.url)
+
+    def client(self) -> redis.Redis:
+        return connect(self.url, socket_timeout=self.socket_timeout, password=self.password)

@@ -10,6 +10,7 @@ ACTIVE = "active"  # zset: job id -> lease deadline, ms since the epoch (server 
 PENDING = "pending"  # zset: jobs waiting to be claimed
 DEAD = "dead"  # zset: the dead-letter set
 JOB = "job:"  # hash per job: "<prefix>job:<id>"
+LEASE_EPOCH = "lease_epoch"  # field of a job's row: run_id of the server that granted the lease
 METRICS_FAILED = "metrics:failed"  # hash, field "count": jobs that died, for any reason
 METRICS_FAILED_FIELD = "count"
 
@@ -20,8 +21,11 @@ DEFAULT_LIMIT = 1000  # the most leases one call takes; calls are sized to the c
 DEFAULT_CALL_TARGET_MS = 2.0  # one call's time, server and round trip: the size adapts to it
 DEFAULT_DRAIN_SHARE = 1.0  # of the server's time a backlog drain may take; 1 = calls back to back
 DEFAULT_INTERVAL_S = 5.0
-DEFAULT_DRAIN_BUDGET = 10  # verb calls per queue per tick
+DEFAULT_CALL_TARGET_MS = 2.0  # server time one verb call aims at; calls never exceed the limit
+DEFAULT_DRAIN_SHARE = 1.0  # most of the server's time a backlog drain may take; 1 = back to back
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
+MAX_SOCKET_TIMEOUT_S = 3600.0  # beyond this a socket timeout is a mistake (1e12 overflows)
+MAX_INTERVAL_S = 86400.0  # a day: the longest interval (and discovery period) taken
 DEFAULT_METRICS_ADDR = "0.0.0.0:9787"
 DEFAULT_JITTER_FRACTION = 0.1  # of the interval
 
@@ -33,3 +37,4 @@ EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT

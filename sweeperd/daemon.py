@@ -17,7 +17,6 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sweeperd import __version__
-from sweeperd.connection import connect, node_name
 from sweeperd.discovery import discover_queues
 from sweeperd.drain import Drainer
 from sweeperd.http import MetricsServer, serve
@@ -54,8 +53,8 @@ class Daemon:
     def __post_init__(self) -> None:
         s = self.settings
         self.node = Node(
-            node_name(s.redis_url),
-            connect(s.redis_url, socket_timeout=s.socket_timeout, password=s.redis_password),
+            s.connection.node,
+            s.connection.client(),
             s.executor,
             self.metrics,
             CallSizer(s.call_target_ms / 1000),
@@ -216,12 +215,14 @@ class Daemon:
             return
         needs_restart = [
             name
-            for name in ("redis_url", "executor", "metrics_host", "metrics_port")
+            for name in ("connection", "executor", "metrics_host", "metrics_port")
             if getattr(fresh, name) != getattr(self.settings, name)
         ]
         if needs_restart:
             log.warning("reload_needs_restart", settings=needs_restart)
         configure_logging(fresh.log_format, fresh.log_level)
+        self.node.sizer.target_s = fresh.call_target_ms / 1000
+        self.drainer.share = fresh.drain_share
         self.settings = fresh
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
         self.schedule.reset()

@@ -141,7 +141,7 @@ def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> S
         "metrics_addr": f"127.0.0.1:{metrics_port or free_port()}",
         "executor": executor,
     }
-    return build_settings(overrides, None, stdout_isatty=isatty)
+    return build_settings(overrides, None, logs_to_tty=isatty)
 
 
 def summary(daemon: Daemon, client: redis.Redis) -> list[str]:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import redis
 import structlog
 
+from sweeperd.connection import UNREACHABLE
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
-from sweeperd.node import UNREACHABLE, Node
+from sweeperd.node import Node
 from sweeperd.reasons import SweepError
 from sweeperd.rounds import Call, keeps_draining, sweep_round
 from sweeperd.settings import QueueSettings

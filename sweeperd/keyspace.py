@@ -14,6 +14,11 @@ from sweeperd.constants import (
 )
 
 
+def job_id_text(job_id: bytes | str) -> str:
+    """A job id as text: ids are bytes on the wire, shown with undecodable bytes escaped."""
+    return job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
+
+
 def is_queue_name(name: object) -> bool:
     """A queue name fits in a hash tag: not empty, no braces, no whitespace."""
     return isinstance(name, str) and bool(name) and not any(c in "{}" or c.isspace() for c in name)

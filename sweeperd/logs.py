@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import Iterable, MutableMapping
@@ -12,14 +13,16 @@ from typing import Any, TextIO
 import structlog
 
 from sweeperd.connection import redact
+from sweeperd.keyspace import job_id_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 ID_CAP = 20  # job ids listed in one log event at the most
 QUIET_LOGGERS = ("apscheduler",)  # WARNING and up unless the level is debug
 
-# A URL with a user or password in it: scheme://userinfo@...
-_URL_WITH_CREDENTIALS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/@'\"<>]*@[^\s'\"<>]*")
+# A URL: scheme://... up to a space or a quote; redacted when it holds a credential.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 _USERINFO = re.compile(r"(://)[^\s/@'\"<>]*@")
+_SECRET_MARKS = ("@", "password=")
 
 
 class LogFormat(StrEnum):
@@ -41,8 +44,10 @@ def _redact_url(match: re.Match[str]) -> str:
 
 
 def redact_text(text: str) -> str:
-    """The text with the user and password removed from every URL in it."""
-    return _URL_WITH_CREDENTIALS.sub(_redact_url, text) if "@" in text else text
+    """The text with the user and password removed from every URL in it, the query's too."""
+    if not any(mark in text for mark in _SECRET_MARKS):
+        return text
+    return _URL.sub(_redact_url, text)
 
 
 def _redact_value(value: Any) -> Any:
@@ -71,20 +76,22 @@ def cap_ids(ids: Iterable[bytes | str], limit: int = ID_CAP) -> list[str]:
     for job_id in ids:
         if len(shown) >= limit:
             more += 1
-        elif isinstance(job_id, bytes):
-            shown.append(job_id.decode("utf-8", "backslashreplace"))
         else:
-            shown.append(job_id)
+            shown.append(job_id_text(job_id))
     if more:
         shown.append(f"…(+{more} more)")
     return shown
 
 
+def wants_colour(stream: TextIO) -> bool:
+    """Colours on a terminal, unless NO_COLOR is set to anything (no-color.org)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+
+
 def _renderer(fmt: LogFormat, stream: TextIO) -> structlog.types.Processor:
     if fmt is LogFormat.JSON:
         return structlog.processors.JSONRenderer()
-    colors = bool(getattr(stream, "isatty", lambda: False)())
-    return structlog.dev.ConsoleRenderer(colors=colors)
+    return structlog.dev.ConsoleRenderer(colors=wants_colour(stream))
 
 
 def configure_logging(fmt: str, level: str, stream: TextIO | None = None) -> None:

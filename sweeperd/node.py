@@ -17,7 +17,6 @@ log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
-UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)  # the node, not one call, failed
 
 
 @dataclass(frozen=True)

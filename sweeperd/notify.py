@@ -46,10 +46,6 @@ class Notifier:
         address = _address(notify_socket) if notify_socket else None
         return cls(address, _watchdog_interval(environ))
 
-    @property
-    def enabled(self) -> bool:
-        return self.address is not None
-
     def send(self, message: str) -> bool:
         """Send one notification; False (logged at debug) when there is no socket or it failed."""
         if self.address is None:

@@ -8,13 +8,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from sweeperd.census import Census
+from sweeperd.keyspace import job_id_text
 from sweeperd.once import OnceResult
 
 FRAME_LINES = 8  # lines of a `once` summary besides the ids
-
-
-def job_id_text(job_id: bytes) -> str:
-    return job_id.decode("utf-8", "backslashreplace")
 
 
 def once_json(result: OnceResult) -> str:
@@ -25,6 +22,7 @@ def once_json(result: OnceResult) -> str:
         "recovered": [job_id_text(i) for i in result.recovered],
         "dead": [job_id_text(i) for i in result.dead],
         "exempt": [job_id_text(i) for i in result.exempt],
+        "ghosts": result.ghosts,
         "calls": result.calls,
         "dry_run": result.dry_run,
     }
@@ -49,7 +47,8 @@ def once_text(result: OnceResult) -> str:
         f"queue {result.queue}  executor {result.executor}  run_id {result.run_id[:12]}…"
         + ("  (dry run: nothing written)" if result.dry_run else ""),
         f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "
-        f"earlier server run)  dead {len(result.dead)}  calls {result.calls}",
+        f"earlier server run)  dead {len(result.dead)}  ghosts {result.ghosts}  "
+        f"calls {result.calls}",
     ]
     for title, ids in (
         ("recovered", result.recovered),
@@ -58,7 +57,7 @@ def once_text(result: OnceResult) -> str:
     ):
         if ids:
             lines += [f"{title}:", abbreviated(ids, room)]
-    if not (result.recovered or result.dead):
+    if not (result.recovered or result.dead or result.ghosts):
         lines.append("nothing was due")
     return "\n".join(lines)
 

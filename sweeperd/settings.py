@@ -7,59 +7,30 @@ import difflib
 import math
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-import redis
-
-from sweeperd.connection import CREDENTIAL_NAME, read_password
-from sweeperd.constants import (
-    DEFAULT_CALL_TARGET_MS,
-    DEFAULT_DRAIN_BUDGET,
-    DEFAULT_DRAIN_SHARE,
-    DEFAULT_INTERVAL_S,
-    DEFAULT_JITTER_FRACTION,
-    DEFAULT_LIMIT,
-    DEFAULT_MAX_STALLED,
-    DEFAULT_METRICS_ADDR,
-    DEFAULT_PREFIX_ROOT,
-    DEFAULT_REDIS_URL,
-    DEFAULT_SOCKET_TIMEOUT_S,
-    LLONG_MAX,
+from sweeperd.connection import (
+    BadConnection,
+    Connection,
+    check_timeout,
+    credential_path,
+    read_password,
 )
+from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S
 from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
+from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
 
-ENV_PREFIX = "SWEEPERD_"
-CONFIG_WHERE = "--config (SWEEPERD_CONFIG)"
-URL_SCHEMES = ("redis", "rediss", "unix")
 QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queues.<name>] table may set
-
 # The settings of the file and of overrides, with their defaults; "queues" has none.
-DEFAULTS: dict[str, object] = {
-    "redis_url": DEFAULT_REDIS_URL,
-    "redis_password_file": None,
-    "prefix_root": DEFAULT_PREFIX_ROOT,
-    "interval": DEFAULT_INTERVAL_S,
-    "max_stalled": DEFAULT_MAX_STALLED,
-    "limit": DEFAULT_LIMIT,
-    "executor": ExecutorChoice.AUTO.value,
-    "metrics_addr": DEFAULT_METRICS_ADDR,
-    "log_format": LogFormat.AUTO.value,
-    "log_level": "info",
-    "drain_budget": DEFAULT_DRAIN_BUDGET,
-    "socket_timeout": DEFAULT_SOCKET_TIMEOUT_S,
-    "jitter": DEFAULT_JITTER_FRACTION,
-    "discover": 0.0,  # seconds between SCANs for queues; 0 = off
-}
+DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
 KNOWN_KEYS = (*DEFAULTS, "queues")
-FLAGS = {key: "--" + key.replace("_", "-") for key in DEFAULTS} | {"queues": "--queue"}
 
 E = TypeVar("E", bound=StrEnum)
-_parse_url: Callable[[str], dict[str, Any]] = redis.connection.parse_url
 
 
 class ConfigError(Exception):
@@ -79,25 +50,22 @@ class QueueSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    redis_url: str
-    redis_password: str | None = field(repr=False)
+    connection: Connection  # the server: URL, password, socket timeout
     prefix_root: str
     interval: float  # seconds
     max_stalled: int
     limit: int
+    call_target_ms: float  # server time one verb call aims at; never more than `limit` leases
+    drain_share: float  # most of the server's time a backlog drain may take, (0, 1]
     executor: ExecutorChoice
     metrics_host: str  # "" = every interface, IPv4 and IPv6
     metrics_port: int
     log_format: LogFormat  # json or console, never auto
     log_level: str  # lower case, one of logs.LEVELS
-    drain_budget: int
-    socket_timeout: float  # seconds
     jitter: float  # fraction of the interval, 0..1
     discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queues: tuple[QueueSettings, ...]
     config_path: Path | None
-    call_target_ms: float = DEFAULT_CALL_TARGET_MS  # one call's target time; sizes adapt to it
-    drain_share: float = DEFAULT_DRAIN_SHARE  # of the server's time a drain may take, (0, 1]
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
@@ -109,10 +77,11 @@ class Settings:
     def describe(self) -> dict[str, object]:
         """The settings fit for a log line: credentials removed from the URL, no password."""
         shown: dict[str, object] = {
-            f.name: getattr(self, f.name) for f in fields(self) if f.name != "redis_password"
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "connection"
         }
-        shown["redis_url"] = redact_text(self.redis_url)
-        shown["redis_password"] = "<set>" if self.redis_password is not None else None
+        shown["redis_url"] = self.connection.shown_url
+        shown["redis_password"] = "<set>" if self.connection.password is not None else None
+        shown["socket_timeout"] = self.connection.socket_timeout
         shown["queues"] = [q.name for q in self.queues]
         shown["config_path"] = str(self.config_path) if self.config_path else None
         return shown
@@ -128,10 +97,6 @@ class _Given:
     value: object
     where: str
     text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
-
-
-def _flag_where(key: str) -> str:
-    return f"{FLAGS[key]} ({ENV_PREFIX}{key.upper()})"
 
 
 def _shown(value: object) -> str:
@@ -152,25 +117,36 @@ def _number(given: _Given, what: str) -> float:
     return number
 
 
-def _positive_float(given: _Given) -> float:
-    value = _number(given, "a positive number of seconds")
-    if value <= 0:
-        raise ConfigError(f"{given.where} must be a positive number of seconds, not {value:g}")
+def _bounded(given: _Given, what: str, low: float, high: float, *, low_ok: bool) -> float:
+    """A finite number in [low, high] (or (low, high] when not low_ok), refused naming `what`."""
+    value = _number(given, what)
+    if not (low <= value if low_ok else low < value) or value > high:
+        raise ConfigError(f"{given.where} must be {what}, not {value:g}")
     return value
+
+
+def _seconds(given: _Given) -> float:
+    return _bounded(
+        given, f"a positive number of seconds up to {MAX_INTERVAL_S:g}", 0, MAX_INTERVAL_S,
+        low_ok=False,
+    )  # fmt: skip
 
 
 def _discover(given: _Given) -> float:
-    value = _number(given, "a number of seconds (0 = off)")
-    if value < 0:
-        raise ConfigError(f"{given.where} must be 0 (off) or a positive number of seconds")
-    return value
+    what = f"0 (off) or a positive number of seconds up to {MAX_INTERVAL_S:g}"
+    return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
 
 
 def _jitter(given: _Given) -> float:
-    value = _number(given, "a fraction of the interval between 0 and 1")
-    if not 0 <= value <= 1:
-        raise ConfigError(f"{given.where} must be a fraction between 0 and 1, not {value:g}")
-    return value
+    return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)
+
+
+def _drain_share(given: _Given) -> float:
+    return _bounded(given, "a fraction above 0 and at most 1", 0, 1, low_ok=False)
+
+
+def _milliseconds(given: _Given) -> float:
+    return _bounded(given, "a positive number of milliseconds", 0, math.inf, low_ok=False)
 
 
 def _positive_int(given: _Given) -> int:
@@ -207,23 +183,6 @@ def _log_level(given: _Given) -> str:
         known = ", ".join(LEVELS)
         raise ConfigError(f"{given.where} must be one of {known}, not {_shown(given.value)}")
     return text
-
-
-def _redis_url(given: _Given) -> str:
-    url = _text(given).strip()
-    scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme not in URL_SCHEMES:
-        raise ConfigError(
-            f"{given.where} must be a redis://, rediss:// or unix:// URL, not {_shown(url)}"
-        )
-    try:
-        _parse_url(url)
-    except ValueError as exc:
-        problem = redact_text(str(exc)).rstrip(".")
-        raise ConfigError(
-            f"{given.where} is not a usable Redis URL ({problem}): {_shown(url)}"
-        ) from None
-    return url
 
 
 def _metrics_addr(given: _Given) -> tuple[str, int]:
@@ -275,7 +234,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            f"cannot read the config file {path} ({CONFIG_WHERE}): {_why(exc)}"
+            f"cannot read the config file {path} ({OPTIONS['config'].where}): {_why(exc)}"
         ) from None
     try:
         data = tomllib.loads(text)
@@ -287,6 +246,8 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: str) -> None:
     for key in table:
+        if key in REMOVED_KEYS and key not in known:
+            raise ConfigError(f"{REMOVED_KEYS[key]}; remove it from {where}")
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
@@ -316,13 +277,22 @@ def _file_queues(data: Mapping[str, Any], path: Path) -> dict[str, dict[str, _Gi
     return queues
 
 
-def _flag_queues(value: object) -> list[str]:
-    """Queue names from --queue / SWEEPERD_QUEUES: each entry may be comma-separated."""
+def queue_names(value: object) -> list[str]:
+    """Queue names from --queue / SWEEPERD_QUEUES: commas and spaces separate names."""
+    where = OPTIONS["queues"].where
     entries = [value] if isinstance(value, str) else value
     if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{_flag_where('queues')} must be queue names, not {_shown(value)}")
-    where = _flag_where("queues")
-    return [_queue_name(name.strip(), where) for entry in entries for name in str(entry).split(",")]
+        raise ConfigError(f"{where} must be queue names, not {_shown(value)}")
+    names: list[str] = []
+    for entry in entries:
+        pieces = str(entry).replace(",", " ").split()
+        if not pieces:  # nothing but separators: the message shows what was given
+            raise ConfigError(
+                f"queue name {_shown(entry)} in {where} must be non-empty, "
+                "without {, } or whitespace"
+            )
+        names += [_queue_name(p, where) for p in pieces]
+    return names
 
 
 def _gather(
@@ -335,7 +305,7 @@ def _gather(
     chosen: dict[str, _Given] = {}
     for key, default in DEFAULTS.items():
         if overrides.get(key) is not None:
-            chosen[key] = _Given(overrides[key], _flag_where(key), True)
+            chosen[key] = _Given(overrides[key], OPTIONS[key].where, True)
         elif key in data:
             chosen[key] = _Given(data[key], f"{key} in {path}", False)
         else:
@@ -344,24 +314,42 @@ def _gather(
 
 
 def _password(given: _Given, config_path: Path | None) -> str | None:
+    """The password from the given file, else systemd's credential, else none."""
     if given.value is None:
-        try:
-            return read_password(None)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"cannot read the Redis password from $CREDENTIALS_DIRECTORY/{CREDENTIAL_NAME}: "
-                f"{_why(exc)}; fix the unit's LoadCredential= or set "
-                f"{_flag_where('redis_password_file')}"
-            ) from None
-    path = Path(_text(given))
-    if config_path is not None and not given.text_ok and not path.is_absolute():
-        path = config_path.parent / path  # a relative path in the file is the file's neighbour
+        path = credential_path()
+        if path is None or not path.exists():
+            return None
+        fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
+    else:
+        path = Path(_text(given))
+        if config_path is not None and not given.text_ok and not path.is_absolute():
+            path = config_path.parent / path  # a relative path in the file is its neighbour
+        fix = f"check {given.where}"
     try:
-        return read_password(str(path))
+        return read_password(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            f"cannot read the Redis password file {path} ({given.where}): {_why(exc)}"
+            f"cannot read the Redis password file {path}: {_why(exc)}; {fix}"
         ) from None
+    except BadConnection as exc:
+        raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
+
+
+def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
+    """The connection settings, checked together before anything is sent."""
+    url_given, timeout_given = given["redis_url"], given["socket_timeout"]
+    url = _text(url_given)
+    try:
+        what = f"a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}"
+        timeout = check_timeout(_number(timeout_given, what))
+    except BadConnection as exc:
+        raise ConfigError(f"{timeout_given.where} {exc}") from None
+    password = _password(given["redis_password_file"], config_path)
+    try:
+        return Connection.checked(url, password, timeout)
+    except BadConnection as exc:
+        problem = redact_text(str(exc))
+        raise ConfigError(f"{url_given.where}: {problem}, in {_shown(url)}") from None
 
 
 def _queues(
@@ -371,7 +359,7 @@ def _queues(
 ) -> tuple[QueueSettings, ...]:
     """The file's queues (a table's own values win over the globals), then the flags' new ones."""
     parsers: dict[str, Callable[[_Given], Any]] = {
-        "interval": _positive_float,
+        "interval": _seconds,
         "max_stalled": _positive_int,
         "limit": _positive_int,
     }
@@ -392,18 +380,22 @@ def _queues(
 
 
 def build_settings(
-    overrides: Mapping[str, object], config_path: Path | None, *, stdout_isatty: bool
+    overrides: Mapping[str, object], config_path: Path | None, *, logs_to_tty: bool
 ) -> Settings:
-    """Defaults, then the TOML file, then flags/env (`overrides`; None = not given), checked."""
+    """Defaults, then the TOML file, then flags/env (`overrides`; None = not given), checked.
+
+    `run`, `once` and `inspect` all build their settings here; `logs_to_tty` says whether the
+    logs' stream (stderr) is a terminal, which is what the log format auto follows.
+    """
     data = _read_file(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
     file_queues = _file_queues(data, config_path) if config_path is not None else {}
-    flag_names = _flag_queues(overrides["queues"]) if overrides.get("queues") is not None else []
+    flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
     log_format = _choice(given["log_format"], LogFormat)
     if log_format is LogFormat.AUTO:
-        log_format = LogFormat.CONSOLE if stdout_isatty else LogFormat.JSON
+        log_format = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
     host, port = _metrics_addr(given["metrics_addr"])
-    interval = _positive_float(given["interval"])
+    interval = _seconds(given["interval"])
     max_stalled = _positive_int(given["max_stalled"])
     limit = _positive_int(given["limit"])
     discover = _discover(given["discover"])
@@ -413,21 +405,20 @@ def build_settings(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
         )
     return Settings(
-        redis_url=_redis_url(given["redis_url"]),
-        redis_password=_password(given["redis_password_file"], config_path),
         prefix_root=_root(given["prefix_root"]),
         interval=interval,
         max_stalled=max_stalled,
         limit=limit,
+        call_target_ms=_milliseconds(given["call_target_ms"]),
+        drain_share=_drain_share(given["drain_share"]),
         executor=_choice(given["executor"], ExecutorChoice),
         metrics_host=host,
         metrics_port=port,
         log_format=log_format,
         log_level=_log_level(given["log_level"]),
-        drain_budget=_positive_int(given["drain_budget"]),
-        socket_timeout=_positive_float(given["socket_timeout"]),
         jitter=_jitter(given["jitter"]),
         discover=discover,
         queues=queues,
         config_path=config_path,
+        connection=_connection(given, config_path),
     )

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 import redis
 import structlog
 
+from sweeperd.connection import UNREACHABLE
 from sweeperd.drain import Drainer
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
 from sweeperd.metrics import Metrics
-from sweeperd.node import UNREACHABLE, Node
+from sweeperd.node import Node
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.rounds import Call, CallResult, SweepReply, sweep_round
 from sweeperd.settings import QueueSettings

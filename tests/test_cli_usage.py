@@ -6,15 +6,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
 from sweeperd import __version__
+from sweeperd.options import ALL, OPTIONS, markdown_table
 
 CLI_TIMEOUT_S = 30
+README = Path(__file__).resolve().parent.parent / "README.md"
 SCREEN = {"COLUMNS": "100", "LINES": "20"}  # a fixed terminal size for text output
 
 
@@ -37,34 +40,41 @@ class Ran:
         return self.err.splitlines()
 
 
-def _environment() -> dict[str, str]:
-    """This environment without SWEEPERD_* settings, on a fixed terminal size."""
+def _environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment without SWEEPERD_* settings, on a fixed terminal size, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPERD_")}
-    return {**env, **SCREEN}
+    return {**env, **SCREEN, **(extra or {})}
 
 
-def sweeperd_many(*argvs: Sequence[str]) -> list[Ran]:
+def sweeperd_many(
+    *argvs: Sequence[str], env: Mapping[str, str] | None = None, stdout: IO[str] | None = None
+) -> list[Ran]:
     """Runs `python -m sweeperd ARGV` for each argv at once; the results in the same order."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "sweeperd", *argv],
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if stdout is None else stdout,
             stderr=subprocess.PIPE,
             text=True,
-            env=_environment(),
+            env=_environment(env),
         )
         for argv in argvs
     ]
     done = []
     for proc in procs:
-        out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
-        done.append(Ran(proc.returncode, out, err))
+        try:
+            out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a command that should have ended must not outlive the test
+            proc.communicate()
+            raise
+        done.append(Ran(proc.returncode, out or "", err))
     return done
 
 
-def sweeperd(*args: str) -> Ran:
-    """Runs `python -m sweeperd ARGS` with no SWEEPERD_* settings from the environment."""
-    [ran] = sweeperd_many(args)
+def sweeperd(*args: str, env: Mapping[str, str] | None = None) -> Ran:
+    """Runs `python -m sweeperd ARGS` with no SWEEPERD_* settings but those of `env`."""
+    [ran] = sweeperd_many(args, env=env)
     return ran
 
 
@@ -130,3 +140,83 @@ class TestVersion:
         """It prints the package's version on one line and exits 0."""
         ran = sweeperd("version")
         assert (ran.code, ran.out, ran.err) == (0, f"sweeperd {__version__}\n", "")
+
+
+def completing(words: str, word: int) -> dict[str, str]:
+    """The environment bash's completion function gives sweeperd."""
+    return {"_SWEEPERD_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(word)}
+
+
+class TestRunHelp:
+    """`run --help` (and the other commands'): defaults, value types, env vars, 80 columns."""
+
+    def test_defaults_from_the_table(self, helps: dict[str, Ran]) -> None:
+        """Every default of the options table is shown, brackets and all, in each command's help."""
+        for command in ALL:
+            text = flat(helps[command].out)
+            for option in OPTIONS.values():
+                if command in option.commands and option.default_text:
+                    assert f"[default: {option.default_text}]" in text, (command, option.key)
+
+    def test_typed(self, helps: dict[str, Ran]) -> None:
+        """Options name what their value is (SECONDS, N, MS, FRACTION, URL), never TEXT."""
+        text = flat(helps["run"].out)
+        for shown in ("--interval SECONDS", "--limit N", "--call-target-ms MS", "--redis-url URL"):
+            assert shown in text
+        assert "--drain-share FRACTION" in text
+        assert "TEXT" not in text
+
+    def test_every_option_has_its_env_var(self, helps: dict[str, Ran]) -> None:
+        """Each command's help lists the env var of each of its options."""
+        for command in ALL:
+            text = flat(helps[command].out)
+            for option in OPTIONS.values():
+                if command in option.commands:
+                    assert f"env var: {option.env_name}" in text, (command, option.key)
+
+    def test_80_columns(self) -> None:
+        """At 80 columns no help line is wider than the terminal."""
+        runs = sweeperd_many(["--help"], *([c, "--help"] for c in ALL), env={"COLUMNS": "80"})
+        for ran in runs:
+            assert ran.code == 0
+            assert max(len(line) for line in ran.out.splitlines()) <= 80
+
+
+class TestReadme:
+    def test_table_is_the_options_table(self) -> None:
+        """The README's option table is exactly the one options.markdown_table() renders."""
+        expected = markdown_table()
+        assert expected in README.read_text(), f"paste this table into README.md:\n{expected}"
+
+
+class TestEntryPoints:
+    """`--version`, `-h`, bare `sweeperd` and shell completion."""
+
+    def test_version_flag(self) -> None:
+        """`sweeperd --version` prints the version and exits 0."""
+        ran = sweeperd("--version")
+        assert (ran.code, ran.out, ran.err) == (0, f"sweeperd {__version__}\n", "")
+
+    def test_short_help(self) -> None:
+        """`-h` is --help, at the top and on a command."""
+        top, once = sweeperd_many(["-h"], ["once", "-h"])
+        assert (top.code, once.code) == (0, 0)
+        assert "Usage: sweeperd [OPTIONS]" in top.out
+        assert "Usage: sweeperd once" in once.out
+
+    def test_bare(self) -> None:
+        """Bare `sweeperd` prints the help on stdout, no error line, and exits 2."""
+        ran = sweeperd()
+        assert (ran.code, ran.err) == (2, "")
+        assert "Usage: sweeperd [OPTIONS]" in ran.out
+
+    def test_completion(self, tmp_path: Path) -> None:
+        """--install-completion writes a bash script, and the script's protocol completes."""
+        installed = sweeperd("--install-completion", "bash", env={"HOME": str(tmp_path)})
+        assert installed.code == 0, installed.err
+        script = (tmp_path / ".bash_completions" / "sweeperd.sh").read_text()
+        assert "_SWEEPERD_COMPLETE" in script
+        commands = sweeperd(env=completing("sweeperd on", 1))
+        flags = sweeperd(env=completing("sweeperd once --dr", 2))
+        assert commands.out.split() == ["once"]
+        assert flags.out.split() == ["--drain", "--dry-run"]

@@ -146,16 +146,21 @@ class TestInspectExit:
         """Nothing listening on the port: exit 3 with one line naming the address."""
         url = f"redis://127.0.0.1:{free_port()}/0"
         ran = sweeperd("inspect", "--queue", "q", "--redis-url", url, "--json")
-        assert (ran.code, ran.out) == (3, "")
+        assert ran.code == 3
         [line] = ran.err_lines
         assert line.startswith(f"sweeperd: cannot reach {url}")
+        assert ran.json() == {
+            "queue": "q",
+            "error": {"reason": "connection", "message": line.removeprefix("sweeperd: ")},
+        }
 
     def test_wrong_type(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """A queue key of the wrong type is the server's refusal: exit 1, one line, no writes."""
         r.set(Q.active, "x")
         before = dump_all(r)
         ran = inspect(redis_server, "--json")
-        assert (ran.code, ran.out) == (1, "")
+        assert ran.code == 1
         [line] = ran.err_lines
         assert "WRONGTYPE" in line
+        assert ran.json()["error"] == {"reason": "wrongtype", "message": line[len("sweeperd: ") :]}
         assert dump_all(r) == before

@@ -37,6 +37,13 @@ def lines(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 class TestJson:
     def test_shape(self) -> None:
         """A structlog event is one JSON line: event, level, ISO UTC timestamp, its keys."""
@@ -94,6 +101,23 @@ class TestConsole:
         assert "sweep_done" in text
         assert "queue=orders" in text
         assert not text.startswith("{")
+
+    def test_colours_on_a_terminal(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """On a terminal the console lines are coloured."""
+        monkeypatch.delenv("NO_COLOR", raising=False)
+        out = Terminal()
+        configure_logging("console", "info", stream=out)
+        structlog.get_logger().info("sweep_done", queue="orders")
+        assert "\x1b[" in out.getvalue()
+
+    def test_no_color(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """NO_COLOR set: no escape codes, even on a terminal."""
+        monkeypatch.setenv("NO_COLOR", "1")
+        out = Terminal()
+        configure_logging("console", "info", stream=out)
+        structlog.get_logger().info("sweep_done", queue="orders")
+        assert "\x1b[" not in out.getvalue()
+        assert "sweep_done" in out.getvalue()
 
     def test_auto_refused(self) -> None:
         """auto must be resolved by the settings first."""
@@ -177,12 +201,14 @@ class TestRedaction:
             ("redis://u:p@h:port/0", "redis://h:port/0"),
             ("redis://h:6379/0", "redis://h:6379/0"),
             ("user@example.com", "user@example.com"),
+            ("redis://h:1/0?password=p&db=2", "redis://h:1/0?password=<redacted>&db=2"),
+            ("cannot reach redis://h:1/0?password=<redacted>: x", None),
             ("no url", "no url"),
         ],
     )
-    def test_redact_text(self, text: str, expected: str) -> None:
-        """Every URL's user and password are removed; other text is left as it is."""
-        assert redact_text(text) == expected
+    def test_redact_text(self, text: str, expected: str | None) -> None:
+        """Every URL's user and password (the query's too) are removed, once; None: unchanged."""
+        assert redact_text(text) == (text if expected is None else expected)
 
 
 class TestCapIds:

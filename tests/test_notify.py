@@ -34,7 +34,7 @@ class TestMessages:
         sock, path = listener
         notifier = Notifier.from_environ({"NOTIFY_SOCKET": path})
         try:
-            assert notifier.enabled
+            assert notifier.address is not None
             assert notifier.ready()
             assert notifier.watchdog()
             assert notifier.status("sweeping 3 queues")
@@ -68,7 +68,7 @@ class TestNoSocket:
     def test_no_op(self) -> None:
         """Without NOTIFY_SOCKET every call does nothing and raises nothing."""
         notifier = Notifier.from_environ({})
-        assert not notifier.enabled
+        assert notifier.address is None
         assert not notifier.ready()
         assert not notifier.watchdog()
         assert not notifier.stopping()
@@ -88,7 +88,7 @@ class TestNoSocket:
         """from_environ reads os.environ by default."""
         monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
         monkeypatch.delenv("WATCHDOG_USEC", raising=False)
-        assert not Notifier.from_environ().enabled
+        assert Notifier.from_environ().address is None
 
 
 class TestWatchdog:

@@ -46,6 +46,7 @@ class Target:
             "recovered": [],
             "dead": [],
             "exempt": [],
+            "ghosts": 0,
             "calls": 1,
             "dry_run": False,
         }
@@ -163,7 +164,7 @@ class TestSpecTable:
         lease(target.r, Q, b"later", later, attempts=1)
         ran = target.once("--json")
         assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect()
+        assert ran.json() == target.expect(ghosts=1)
         assert keyspace(target.r) == {
             ACTIVE: [(b"later", float(later))],
             row("later"): {b"attempts": b"1"},
@@ -284,7 +285,7 @@ def mixed(r: redis.Redis) -> None:
 
 
 def lists(body: dict[str, Any]) -> tuple[object, ...]:
-    return body["recovered"], body["dead"], body["exempt"], body["calls"]
+    return body["recovered"], body["dead"], body["exempt"], body["ghosts"], body["calls"]
 
 
 class TestDryRun:
@@ -310,6 +311,7 @@ class TestDryRun:
             ["exempt", "recovered", "recovered2"],
             ["dead", "dead2"],
             ["exempt"],
+            1,
             3 if batching else 1,
         )
         assert target.r.hget(Q.metrics_failed, "count") == b"9"
@@ -374,14 +376,14 @@ class TestDryRun:
 
 
 USAGE = {  # case: (arguments after `once`, the option the error line names)
-    "limit 0": (["--queue", "q", "--limit", "0"], "'--limit'"),
-    "limit -1": (["--queue", "q", "--limit", "-1"], "'--limit'"),
-    "max-stalled 0": (["--queue", "q", "--max-stalled", "0"], "'--max-stalled'"),
-    "max-stalled x": (["--queue", "q", "--max-stalled", "x"], "'--max-stalled'"),
-    "no queue": ([], "'--queue'"),
+    "limit 0": (["--queue", "q", "--limit", "0"], "--limit (SWEEPERD_LIMIT)"),
+    "limit -1": (["--queue", "q", "--limit", "-1"], "--limit (SWEEPERD_LIMIT)"),
+    "max-stalled 0": (["--queue", "q", "--max-stalled", "0"], "--max-stalled (SWEEPERD_MAX"),
+    "max-stalled x": (["--queue", "q", "--max-stalled", "x"], "--max-stalled (SWEEPERD_MAX"),
+    "no queue": ([], "--queue (SWEEPERD_QUEUES)"),
     "unknown flag": (["--queue", "q", "--bogus"], "'--bogus'"),
-    "url scheme": (["--queue", "q", "--redis-url", "foo://u:s3cret@x"], "'--redis-url'"),
-    "brace": (["--queue", "a{b}"], "'--queue'"),
+    "url scheme": (["--queue", "q", "--redis-url", "foo://u:s3cret@x"], "--redis-url (SWEEPERD"),
+    "brace": (["--queue", "a{b}"], "--queue (SWEEPERD_QUEUES)"),
 }
 
 
@@ -454,7 +456,8 @@ class TestText:
         lines = ran.out.splitlines()
         assert lines[0] == f"queue q  executor native  run_id {native.run_id[:12]}…"
         assert lines[1] == (
-            "recovered 3 (of which 1 exempt: lease from an earlier server run)  dead 2  calls 1"
+            "recovered 3 (of which 1 exempt: lease from an earlier server run)  dead 2  ghosts 1  "
+            "calls 1"
         )
         assert lines[2:] == [
             "recovered:",
@@ -474,7 +477,7 @@ class TestText:
         ran = native.once()
         assert (ran.code, ran.err) == (0, "")
         assert "recovered 0 (of which 0 exempt" in ran.out
-        assert "dead 30  calls 1" in ran.out
+        assert "dead 30  ghosts 0  calls 1" in ran.out
         dead = ran.out.splitlines()[ran.out.splitlines().index("dead:") + 1 :]
         assert dead == [*(f"  {i}" for i in ids[:4]), "  … and 26 more (--json lists every id)"]
 
@@ -483,6 +486,7 @@ class TestText:
         ran = native.once()
         assert (ran.code, ran.err) == (0, "")
         assert ran.out.splitlines()[1:] == [
-            "recovered 0 (of which 0 exempt: lease from an earlier server run)  dead 0  calls 1",
+            "recovered 0 (of which 0 exempt: lease from an earlier server run)  dead 0  ghosts 0  "
+            "calls 1",
             "nothing was due",
         ]

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from sweeperd.constants import DEFAULT_LIMIT
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
+from sweeperd.options import OPTIONS
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings
 
 
@@ -28,13 +30,13 @@ def config(tmp_path: Path, toml: str | None) -> Path | None:
 def build(
     tmp_path: Path, toml: str | None = None, tty: bool = False, **overrides: object
 ) -> Settings:
-    return build_settings(overrides, config(tmp_path, toml), stdout_isatty=tty)
+    return build_settings(overrides, config(tmp_path, toml), logs_to_tty=tty)
 
 
 def refusal(tmp_path: Path, toml: str | None = None, **overrides: object) -> str:
     """The one-line message of the ConfigError these settings raise."""
     with pytest.raises(ConfigError) as caught:
-        build_settings(overrides, config(tmp_path, toml), stdout_isatty=False)
+        build_settings(overrides, config(tmp_path, toml), logs_to_tty=False)
     message = str(caught.value)
     assert "\n" not in message
     return message
@@ -44,15 +46,16 @@ class TestPrecedence:
     def test_defaults(self, tmp_path: Path) -> None:
         """With a queue and nothing else, every setting has its default."""
         s = build(tmp_path, queues=["q"])
-        assert s.redis_url == "redis://localhost:6379/0"
-        assert s.redis_password is None
+        assert s.connection.url == "redis://localhost:6379/0"
+        assert s.connection.password is None
         assert s.prefix_root == "emq"
-        assert (s.interval, s.max_stalled, s.limit) == (5.0, 1, 1000)
+        assert (s.interval, s.max_stalled, s.limit) == (5.0, 1, DEFAULT_LIMIT)
         assert s.executor is ExecutorChoice.AUTO
         assert (s.metrics_host, s.metrics_port) == ("0.0.0.0", 9787)
         assert s.log_level == "info"
-        assert (s.drain_budget, s.socket_timeout, s.jitter, s.discover) == (10, 5.0, 0.1, 0.0)
-        assert s.queues == (QueueSettings("q", 5.0, 1, 100),)
+        assert (s.connection.socket_timeout, s.jitter, s.discover) == (5.0, 0.1, 0.0)
+        assert (s.call_target_ms, s.drain_share) == (2.0, 1.0)
+        assert s.queues == (QueueSettings("q", 5.0, 1, DEFAULT_LIMIT),)
         assert s.config_path is None
 
     def test_file_beats_defaults(self, tmp_path: Path) -> None:
@@ -77,18 +80,39 @@ class TestPrecedence:
             tmp_path,
             'redis_url = "rediss://h:6380/1"\nprefix_root = "jobs"\ninterval = 1.5\n'
             'max_stalled = 2\nlimit = 50\nexecutor = "native"\nmetrics_addr = "127.0.0.1:9000"\n'
-            'log_format = "console"\nlog_level = "DEBUG"\ndrain_budget = 3\n'
-            "socket_timeout = 0.25\njitter = 0.5\ndiscover = 60\n",
+            'log_format = "console"\nlog_level = "DEBUG"\ncall_target_ms = 0.5\n'
+            "drain_share = 0.25\nsocket_timeout = 0.25\njitter = 0.5\ndiscover = 60\n",
         )
-        assert s.redis_url == "rediss://h:6380/1"
+        assert s.connection.url == "rediss://h:6380/1"
         assert s.prefix_root == "jobs"
         assert (s.interval, s.max_stalled, s.limit) == (1.5, 2, 50)
         assert s.executor is ExecutorChoice.NATIVE
         assert (s.metrics_host, s.metrics_port) == ("127.0.0.1", 9000)
         assert s.log_format is LogFormat.CONSOLE
         assert s.log_level == "debug"
-        assert (s.drain_budget, s.socket_timeout, s.jitter, s.discover) == (3, 0.25, 0.5, 60.0)
+        assert (s.call_target_ms, s.drain_share) == (0.5, 0.25)
+        assert (s.connection.socket_timeout, s.jitter, s.discover) == (0.25, 0.5, 60.0)
         assert s.queues == ()
+
+
+class TestDefaultsTable:
+    def test_one_table(self, tmp_path: Path) -> None:
+        """Every setting's default is the options table's: the settings read no other."""
+        s = build(tmp_path, queues=["q"])
+        for key, option in OPTIONS.items():
+            if key in ("redis_url", "socket_timeout"):
+                assert getattr(s.connection, key.removeprefix("redis_")) == option.default
+            elif key in ("executor", "log_format", "log_level") or option.is_flag:
+                continue
+            elif key not in ("config", "queues", "redis_password_file", "metrics_addr"):
+                assert getattr(s, key) == option.default, key
+
+    def test_removed_drain_budget(self, tmp_path: Path) -> None:
+        """drain_budget in the file is refused, saying it was removed and why."""
+        assert refusal(tmp_path, 'queues = ["q"]\ndrain_budget = 10\n') == (
+            "drain_budget was removed: a backlog is drained automatically (see call_target_ms "
+            f"and drain_share); remove it from config file {tmp_path / 'sweeperd.toml'}"
+        )
 
 
 class TestLogFormat:
@@ -112,21 +136,32 @@ class TestQueues:
         s = build(tmp_path, queues=["a,b", "c", "a"])
         assert [q.name for q in s.queues] == ["a", "b", "c"]
 
+    def test_commas_and_spaces(self, tmp_path: Path) -> None:
+        """SWEEPERD_QUEUES="emails, reports" (split on spaces by click) names two queues."""
+        s = build(tmp_path, queues=["emails,", "reports", "a,,b c"])
+        assert [q.name for q in s.queues] == ["emails", "reports", "a", "b", "c"]
+
     def test_tables_inherit_globals(self, tmp_path: Path) -> None:
         """A queue table's own values win; what it leaves out comes from the globals."""
         toml = "interval = 2\nmax_stalled = 4\n[queues.orders]\n[queues.mail]\ninterval = 10\n"
         s = build(tmp_path, toml + "limit = 9\n")
-        assert s.queues == (QueueSettings("orders", 2.0, 4, 100), QueueSettings("mail", 10.0, 4, 9))
+        assert s.queues == (
+            QueueSettings("orders", 2.0, 4, DEFAULT_LIMIT),
+            QueueSettings("mail", 10.0, 4, 9),
+        )
 
     def test_table_wins_over_global_flag(self, tmp_path: Path) -> None:
         """A global flag reaches a table's unset keys, not the ones the table sets."""
         s = build(tmp_path, "[queues.mail]\ninterval = 10\n", interval=1, max_stalled=2)
-        assert s.queues == (QueueSettings("mail", 10.0, 2, 100),)
+        assert s.queues == (QueueSettings("mail", 10.0, 2, DEFAULT_LIMIT),)
 
     def test_flag_names_added_to_file(self, tmp_path: Path) -> None:
         """Names given by flags are added to the file's; a name in both keeps its table."""
         s = build(tmp_path, "[queues.mail]\nlimit = 3\n", queues=["extra,mail"])
-        assert s.queues == (QueueSettings("mail", 5.0, 1, 3), QueueSettings("extra", 5.0, 1, 100))
+        assert s.queues == (
+            QueueSettings("mail", 5.0, 1, 3),
+            QueueSettings("extra", 5.0, 1, DEFAULT_LIMIT),
+        )
 
     def test_list_in_file(self, tmp_path: Path) -> None:
         """queues = [...] in the file names queues with the global settings."""
@@ -136,8 +171,8 @@ class TestQueues:
     def test_for_queue(self, tmp_path: Path) -> None:
         """for_queue gives a configured queue's settings, or the globals for a discovered one."""
         s = build(tmp_path, "discover = 30\nmax_stalled = 2\n[queues.mail]\ninterval = 10\n")
-        assert s.for_queue("mail") == QueueSettings("mail", 10.0, 2, 100)
-        assert s.for_queue("found") == QueueSettings("found", 5.0, 2, 100)
+        assert s.for_queue("mail") == QueueSettings("mail", 10.0, 2, DEFAULT_LIMIT)
+        assert s.for_queue("found") == QueueSettings("found", 5.0, 2, DEFAULT_LIMIT)
 
     def test_discover_without_queues(self, tmp_path: Path) -> None:
         """Discovery alone is enough to start."""
@@ -149,27 +184,27 @@ class TestPassword:
         """The password file named by the flag is read, its line end stripped."""
         (tmp_path / "pw").write_text("s3cret\n")
         s = build(tmp_path, queues=["q"], redis_password_file=str(tmp_path / "pw"))
-        assert s.redis_password == "s3cret"
+        assert s.connection.password == "s3cret"
         assert "s3cret" not in repr(s)
 
     def test_password_file_relative_to_config(self, tmp_path: Path) -> None:
         """A relative password file in the config file is found beside the file."""
         (tmp_path / "pw").write_text("s3cret")
         s = build(tmp_path, 'queues = ["q"]\nredis_password_file = "pw"\n')
-        assert s.redis_password == "s3cret"
+        assert s.connection.password == "s3cret"
 
     def test_systemd_credential(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """Without a password file, systemd's credential redis-password is read."""
         (tmp_path / "redis-password").write_text("fromcred\n")
         monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
-        assert build(tmp_path, queues=["q"]).redis_password == "fromcred"
+        assert build(tmp_path, queues=["q"]).connection.password == "fromcred"
 
     def test_unreadable_password_file(self, tmp_path: Path) -> None:
         """A password file that cannot be read is refused, naming the flag and the env var."""
         message = refusal(tmp_path, queues=["q"], redis_password_file=str(tmp_path / "nope"))
         assert message == (
-            f"cannot read the Redis password file {tmp_path / 'nope'} "
-            "(--redis-password-file (SWEEPERD_REDIS_PASSWORD_FILE)): No such file or directory"
+            f"cannot read the Redis password file {tmp_path / 'nope'}: No such file or directory; "
+            "check --redis-password-file (SWEEPERD_REDIS_PASSWORD_FILE)"
         )
 
     def test_unreadable_credential(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,7 +212,7 @@ class TestPassword:
         (tmp_path / "redis-password").write_bytes(b"\xff\xfe")
         monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
         assert refusal(tmp_path, queues=["q"]) == (
-            "cannot read the Redis password from $CREDENTIALS_DIRECTORY/redis-password: "
+            f"cannot read the Redis password file {tmp_path / 'redis-password'}: "
             "not UTF-8 text; fix the unit's LoadCredential= or set "
             "--redis-password-file (SWEEPERD_REDIS_PASSWORD_FILE)"
         )
@@ -186,14 +221,20 @@ class TestPassword:
         """A password file that is a directory is refused."""
         message = refusal(tmp_path, queues=["q"], redis_password_file=str(tmp_path))
         assert message == (
-            f"cannot read the Redis password file {tmp_path} "
-            "(--redis-password-file (SWEEPERD_REDIS_PASSWORD_FILE)): Is a directory"
+            f"cannot read the Redis password file {tmp_path}: Is a directory; "
+            "check --redis-password-file (SWEEPERD_REDIS_PASSWORD_FILE)"
         )
+
+    def test_describe_redacts_query_password(self, tmp_path: Path) -> None:
+        """A ?password= in the URL is not in describe() (run's `started` line) nor in repr."""
+        s = build(tmp_path, queues=["q"], redis_url="redis://h:6379/0?password=hunter2")
+        assert s.describe()["redis_url"] == "redis://h:6379/0?password=<redacted>"
+        assert "hunter2" not in repr(s)
 
     def test_repr_redacts_url(self, tmp_path: Path) -> None:
         """The settings' repr and describe() show no credentials."""
         s = build(tmp_path, queues=["q"], redis_url="redis://user:pw@h:6379/0")
-        assert s.redis_url == "redis://user:pw@h:6379/0"
+        assert s.connection.url == "redis://user:pw@h:6379/0"
         assert "pw" not in repr(s)
         assert s.describe()["redis_url"] == "redis://h:6379/0"
 
@@ -234,7 +275,7 @@ class TestFileErrors:
     def test_missing_file(self, tmp_path: Path) -> None:
         """A config file that does not exist is refused, naming --config."""
         with pytest.raises(ConfigError) as caught:
-            build_settings({"queues": ["q"]}, tmp_path / "none.toml", stdout_isatty=False)
+            build_settings({"queues": ["q"]}, tmp_path / "none.toml", logs_to_tty=False)
         assert str(caught.value) == (
             f"cannot read the config file {tmp_path / 'none.toml'} (--config (SWEEPERD_CONFIG)): "
             "No such file or directory"
@@ -251,9 +292,9 @@ class TestFileErrors:
         message = refusal(tmp_path, 'queues = ["q"]\nintervall = 5\n')
         assert message.startswith(
             f"unknown key 'intervall' in config file {tmp_path / 'sweeperd.toml'} "
-            "(did you mean interval?); known keys: redis_url, redis_password_file, prefix_root, "
+            "(did you mean interval?); known keys: redis_url, redis_password_file, "
         )
-        assert message.endswith("discover, queues")
+        assert message.endswith("log_format, log_level, queues")
 
     @pytest.mark.parametrize(
         ("toml", "expected"),
@@ -270,7 +311,7 @@ class TestFileErrors:
             ),
             (
                 'queues = ["q"]\ninterval = "5"\n',
-                "interval in {path} must be a positive number of seconds, not '5'",
+                "interval in {path} must be a positive number of seconds up to 86400, not '5'",
             ),
             ("[queues.mail]\nlimit = 0\n", "limit of [queues.mail] in {path} " + WHOLE + ", not 0"),
             ('queues = ["q"]\nmax_stalled = 1.5\n', "max_stalled in {path} " + WHOLE + ", not 1.5"),
@@ -291,17 +332,23 @@ class TestValueErrors:
     @pytest.mark.parametrize(
         ("key", "value", "expected"),
         [
-            ("interval", 0, f"{SECONDS}, not 0"),
-            ("interval", "x", f"{SECONDS}, not 'x'"),
-            ("interval", "nan", f"{SECONDS}, not 'nan'"),
-            ("interval", True, f"{SECONDS}, not True"),
-            ("interval", 10**400, f"{SECONDS}, not {10**400!r}"),
-            ("socket_timeout", -1.0, f"{SECONDS}, not -1"),
+            ("interval", 0, f"{SECONDS} up to 86400, not 0"),
+            ("interval", "x", f"{SECONDS} up to 86400, not 'x'"),
+            ("interval", "nan", f"{SECONDS} up to 86400, not 'nan'"),
+            ("interval", True, f"{SECONDS} up to 86400, not True"),
+            ("interval", 10**400, f"{SECONDS} up to 86400, not {10**400!r}"),
+            ("socket_timeout", -1.0, f"{SECONDS} up to 3600, not -1"),
             ("max_stalled", 0, f"{WHOLE}, not 0"),
             ("limit", -3, f"{WHOLE}, not -3"),
             ("limit", 2**63, f"{WHOLE}, not 9223372036854775808"),
-            ("drain_budget", "many", f"{WHOLE}, not 'many'"),
-            ("discover", -1, "must be 0 (off) or a positive number of seconds"),
+            ("discover", -1, "must be 0 (off) or a positive number of seconds up to 86400, not -1"),
+            ("interval", 1e12, f"{SECONDS} up to 86400, not 1e+12"),
+            ("socket_timeout", "1e12", f"{SECONDS} up to 3600, not 1e+12"),
+            ("socket_timeout", "inf", f"{SECONDS} up to 3600, not 'inf'"),
+            ("call_target_ms", 0, "must be a positive number of milliseconds, not 0"),
+            ("call_target_ms", "nan", "must be a positive number of milliseconds, not 'nan'"),
+            ("drain_share", 0, "must be a fraction above 0 and at most 1, not 0"),
+            ("drain_share", "1.5", "must be a fraction above 0 and at most 1, not 1.5"),
             ("jitter", 1.5, "must be a fraction between 0 and 1, not 1.5"),
             ("jitter", -0.1, "must be a fraction between 0 and 1, not -0.1"),
             ("executor", "lua", "must be one of auto, native, script, not 'lua'"),
@@ -323,10 +370,10 @@ class TestValueErrors:
         """Each bad value is refused with one line naming the flag and its env var."""
         where = f"--{key.replace('_', '-')} (SWEEPERD_{key.upper()})"
         with pytest.raises(ConfigError) as caught:
-            build_settings({"queues": ["q"], key: value}, None, stdout_isatty=False)
+            build_settings({"queues": ["q"], key: value}, None, logs_to_tty=False)
         assert str(caught.value) == f"{where} {expected}"
 
-    @pytest.mark.parametrize("name", ["", "a b", "a{b", "b}", " ", "a,,b"])
+    @pytest.mark.parametrize("name", ["", "a{b", "b}", " ", ","])
     def test_bad_queue_name(self, tmp_path: Path, name: str) -> None:
         """Empty names and names with braces or whitespace are refused."""
         message = refusal(tmp_path, queues=[name])
@@ -344,7 +391,7 @@ class TestValueErrors:
     def test_unknown_override_is_a_bug(self, tmp_path: Path) -> None:
         """An override key that is not a setting is a programming error, not a ConfigError."""
         with pytest.raises(ValueError, match="unknown override keys"):
-            build_settings({"queues": ["q"], "colour": "red"}, None, stdout_isatty=False)
+            build_settings({"queues": ["q"], "colour": "red"}, None, logs_to_tty=False)
 
 
 class TestRedisUrl:
@@ -353,31 +400,31 @@ class TestRedisUrl:
     )
     def test_accepted(self, tmp_path: Path, url: str) -> None:
         """redis://, rediss:// and unix:// URLs are accepted."""
-        assert build(tmp_path, queues=["q"], redis_url=url).redis_url == url
+        assert build(tmp_path, queues=["q"], redis_url=url).connection.url == url
 
     def test_wrong_scheme(self, tmp_path: Path) -> None:
         """Another scheme is refused, the credentials removed from the message."""
         message = refusal(tmp_path, queues=["q"], redis_url="http://user:pw@h:1/")
         assert message == (
-            "--redis-url (SWEEPERD_REDIS_URL) must be a redis://, rediss:// or unix:// URL, "
-            "not 'http://h:1/'"
+            "--redis-url (SWEEPERD_REDIS_URL): the scheme must be redis://, rediss:// or unix://, "
+            "in 'http://h:1/'"
         )
 
     @pytest.mark.parametrize("url", ["localhost:6379", "REDIS://h", "valkey://h"])
     def test_no_scheme(self, tmp_path: Path, url: str) -> None:
         """A bare host, or a scheme redis-py does not know, is refused."""
         message = refusal(tmp_path, queues=["q"], redis_url=url)
-        assert message.endswith(f"must be a redis://, rediss:// or unix:// URL, not {url!r}")
+        assert message.endswith(f"the scheme must be redis://, rediss:// or unix://, in {url!r}")
 
     def test_unparsable(self, tmp_path: Path) -> None:
         """A URL redis-py cannot parse is refused with its reason and no credentials."""
         message = refusal(tmp_path, queues=["q"], redis_url="redis://u:pw@h:port/0")
         assert message == (
-            "--redis-url (SWEEPERD_REDIS_URL) is not a usable Redis URL "
-            "(Port could not be cast to integer value as 'port'): 'redis://h:port/0'"
+            "--redis-url (SWEEPERD_REDIS_URL): the port must be a number from 1 to 65535, "
+            "not 'port', in 'redis://h:port/0'"
         )
 
     def test_bad_db(self, tmp_path: Path) -> None:
         """A db that is not a number is refused, naming the file key."""
         message = refusal(tmp_path, 'queues = ["q"]\nredis_url = "redis://h/0?db=x"\n')
-        assert message.startswith(f"redis_url in {tmp_path / 'sweeperd.toml'} is not a usable ")
+        assert message.startswith(f"redis_url in {tmp_path / 'sweeperd.toml'}: the db (?db=) must ")

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sweeperd.options import OPTIONS, RUN
 from sweeperd.settings import build_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,23 +74,7 @@ ALERTS = frozenset(
         "SweeperdServerRestarted",
     }
 )
-ENV_VARS = (
-    "SWEEPERD_CONFIG",
-    "SWEEPERD_REDIS_URL",
-    "SWEEPERD_REDIS_PASSWORD_FILE",
-    "SWEEPERD_QUEUES",
-    "SWEEPERD_DISCOVER",
-    "SWEEPERD_INTERVAL",
-    "SWEEPERD_MAX_STALLED",
-    "SWEEPERD_LIMIT",
-    "SWEEPERD_EXECUTOR",
-    "SWEEPERD_METRICS_ADDR",
-    "SWEEPERD_LOG_FORMAT",
-    "SWEEPERD_LOG_LEVEL",
-    "SWEEPERD_DRAIN_BUDGET",
-    "SWEEPERD_SOCKET_TIMEOUT",
-    "SWEEPERD_PREFIX_ROOT",
-)
+ENV_VARS = tuple(o.env_name for o in OPTIONS.values() if RUN in o.commands)
 CONFIG_KEYS = frozenset(
     {
         "redis_url",
@@ -102,7 +87,9 @@ CONFIG_KEYS = frozenset(
         "metrics_addr",
         "log_format",
         "log_level",
-        "drain_budget",
+        "call_target_ms",
+        "drain_share",
+        "jitter",
         "socket_timeout",
         "discover",
         "queues",
@@ -572,5 +559,5 @@ class TestKubernetesManifests:
         """sweeperd's own settings loader takes the ConfigMap's sweeperd.toml as it is."""
         path = tmp_path / "sweeperd.toml"
         path.write_text(manifests()["ConfigMap"]["data"]["sweeperd.toml"])
-        settings = build_settings({}, path, stdout_isatty=False)
+        settings = build_settings({}, path, logs_to_tty=False)
         assert [queue.name for queue in settings.queues] == ["orders", "mail"]

@@ -1,0 +1,248 @@
+"""Every option of `run`, `once` and `inspect` in one table: flag, env var, TOML key, default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sweeperd.constants import (
+    DEFAULT_CALL_TARGET_MS,
+    DEFAULT_DRAIN_SHARE,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_JITTER_FRACTION,
+    DEFAULT_LIMIT,
+    DEFAULT_MAX_STALLED,
+    DEFAULT_METRICS_ADDR,
+    DEFAULT_PREFIX_ROOT,
+    DEFAULT_REDIS_URL,
+    DEFAULT_SOCKET_TIMEOUT_S,
+)
+from sweeperd.executors import ExecutorChoice
+from sweeperd.logs import LogFormat
+
+ENV_PREFIX = "SWEEPERD_"
+RUN, ONCE, INSPECT = "run", "once", "inspect"
+ALL = (RUN, ONCE, INSPECT)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its setting's name, what its value is, where it applies, what it means."""
+
+    key: str  # the setting's name: the TOML key, the flag and the env var derive from it
+    metavar: str  # what the value is, as --help shows it; "" for an on/off flag
+    commands: tuple[str, ...]
+    help: str
+    default: object = None  # None: no default (or one found at run time, see shown_default)
+    shown_default: str | None = None  # how help and the README show the default, when not str()
+    toml: bool = True  # the config file may set it
+    flag: str = ""  # the flag, when not --<key-with-dashes>
+    short: str = ""
+    env: str = ""  # the env var, when not SWEEPERD_<KEY>
+
+    @property
+    def flag_name(self) -> str:
+        return self.flag or "--" + self.key.replace("_", "-")
+
+    @property
+    def env_name(self) -> str:
+        return self.env or ENV_PREFIX + self.key.upper()
+
+    @property
+    def is_flag(self) -> bool:
+        """An on/off switch of one command (--json), not a setting."""
+        return not self.metavar
+
+    @property
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.default is None or self.default is False:
+            return ""
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        return str(self.default)
+
+    @property
+    def where(self) -> str:
+        """How an error message names the option: the flag and its env var."""
+        return f"{self.flag_name} ({self.env_name})"
+
+
+OPTIONS: dict[str, Option] = {
+    o.key: o
+    for o in (
+        Option(
+            "config",
+            "PATH",
+            ALL,
+            "The TOML file: the settings below and [queues.<name>] tables. "
+            "once and inspect apply the queue's own table.",
+            toml=False,
+        ),
+        Option(
+            "queues",
+            "NAME",
+            ALL,
+            "A queue (repeat the flag, or separate names by commas or spaces); "
+            "once and inspect take exactly one.",
+            flag="--queue",
+            short="-q",
+        ),
+        Option(
+            "redis_url",
+            "URL",
+            ALL,
+            "The server: redis://, rediss:// or unix://; credentials are never shown.",
+            DEFAULT_REDIS_URL,
+        ),
+        Option(
+            "redis_password_file",
+            "PATH",
+            ALL,
+            "The password, read from this file.",
+            shown_default="$CREDENTIALS_DIRECTORY/redis-password if present",
+        ),
+        Option(
+            "socket_timeout",
+            "SECONDS",
+            ALL,
+            "Seconds a server call may take (connect and read), at most 3600.",
+            DEFAULT_SOCKET_TIMEOUT_S,
+        ),
+        Option(
+            "prefix_root",
+            "ROOT",
+            ALL,
+            "The key root: queue q lives under <root>:{q}:.",
+            DEFAULT_PREFIX_ROOT,
+        ),
+        Option(
+            "max_stalled",
+            "N",
+            (RUN, ONCE),
+            "The stall budget: a job whose stalled count reaches it is dead-lettered. "
+            "A [queues.<name>] table's own value wins.",
+            DEFAULT_MAX_STALLED,
+        ),
+        Option(
+            "limit",
+            "N",
+            (RUN, ONCE),
+            "Expired leases one call takes at the most. A [queues.<name>] table's own value wins.",
+            DEFAULT_LIMIT,
+        ),
+        Option(
+            "call_target_ms",
+            "MS",
+            (RUN, ONCE),
+            "The server time one call aims at: calls are sized to stay under it, "
+            "never above --limit.",
+            DEFAULT_CALL_TARGET_MS,
+        ),
+        Option(
+            "executor",
+            "auto|native|script",
+            (RUN, ONCE),
+            "native: the module's verb; script: the Lua port; auto: native where loaded.",
+            ExecutorChoice.AUTO.value,
+        ),
+        Option(
+            "interval",
+            "SECONDS",
+            (RUN,),
+            "Seconds between two sweeps of a queue, at most 86400.",
+            DEFAULT_INTERVAL_S,
+        ),
+        Option(
+            "jitter",
+            "FRACTION",
+            (RUN,),
+            "Each run moves by up to this fraction of the interval (0 to 1).",
+            DEFAULT_JITTER_FRACTION,
+        ),
+        Option(
+            "drain_share",
+            "FRACTION",
+            (RUN,),
+            "The most of the server's time a backlog drain may take, in (0, 1]; "
+            "1: calls back to back.",
+            DEFAULT_DRAIN_SHARE,
+        ),
+        Option(
+            "discover",
+            "SECONDS",
+            (RUN,),
+            "Seconds between SCANs for <root>:{*}:active (new queues swept, vanished "
+            "ones dropped); 0: off.",
+            0.0,
+            shown_default="0 (off)",
+        ),
+        Option(
+            "metrics_addr",
+            "HOST:PORT",
+            (RUN,),
+            "Where /metrics, /healthz, /readyz and / are served.",
+            DEFAULT_METRICS_ADDR,
+        ),
+        Option(
+            "log_format",
+            "json|console|auto",
+            (RUN,),
+            "auto: console when stderr is a terminal, else json. NO_COLOR turns colours off.",
+            LogFormat.AUTO.value,
+        ),
+        Option(
+            "log_level",
+            "LEVEL",
+            (RUN,),
+            "The least level logged: debug, info, warning or error.",
+            "info",
+        ),
+        Option(
+            "drain",
+            "",
+            (ONCE,),
+            "Repeat calls until no lease due when it started remains.",
+            False,
+            toml=False,
+        ),
+        Option(
+            "dry_run",
+            "",
+            (ONCE,),
+            "Read only: the model's verdicts on what is due now. Writes nothing.",
+            False,
+            toml=False,
+        ),
+        Option(
+            "json",
+            "",
+            (ONCE, INSPECT),
+            "Print one JSON object (with an `error` field on any failure).",
+            False,
+            toml=False,
+        ),
+    )
+}
+SETTING_KEYS = tuple(k for k, o in OPTIONS.items() if not o.is_flag and k != "config")
+MARKDOWN_ESCAPES = {"|": "\\|", "<": "\\<", "*": "\\*"}  # in a table cell, shown as typed
+REMOVED_KEYS = {
+    "drain_budget": "drain_budget was removed: a backlog is drained automatically "
+    "(see call_target_ms and drain_share)",
+}
+
+
+def markdown_table() -> str:
+    """The README's table of every option of run, once and inspect."""
+    rows = [
+        "| flag | env | TOML key | default | commands | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for o in OPTIONS.values():
+        flag = f"`{o.flag_name}`" + (f", `{o.short}`" if o.short else "")
+        toml = f"`{o.key}`" if o.toml else ""
+        default = f"`{o.default_text}`" if o.default_text else ""
+        meaning = "".join(MARKDOWN_ESCAPES.get(c, c) for c in o.help)
+        commands = ", ".join(o.commands)
+        rows.append(f"| {flag} | `{o.env_name}` | {toml} | {default} | {commands} | {meaning} |")
+    return "\n".join(rows)
