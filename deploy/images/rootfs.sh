@@ -2,9 +2,9 @@
 # Makes (once per machine) a Debian bookworm minbase root filesystem as a tarball
 # in the cache directory and prints its path. The stand-in base images start from it.
 #   deploy/images/rootfs.sh [CACHE_DIR]
-# The archive is the one this machine's apt uses (DEBIAN_MIRROR overrides it); the
-# tarball's name carries a hash of this script and the mirror, so a changed recipe
-# makes a new one and an unchanged one is reused.
+# The archive is the one this machine's apt uses (DEBIAN_MIRROR overrides it). The
+# tarball's name carries a hash of this script (comments aside) and the mirror: a
+# changed recipe makes a new one, an unchanged one is reused.
 set -euo pipefail
 
 cache=${1:-/var/cache/sweeperd-images}
@@ -25,7 +25,7 @@ if [ -z "$mirror" ]; then
 fi
 security=${DEBIAN_SECURITY_MIRROR:-${mirror%/debian}/debian-security}
 
-recipe=$( { cat "$0"; echo "$mirror $security"; } | sha256sum | cut -c1-12)
+recipe=$( { grep -v '^[[:space:]]*#' "$0"; echo "$mirror $security"; } | sha256sum | cut -c1-12)
 tarball="$cache/bookworm-minbase-$recipe.tar"
 if [ -s "$tarball" ]; then
     echo "$tarball"
@@ -59,9 +59,9 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
 
-# As in Docker's Debian images: no service starts while a package installs,
-# the "slim" exclusions (documentation, manual pages, translations) and no
-# downloaded packages left behind in a layer.
+# Fit for image builds: no service starts while a package installs, slim
+# exclusions (documentation, manual pages, translations) and no downloaded
+# packages left behind in a layer.
 cat >"$root/usr/sbin/policy-rc.d" <<'EOF'
 #!/bin/sh
 # A container build: never start a service from a package's scripts.

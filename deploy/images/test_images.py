@@ -294,13 +294,14 @@ class TestModuleImage:
         assert hash_of(emptied, keys.metrics_failed) == {b"count": b"1"}
 
     def test_server_runs_as_the_redis_user(self, module_server: ModuleServer) -> None:
-        """The entrypoint drops from root to the image's redis user before the server starts."""
+        """The entrypoint drops from root to the redis user (uid 999, as upstream), in /data."""
         redis_uid = module_server.container.run("id", "-u", "redis")
         assert redis_uid.returncode == 0, redis_uid.stderr
         info = module_server.client.info("server")
         status = Path(f"/proc/{info['process_id']}/status").read_text()
         uid = re.search(r"^Uid:\s+(\d+)", status, re.M)
-        assert uid is not None and uid.group(1) == redis_uid.stdout.strip() != "0"
+        assert uid is not None and uid.group(1) == redis_uid.stdout.strip() == "999"
+        assert module_server.client.config_get("dir") == {"dir": "/data"}
 
 
 class TestOnceInImage:
