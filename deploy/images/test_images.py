@@ -333,7 +333,7 @@ class TestOnceInImage:
         assert not r.exists(keys.job(b"ghost"))
 
 
-@pytest.fixture(scope="class")
+@pytest.fixture
 def daemon(module_server: ModuleServer) -> Iterator[Container]:
     """A container of the sweeperd image whose `run` sweeps queue mail on the module image."""
     assert free_on_loopback(HEALTHCHECK_PORT), (
