@@ -4,8 +4,14 @@ PY := $(VENV)/bin/python
 APT_PACKAGES := redis-server prometheus systemd
 MISSING := $(strip $(foreach tool,redis-server promtool prometheus systemd-analyze,\
 	$(if $(shell command -v $(tool) 2>/dev/null),,$(tool))))
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMAGE_CACHE ?= /var/cache/sweeperd-images
+IMAGE_PACKAGES := buildah debootstrap iproute2
+IMAGE_TOOLS_MISSING := $(strip $(foreach tool,buildah debootstrap ip,\
+	$(if $(shell command -v $(tool) 2>/dev/null),,$(tool))))
 
 .PHONY: all system module venv demo test pytest lint format bench clean
+.PHONY: image-system image image-test image-clean
 all: test
 
 system:  ## Debian packages: installed only when a tool is missing (needs root)
@@ -51,3 +57,24 @@ bench: system module venv  ## the verb, the executors, the fan-out and a mass st
 clean:
 	$(MAKE) -C module clean
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+image-system:  ## buildah, debootstrap and ip: installed only when one is missing (needs root)
+ifneq ($(IMAGE_TOOLS_MISSING),)
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(IMAGE_PACKAGES)
+endif
+
+image: image-system  ## sweeperd:$(VERSION), sweeperd-redis-module:$(VERSION): buildah, local stand-in bases
+	deploy/images/build.sh $(VERSION) $(IMAGE_CACHE)
+
+image-test: image venv  ## the images run by buildah, in a network namespace of their own
+	$(VENV)/bin/ruff check deploy/images
+	$(VENV)/bin/ruff format --check deploy/images
+	$(VENV)/bin/mypy deploy/images
+	$(VENV)/bin/hadolint --failure-threshold info deploy/images/*.Containerfile
+	unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest deploy/images'
+
+image-clean:  ## the images, the stand-ins and the cached rootfs
+	-buildah --storage-driver vfs rmi sweeperd:$(VERSION) sweeperd-redis-module:$(VERSION) \
+		python:3.11-slim-bookworm gcc:12-bookworm redis:7.2-bookworm sweeperd-standin/bookworm:minbase
+	rm -rf $(IMAGE_CACHE)
