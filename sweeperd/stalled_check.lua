@@ -9,15 +9,16 @@
 -- Every read and verdict comes before the first write: a refusal writes nothing.
 -- Lua numbers are doubles: a stalled value of at most 15 characters (|n| < 10^15 < 2^53) is
 -- counted as a plain number, exactly; anything wider goes through decimal-string arithmetic.
--- Writes are batched as the module batches them: one ZREM, one HSET a row, one ZADD a target
--- (in chunks of BATCH members), one HINCRBY by the number of deaths.
+-- Writes are grouped by key as the module groups them: the selection leaves active in one
+-- command, one HSET a row, one ZADD a target (in chunks of BATCH members), one HINCRBY by the
+-- number of deaths.
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_AN_INTEGER = 'ERR hash value is not an integer'
 local OVERFLOW = 'ERR increment or decrement would overflow'
 local LLONG_MAX = '9223372036854775807'
 local LLONG_MIN_MAGNITUDE = '9223372036854775808'
-local BATCH = 1000 -- members per variadic write: unpack stays far below Lua's 8,000 stack slots
+local BATCH = 1000 -- members per ZADD: unpack stays far below Lua's 8,000 stack slots
 
 -- a <= b for two digit strings without leading zeros
 local function magnitude_le(a, b)
@@ -132,13 +133,6 @@ local function check_targets(pending, dead, metrics, nrecovered, ndead)
   return nil
 end
 
--- ZREM key <every id>, in chunks of BATCH
-local function remove_all(key, ids)
-  for first = 1, #ids, BATCH do
-    redis.call('ZREM', key, unpack(ids, first, math.min(first + BATCH - 1, #ids)))
-  end
-end
-
 -- ZADD key 0 <id> ... for every id, in chunks of BATCH
 local function add_all_at_zero(key, ids)
   for first = 1, #ids, BATCH do
@@ -201,7 +195,10 @@ local refusal = check_targets(pending, dead, metrics, nrecovered, ndied)
 if refusal then return redis.error_reply(refusal) end
 
 -- write pass, grouped by key in the module's order: active, the rows, pending, dead, the metric
-remove_all(active, ids)
+-- The selection is exactly active's first #ids ranks (every score <= now sorts before any
+-- later one) and nothing has been written since: removing that rank range removes exactly
+-- the selected ids, as ZREM of each would, without looking each one up again.
+if #ids > 0 then redis.call('ZREMRANGEBYRANK', active, '0', string.format('%d', #ids - 1)) end
 for i = 1, #ids do
   local verdict = verdicts[i]
   if verdict == 'exempt' then

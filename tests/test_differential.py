@@ -374,3 +374,37 @@ class TestWideCall:
     def test_model_module_and_lua_agree_on_a_wide_call(self, harness: Harness) -> None:
         """2,501 leases in one call: the same reply and keyspace from all three."""
         harness.check(wide_scenario(2501), record=False)
+
+
+ALIASES = {
+    "pending is active": (Q.active, Q.dead),
+    "dead is active": (Q.pending, Q.active),
+    "both are active": (Q.active, Q.active),
+    "pending is dead": (Q.pending, Q.pending),
+}
+
+
+class TestAliasedKeys:
+    """A call naming one key twice: the module and the Lua port still end byte for byte alike."""
+
+    @pytest.mark.parametrize("alias", sorted(ALIASES))
+    def test_module_and_lua_agree_on_aliased_keys(self, harness: Harness, alias: str) -> None:
+        """Exempt, recovered, dead, ghost and unexpired leases, with pending or dead = active."""
+        r, (pending, dead) = harness.r, ALIASES[alias]
+        r.flushall()
+        r.zadd(Q.active, {"-inf": float("-inf"), "a": 1, "b": 2, "c": 3, "ghost": 4})
+        r.zadd(Q.active, {"later": now_ms() + HOUR_MS, "never": float("inf")})
+        r.hset(Q.job("-inf"), mapping={"attempts": "1", "lease_epoch": "f" * 40})
+        r.hset(Q.job("a"), mapping={"attempts": "1", "stalled": "1", "lease_epoch": harness.epoch})
+        r.hset(Q.job("b"), mapping={"attempts": "1"})
+        r.hset(Q.job("c"), mapping={"attempts": "1", "stalled": "-3"})
+        r.hset(Q.job("later"), mapping={"attempts": "1"})
+        argv = [Q.active, pending, dead, Q.prefix, "2", "100"]
+        before = dump_keyspace(r)
+        native = call(r, VERB, *argv)
+        native_dumps = dump_keyspace(r)
+        restore_keyspace(r, before)
+        assert (
+            call(r, "EVALSHA", harness.sha, 3, *argv) == native == ((b"-inf", b"b", b"c"), (b"a",))
+        )
+        assert dump_keyspace(r) == native_dumps
