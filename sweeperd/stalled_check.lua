@@ -114,7 +114,9 @@ local function now_ms()
 end
 
 local function server_epoch()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local info = redis.call('INFO', 'server')
+  local _, field_end = string.find(info, 'run_id:', 1, true) -- a plain search: no pattern scan
+  return field_end and string.match(info, '^%x+', field_end + 1)
 end
 
 -- the keys the write pass touches must take its writes; nil when they do
