@@ -2,11 +2,13 @@
 
 Run from the repository root after `make -C module`:
 
-    python -m bench.bench_executors [--leases 100000] [--limits 100,1000]
+    python -m bench.bench_executors [--leases 100000] [--limits 100,1000] [--rounds 5]
 
 For each limit and budget both executors drain an identical seeded backlog (see
-bench_verb); the table has bench_verb's columns, then one line per pair with the
-script's wall leases/s and server usec_per_call as a multiple of the module's.
+bench_verb), taking turns for `--rounds` rounds; each keeps its fastest round, so a
+neighbour's burst of load on a shared machine does not decide the ratio. The table has
+bench_verb's columns, then one line per pair with the script's wall leases/s and server
+usec_per_call as a multiple of the module's.
 """
 
 from __future__ import annotations
@@ -56,11 +58,32 @@ def ratio_line(native: Result, script: Result) -> str:
     )
 
 
+def fastest_rounds(
+    client: redis.Redis,
+    executors: list[Executor],
+    leases: int,
+    limit: int,
+    max_stalled: int,
+    rounds: int,
+) -> list[Result]:
+    """Each executor's fastest drain of the same backlog, the executors taking turns."""
+    best: dict[str, Result] = {}
+    for _ in range(rounds):
+        for executor in executors:
+            seed(client, leases)
+            result = drain(client, executor, limit, max_stalled)
+            kept = best.get(executor.name)
+            if kept is None or result.wall_s < kept.wall_s:
+                best[executor.name] = result
+    return [best[executor.name] for executor in executors]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leases", type=int, default=100_000)
     parser.add_argument("--limits", default="100,1000", help="comma-separated limits, one run each")
     parser.add_argument("--no-mix", action="store_true", help="skip the runs where a third die")
+    parser.add_argument("--rounds", type=int, default=5, help="turns per pair; the fastest counts")
     args = parser.parse_args(argv)
     budgets = [ALL_RECOVER] if args.no_mix else [ALL_RECOVER, MIX_MAX_STALLED]
     results: list[Result] = []
@@ -69,10 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         SCRIPT.prepare(client)
         for limit in (int(text) for text in args.limits.split(",")):
             for max_stalled in budgets:
-                pair = []
-                for executor in (EXECUTORS["native"], LUA):
-                    seed(client, args.leases)
-                    pair.append(drain(client, executor, limit, max_stalled))
+                pair = fastest_rounds(
+                    client, [EXECUTORS["native"], LUA], args.leases, limit, max_stalled, args.rounds
+                )
                 results += pair
                 ratios.append(ratio_line(*pair))
     print_table(results)

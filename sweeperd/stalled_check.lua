@@ -7,13 +7,18 @@
 -- ARGV[3]  limit: a positive 64-bit integer, how many expired leases one call takes at most
 -- Replies {recovered ids, dead ids} in selection order; ghosts are listed nowhere.
 -- Every read and verdict comes before the first write: a refusal writes nothing.
--- Lua numbers are doubles, so 64-bit integers are handled as decimal strings.
+-- Lua numbers are doubles: a stalled value of at most 15 characters (|n| < 10^15 < 2^53) is
+-- counted as a plain number, exactly; anything wider goes through decimal-string arithmetic.
+-- Writes are grouped by key as the module groups them: the selection leaves active in one
+-- command, one HSET a row, one ZADD a target (in chunks of BATCH members), one HINCRBY by the
+-- number of deaths.
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_AN_INTEGER = 'ERR hash value is not an integer'
 local OVERFLOW = 'ERR increment or decrement would overflow'
 local LLONG_MAX = '9223372036854775807'
 local LLONG_MIN_MAGNITUDE = '9223372036854775808'
+local BATCH = 1000 -- members per ZADD: unpack stays far below Lua's 8,000 stack slots
 
 -- a <= b for two digit strings without leading zeros
 local function magnitude_le(a, b)
@@ -71,6 +76,29 @@ local function reaches(s, max_stalled)
   return magnitude_le(max_stalled, s)
 end
 
+-- a value HINCRBY takes, as a Lua number, when it is at most 15 characters long; nil otherwise
+local function small_int64(raw)
+  if #raw <= 15 and (raw == '0' or string.find(raw, '^%-?[1-9][0-9]*$')) then
+    return tonumber(raw)
+  end
+  return nil
+end
+
+-- a counted member: 'dead' or 'recovered' and s = stalled + 1 as written, or nil and the refusal.
+-- On the fast path n + 1 <= 10^15 is exact, and so is n + 1 >= max_number: max_number is
+-- max_stalled rounded to a double, exact up to 2^53 and above it still above any such n + 1.
+local function count_stall(stalled, max_stalled, max_number)
+  local n = small_int64(stalled)
+  if n then
+    n = n + 1
+    return n >= max_number and 'dead' or 'recovered', string.format('%d', n)
+  end
+  if not is_int64(stalled) then return nil, NOT_AN_INTEGER end
+  if stalled == LLONG_MAX then return nil, OVERFLOW end
+  local s = increment(stalled)
+  return reaches(s, max_stalled) and 'dead' or 'recovered', s
+end
+
 local function key_type(key)
   return redis.call('TYPE', key)['ok']
 end
@@ -86,27 +114,9 @@ local function now_ms()
 end
 
 local function server_epoch()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-end
-
--- one selected member: a verdict table, or an error text refusing the whole call
-local function judge(prefix, id, epoch, max_stalled)
-  local row = prefix .. 'job:' .. id
-  local got = redis.pcall('HMGET', row, 'group', 'lease_epoch', 'stalled')
-  if got['err'] then return nil, 'WRONGTYPE job ' .. id .. ' is not a hash' end
-  local group, lease_epoch, stalled = got[1], got[2], got[3]
-  if not (group or lease_epoch or stalled) and redis.call('EXISTS', row) == 0 then
-    return {id = id, row = row, verdict = 'ghost'}
-  end
-  if group then return nil, 'EMQLANE job ' .. id .. ' is a lane row' end
-  if lease_epoch and lease_epoch ~= epoch then
-    return {id = id, row = row, verdict = 'exempt'}
-  end
-  stalled = stalled or '0'
-  if not is_int64(stalled) then return nil, NOT_AN_INTEGER end
-  if stalled == LLONG_MAX then return nil, OVERFLOW end
-  local s = increment(stalled)
-  return {id = id, row = row, stalled = s, verdict = reaches(s, max_stalled) and 'dead' or 'recovered'}
+  local info = redis.call('INFO', 'server')
+  local _, field_end = string.find(info, 'run_id:', 1, true) -- a plain search: no pattern scan
+  return field_end and string.match(info, '^%x+', field_end + 1)
 end
 
 -- the keys the write pass touches must take its writes; nil when they do
@@ -125,6 +135,17 @@ local function check_targets(pending, dead, metrics, nrecovered, ndead)
   return nil
 end
 
+-- ZADD key 0 <id> ... for every id, in chunks of BATCH
+local function add_all_at_zero(key, ids)
+  for first = 1, #ids, BATCH do
+    local args, n = {}, 0
+    for i = first, math.min(first + BATCH - 1, #ids) do
+      args[n + 1], args[n + 2], n = '0', ids[i], n + 2
+    end
+    redis.call('ZADD', key, unpack(args, 1, n))
+  end
+end
+
 if #KEYS ~= 3 or #ARGV ~= 3 then
   return redis.error_reply("ERR wrong number of arguments for 'emq.stalled.check' command")
 end
@@ -136,34 +157,61 @@ end
 if not is_positive(limit) then return redis.error_reply('ERR limit must be a positive integer') end
 if not zset_or_none(active) then return redis.error_reply(WRONGTYPE) end
 
-local now, epoch = now_ms(), server_epoch()
-local plan, recovered, died = {}, {}, {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)) do
-  local judged, refusal = judge(prefix, id, epoch, max_stalled)
-  if refusal then return redis.error_reply(refusal) end
-  plan[#plan + 1] = judged
-  if judged.verdict == 'dead' then
-    died[#died + 1] = id
-  elseif judged.verdict ~= 'ghost' then
-    recovered[#recovered + 1] = id
+-- read pass: every member judged, in selection order, the first refusal refusing the call
+local now, epoch, max_number = now_ms(), server_epoch(), tonumber(max_stalled)
+local ids = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
+local job = prefix .. 'job:'
+local rows, verdicts, values, recovered, died, nrecovered, ndied = {}, {}, {}, {}, {}, 0, 0
+local verdict_of, value_of = {}, {} -- each stalled value seen: its verdict and s, judged once
+for i = 1, #ids do
+  local id = ids[i]
+  local row = job .. id
+  local got = redis.pcall('HMGET', row, 'group', 'lease_epoch', 'stalled')
+  if got['err'] then return redis.error_reply('WRONGTYPE job ' .. id .. ' is not a hash') end
+  local group, lease_epoch, stalled = got[1], got[2], got[3]
+  local verdict, value = 'exempt', nil
+  if not (group or lease_epoch or stalled) and redis.call('EXISTS', row) == 0 then
+    verdict = 'ghost'
+  elseif group then
+    return redis.error_reply('EMQLANE job ' .. id .. ' is a lane row')
+  elseif not lease_epoch or lease_epoch == epoch then
+    stalled = stalled or '0'
+    verdict, value = verdict_of[stalled], value_of[stalled]
+    if not verdict then
+      verdict, value = count_stall(stalled, max_stalled, max_number)
+      if not verdict then return redis.error_reply(value) end
+      verdict_of[stalled], value_of[stalled] = verdict, value
+    end
+  end
+  rows[i], verdicts[i], values[i] = row, verdict, value
+  if verdict == 'dead' then
+    ndied = ndied + 1
+    died[ndied] = id
+  elseif verdict ~= 'ghost' then
+    nrecovered = nrecovered + 1
+    recovered[nrecovered] = id
   end
 end
 local metrics = prefix .. 'metrics:failed'
-local refusal = check_targets(pending, dead, metrics, #recovered, #died)
+local refusal = check_targets(pending, dead, metrics, nrecovered, ndied)
 if refusal then return redis.error_reply(refusal) end
 
-for _, m in ipairs(plan) do
-  redis.call('ZREM', active, m.id)
-  if m.verdict == 'exempt' then
-    redis.call('HSET', m.row, 'state', 'pending')
-    redis.call('ZADD', pending, 0, m.id)
-  elseif m.verdict == 'recovered' then
-    redis.call('HSET', m.row, 'stalled', m.stalled, 'state', 'pending')
-    redis.call('ZADD', pending, 0, m.id)
-  elseif m.verdict == 'dead' then
-    redis.call('HSET', m.row, 'stalled', m.stalled, 'state', 'dead', 'last_error', 'stalled')
-    redis.call('ZADD', dead, 0, m.id)
-    redis.call('HINCRBY', metrics, 'count', 1)
+-- write pass, grouped by key in the module's order: active, the rows, pending, dead, the metric
+-- The selection is exactly active's first #ids ranks (every score <= now sorts before any
+-- later one) and nothing has been written since: removing that rank range removes exactly
+-- the selected ids, as ZREM of each would, without looking each one up again.
+if #ids > 0 then redis.call('ZREMRANGEBYRANK', active, '0', string.format('%d', #ids - 1)) end
+for i = 1, #ids do
+  local verdict = verdicts[i]
+  if verdict == 'exempt' then
+    redis.call('HSET', rows[i], 'state', 'pending')
+  elseif verdict == 'recovered' then
+    redis.call('HSET', rows[i], 'stalled', values[i], 'state', 'pending')
+  elseif verdict == 'dead' then
+    redis.call('HSET', rows[i], 'stalled', values[i], 'state', 'dead', 'last_error', 'stalled')
   end
 end
+add_all_at_zero(pending, recovered)
+add_all_at_zero(dead, died)
+if ndied > 0 then redis.call('HINCRBY', metrics, 'count', string.format('%d', ndied)) end
 return {recovered, died}

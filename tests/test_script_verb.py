@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from sweeperd.constants import LLONG_MAX, LLONG_MIN
-from sweeperd.executors import SCRIPT, script_sha
+from sweeperd.executors import SCRIPT, script_sha, script_source
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import ARITY, NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
 from sweeperd.rounds import Call, SweepReply, sweep_round
@@ -271,6 +271,67 @@ class TestWideIntegers:
         assert check(rs, max_stalled=LLONG_MAX) == ((b"j",), ())
         assert row(rs, "j")[b"stalled"] == after.encode()
 
+    @pytest.mark.parametrize(
+        "before, after",
+        [
+            ("99999999999999", "100000000000000"),  # 14 digits: plain numbers
+            ("999999999999999", "1000000000000000"),  # the widest plain value, s one digit wider
+            ("1000000000000000", "1000000000000001"),  # 16 digits: decimal strings
+            ("9999999999999999", "10000000000000000"),  # 16 to 17 digits, past 2^53
+            (str(TWO_TO_53 - 1), str(TWO_TO_53)),
+            ("-99999999999999", "-99999999999998"),  # 15 characters with the sign: plain
+            ("-100000000000000", "-99999999999999"),  # 16 characters: decimal strings
+            ("-999999999999999", "-999999999999998"),
+        ],
+    )
+    def test_increment_across_the_fast_path_bound(
+        self, rs: redis.Redis, before: str, after: str
+    ) -> None:
+        """Values of 15 characters or fewer (plain Lua numbers) and wider ones increment alike."""
+        lease(rs, Q, b"j", attempts=1, stalled=before)
+        assert check(rs, max_stalled=LLONG_MAX) == ((b"j",), ())
+        assert row(rs, "j")[b"stalled"] == after.encode()
+
+    @pytest.mark.parametrize(
+        "stalled, max_stalled, died",
+        [
+            (10**15 - 1, 10**15 - 1, True),
+            (10**15 - 1, 10**15, True),  # s = 10^15 on the fast path reaches a 16-digit budget
+            (10**15 - 1, 10**15 + 1, False),
+            (10**15 - 1, TWO_TO_53, False),
+            (10**15 - 1, TWO_TO_53 + 1, False),  # a budget a double rounds down to 2^53
+            (10**15 - 1, LLONG_MAX, False),
+            (10**15 - 2, 10**15 - 1, True),
+            (10**15 - 3, 10**15 - 1, False),
+            (TWO_TO_53 - 2, TWO_TO_53 - 1, True),
+            (TWO_TO_53 - 2, TWO_TO_53, False),
+            (TWO_TO_53 - 1, TWO_TO_53, True),
+            (-(10**14) + 1, 1, False),
+        ],
+    )
+    def test_budget_at_the_fast_path_bound(
+        self, rs: redis.Redis, stalled: int, max_stalled: int, died: bool
+    ) -> None:
+        """s >= max_stalled is exact for a plain-number s against budgets wide or near 2^53."""
+        lease(rs, Q, b"j", attempts=1, stalled=stalled)
+        assert check(rs, max_stalled=max_stalled) == (((), (b"j",)) if died else ((b"j",), ()))
+        assert row(rs, "j")[b"stalled"] == str(stalled + 1).encode()
+
+    def test_shared_values_each_move_their_own_row(self, rs: redis.Redis) -> None:
+        """Rows sharing a stalled value are judged alike and each gets its own s."""
+        for i, stalled in enumerate(["1", "2", "1", str(LLONG_MIN), "2", str(LLONG_MIN)]):
+            lease(rs, Q, f"j{i}".encode(), deadline_ms=PAST_MS + i, attempts=1, stalled=stalled)
+        assert check(rs, max_stalled=3) == ((b"j0", b"j2", b"j3", b"j5"), (b"j1", b"j4"))
+        written = [row(rs, f"j{i}")[b"stalled"] for i in range(6)]
+        assert written == [b"2", b"3", b"2", b"-" + MAX.encode(), b"3", b"-" + MAX.encode()]
+
+    def test_refused_value_after_a_shared_one(self, rs: redis.Redis) -> None:
+        """A refused value later in selection order refuses the call though earlier rows passed."""
+        lease(rs, Q, b"a", deadline_ms=PAST_MS, attempts=1, stalled=1)
+        lease(rs, Q, b"b", deadline_ms=PAST_MS + 1, attempts=1, stalled=1)
+        lease(rs, Q, b"c", deadline_ms=PAST_MS + 2, attempts=1, stalled="01")
+        assert refused(rs, Q.active, Q.pending, Q.dead, Q.prefix, 5, 100) == NOT_AN_INTEGER
+
     def test_largest_limit_is_taken(self, rs: redis.Redis) -> None:
         """A limit of 2^63-1 is passed to ZRANGEBYSCORE as it came."""
         for i in range(3):
@@ -319,6 +380,46 @@ class TestSelection:
         assert check(rs) == ((odd,), (b"\xc3",))
         assert members(rs, Q.pending) == [odd]
         assert row(rs, b"\xc3")[b"state"] == b"dead"
+
+
+class TestWideCalls:
+    """A call that takes more members than one variadic write carries (1,000 a command)."""
+
+    def test_every_member_of_a_wide_call_is_moved(self, rs: redis.Redis) -> None:
+        """2,501 leases in one call each land in pending or dead; the metric counts the dead."""
+        epoch = run_id(rs)
+        pipe = rs.pipeline(transaction=False)
+        for i in range(2501):
+            pipe.zadd(Q.active, {f"j{i:04}": PAST_MS})
+            pipe.hset(Q.job(f"j{i:04}"), mapping={"stalled": i % 3, "lease_epoch": epoch})
+        pipe.execute()
+        reply = check(rs, max_stalled=3, limit=5000)
+        assert not isinstance(reply, str), reply
+        recovered, dead = reply
+        assert len(recovered) == 1668 and len(dead) == 833
+        assert members(rs, Q.pending) == sorted(recovered)
+        assert members(rs, Q.dead) == sorted(dead)
+        assert rs.hget(Q.metrics_failed, "count") == b"833"
+        assert not rs.exists(Q.active)
+
+
+class TestAsAFunctionBody:
+    """The script's text also runs as the body of a Lua function, as a bigger script may wrap it."""
+
+    def test_wrapped_port_answers_alike(self, rs: redis.Redis) -> None:
+        """Wrapped in `local function port(KEYS, ARGV) ... end`, reply and writes are the same."""
+        body = script_source()
+        wrapped = f"local function port(KEYS, ARGV)\n{body}\nend\nreturn port(KEYS, ARGV)"
+        args = [Q.active, Q.pending, Q.dead, Q.prefix, "3", "100"]
+        lease(rs, Q, b"a", attempts=1, lease_epoch="other")
+        lease(rs, Q, b"b", deadline_ms=PAST_MS + 1, attempts=1, stalled=2)
+        assert call(rs, "EVAL", wrapped, 3, *args) == ((b"a",), (b"b",))
+        assert row(rs, "b")[b"stalled"] == b"3"
+        assert rs.hget(Q.metrics_failed, "count") == b"1"
+        lease(rs, Q, b"lane", attempts=1, group="g")
+        before = dump_all(rs)
+        assert call(rs, "EVAL", wrapped, 3, *args) == "EMQLANE job lane is a lane row"
+        assert dump_all(rs) == before
 
 
 class TestLostScript:
