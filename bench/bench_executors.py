@@ -33,14 +33,14 @@ from bench.bench_verb import (
     print_table,
     seed,
 )
-from sweeperd.executors import SCRIPT, script_sha
+from sweeperd.scripts import STALLED_CHECK
 
 
 def sweep_script(
     client: redis.Redis, active: str, pending: str, dead: str, prefix: str, ms: int, limit: int
 ) -> Reply:
     """One EVALSHA of the package's Lua port (loaded by the caller)."""
-    reply = client.evalsha(script_sha(), 3, active, pending, dead, prefix, ms, limit)
+    reply = client.evalsha(STALLED_CHECK.sha, 3, active, pending, dead, prefix, ms, limit)
     assert isinstance(reply, list)
     return reply
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     ratios: list[str] = []
     with bench_server() as client:
-        SCRIPT.prepare(client)
+        STALLED_CHECK.load(client)
         for limit in (int(text) for text in args.limits.split(",")):
             for max_stalled in budgets:
                 pair = fastest_rounds(

@@ -10,28 +10,14 @@ from redis.client import Pipeline
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.scripts import STALLED_CHECK, SWEEP_NATIVE, SWEEP_SCRIPT, LuaScript
+from sweeperd.scripts import SWEEP_NATIVE, SWEEP_SCRIPT, LuaScript
 from sweeperd.serverinfo import has_verb
-
-
-def script_source() -> str:
-    """The Lua port of the verb, shipped in the package."""
-    return STALLED_CHECK.source
-
-
-def script_sha() -> str:
-    return STALLED_CHECK.sha
 
 
 class ExecutorChoice(StrEnum):
     AUTO = "auto"
     NATIVE = "native"
     SCRIPT = "script"
-
-
-def verb_args(keys: QueueKeys, max_stalled: int, limit: int) -> list[str]:
-    """The verb's six arguments: three keys, the prefix, the budget, the batch size."""
-    return [keys.active, keys.pending, keys.dead, keys.prefix, str(max_stalled), str(limit)]
 
 
 @dataclass(frozen=True)

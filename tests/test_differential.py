@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sweeperd.constants import LLONG_MAX, LLONG_MIN, VERB
-from sweeperd.executors import script_source
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
+from sweeperd.scripts import STALLED_CHECK
 from tests.helpers import now_ms, run_id
 from tests.keyspace_model import (
     Keyspace,
@@ -315,7 +315,7 @@ class Harness:
 def harness(redis_server: RedisServer, request: pytest.FixtureRequest) -> Iterator[Harness]:
     """The session's module server, the script loaded; prints how many examples ran."""
     with redis_server.client() as r:
-        sha = r.script_load(script_source())
+        sha = r.script_load(STALLED_CHECK.source)
         assert isinstance(sha, str | bytes)
         yield Harness(r, run_id(r), sha if isinstance(sha, str) else sha.decode())
     capture = request.config.pluginmanager.get_plugin("capturemanager")

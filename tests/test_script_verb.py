@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from sweeperd.constants import LLONG_MAX, LLONG_MIN
-from sweeperd.executors import SCRIPT, script_sha, script_source
+from sweeperd.executors import SCRIPT
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import ARITY, NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
 from sweeperd.rounds import Call, SweepReply, sweep_round
@@ -41,7 +41,7 @@ def rs(r_plain: redis.Redis) -> Iterator[redis.Redis]:
 def check(r: redis.Redis, max_stalled: object = 1, limit: object = 100) -> Reply:
     """One call of the script for queue q: its reply, or its error text."""
     args = [Q.active, Q.pending, Q.dead, Q.prefix, max_stalled, limit]
-    return call(r, "EVALSHA", script_sha(), 3, *map(str, args))
+    return call(r, "EVALSHA", STALLED_CHECK.sha, 3, *map(str, args))
 
 
 def refused(r: redis.Redis, *argv: object, numkeys: int = 3) -> str:
@@ -49,7 +49,7 @@ def refused(r: redis.Redis, *argv: object, numkeys: int = 3) -> str:
     if not argv:
         argv = (Q.active, Q.pending, Q.dead, Q.prefix, 1, 100)
     before = dump_all(r)
-    reply = call(r, "EVALSHA", script_sha(), numkeys, *map(str, argv))
+    reply = call(r, "EVALSHA", STALLED_CHECK.sha, numkeys, *map(str, argv))
     assert dump_all(r) == before
     assert isinstance(reply, str), reply
     return reply
@@ -408,7 +408,7 @@ class TestAsAFunctionBody:
 
     def test_wrapped_port_answers_alike(self, rs: redis.Redis) -> None:
         """Wrapped in `local function port(KEYS, ARGV) ... end`, reply and writes are the same."""
-        body = script_source()
+        body = STALLED_CHECK.source
         wrapped = f"local function port(KEYS, ARGV)\n{body}\nend\nreturn port(KEYS, ARGV)"
         args = [Q.active, Q.pending, Q.dead, Q.prefix, "3", "100"]
         lease(rs, Q, b"a", attempts=1, lease_epoch="other")
