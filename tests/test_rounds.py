@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import redis
 
@@ -12,7 +14,6 @@ from sweeperd.rounds import Call, Depths, SweepReply, keeps_draining, sweep_roun
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 
 A, B = QueueKeys("a"), QueueKeys("b")
-BOTH = pytest.mark.parametrize("executor", [NATIVE, SCRIPT], ids=["native", "script"])
 
 
 def commands_called(r: redis.Redis, name: str) -> int:
@@ -26,18 +27,24 @@ def numbers(d: Depths | None) -> tuple[int, int, int, int, int | None]:
     return (d.expired, d.active, d.pending, d.dead, d.failed)
 
 
-def on(r: redis.Redis, r_plain: redis.Redis, executor: Executor) -> redis.Redis:
-    """The module server for the native executor, the plain one for the Lua port."""
-    return r if executor is NATIVE else r_plain
+@dataclass(frozen=True)
+class Target:
+    client: redis.Redis
+    executor: Executor
+
+
+@pytest.fixture(params=["native", "script"])
+def on(request: pytest.FixtureRequest) -> Target:
+    """The module server with the native executor, or the plain one with the Lua port."""
+    if request.param == "native":
+        return Target(request.getfixturevalue("r"), NATIVE)
+    return Target(request.getfixturevalue("r_plain"), SCRIPT)
 
 
 class TestSweepRound:
-    @BOTH
-    def test_each_call_gets_its_reply_and_counts(
-        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
-    ) -> None:
+    def test_each_call_gets_its_reply_and_counts(self, on: Target) -> None:
         """Two queues in one round: each its own reply and the counts after its sweep."""
-        c = on(r, r_plain, executor)
+        c, executor = on.client, on.executor
         lease(c, A, b"a1", attempts="1", stalled="0")
         lease(c, A, b"a2", deadline_ms=now_ms() + FUTURE_OFFSET_MS, attempts="1")
         lease(c, B, b"b1", attempts="1", stalled="4")
@@ -50,12 +57,9 @@ class TestSweepRound:
         assert a.depths is not None and a.depths.run_id == run_id(c)
         assert a.depths.oldest_expired_ms is None
 
-    @BOTH
-    def test_exempt_is_exactly_the_rows_of_another_epoch(
-        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
-    ) -> None:
+    def test_exempt_is_exactly_the_rows_of_another_epoch(self, on: Target) -> None:
         """Recovered rows whose lease_epoch is not the run_id are exempt; the rest are not."""
-        c = on(r, r_plain, executor)
+        c, executor = on.client, on.executor
         lease(c, A, b"old", 1, attempts="1", lease_epoch="an-earlier-run")
         lease(c, A, b"now", 2, attempts="1", lease_epoch=run_id(c))
         lease(c, A, b"none", 3, attempts="1")
@@ -63,12 +67,9 @@ class TestSweepRound:
         [result] = sweep_round(c, executor, [Call(A, 3, 100)])
         assert result.reply == SweepReply((b"old", b"now", b"none"), (b"dies",), (b"old",))
 
-    @BOTH
-    def test_ghosts_are_counted(
-        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
-    ) -> None:
+    def test_ghosts_are_counted(self, on: Target) -> None:
         """Ids in active with no row are removed, listed nowhere, and counted as ghosts."""
-        c = on(r, r_plain, executor)
+        c, executor = on.client, on.executor
         lease(c, A, b"g1")
         lease(c, A, b"g2")
         lease(c, A, b"j", attempts="1")
@@ -77,12 +78,9 @@ class TestSweepRound:
         assert result.reply == SweepReply((b"j",), (), (), ghosts=2)
         assert isinstance(result.reply, SweepReply) and result.reply.taken == 3
 
-    @BOTH
-    def test_the_limit_and_what_is_left(
-        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
-    ) -> None:
+    def test_the_limit_and_what_is_left(self, on: Target) -> None:
         """A call takes `limit` leases; the rest stay counted as expired, the oldest's age given."""
-        c = on(r, r_plain, executor)
+        c, executor = on.client, on.executor
         for n in range(5):
             lease(c, A, f"j{n}".encode(), PAST_MS + n, attempts="1")
         [result] = sweep_round(c, executor, [Call(A, 5, 2)])
@@ -113,12 +111,9 @@ class TestSweepRound:
         assert commands_called(r, "emq.stalled.check") == 1
         assert commands_called(r, "evalsha") == 2
 
-    @BOTH
-    def test_a_refusal_is_that_call_alone(
-        self, r: redis.Redis, r_plain: redis.Redis, executor: Executor
-    ) -> None:
+    def test_a_refusal_is_that_call_alone(self, on: Target) -> None:
         """A lane row refuses queue A's call and writes nothing; queue B's call succeeds."""
-        c = on(r, r_plain, executor)
+        c, executor = on.client, on.executor
         lease(c, A, b"lane", attempts="1", group="g")
         lease(c, B, b"j", attempts="1")
         before = {k: v for k, v in dump_all(c).items() if b"{a}" in k}
