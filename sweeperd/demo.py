@@ -15,6 +15,7 @@ import redis
 import structlog
 
 from sweeperd.connection import connect
+from sweeperd.constants import LEASE_EPOCH
 from sweeperd.daemon import Daemon
 from sweeperd.keyspace import QueueKeys
 from sweeperd.serverinfo import ServerInfo, read_server_info
@@ -212,6 +213,6 @@ def stamp_for_restart(client: redis.Redis, info: ServerInfo) -> None:
         pipe.zadd(keys.active, {job_id: info.time_ms + 500})
         pipe.hset(
             keys.job(job_id),
-            items=["state", "active", "attempts", "1", "lease_epoch", info.run_id.decode()],
+            items=["state", "active", "attempts", "1", LEASE_EPOCH, info.run_id.decode()],
         )
     pipe.execute()

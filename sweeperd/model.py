@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sweeperd.constants import LLONG_MAX, LLONG_MIN, METRICS_FAILED_FIELD
+from sweeperd.constants import LEASE_EPOCH, LLONG_MAX, LLONG_MIN, METRICS_FAILED_FIELD
 from sweeperd.keyspace import QueueKeys
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -168,7 +168,7 @@ def judge_lease(lease: Lease, epoch: bytes, max_stalled: int) -> Judgement | Ref
         return Refusal(reply_safe(b"WRONGTYPE job " + lease.job_id + b" is not a hash"))
     if b"group" in row:
         return Refusal(reply_safe(b"EMQLANE job " + lease.job_id + b" is a lane row"))
-    lease_epoch = row.get(b"lease_epoch")
+    lease_epoch = row.get(LEASE_EPOCH.encode())
     if lease_epoch is not None and lease_epoch != epoch:
         return Judgement(lease.job_id, Verdict.EXEMPT)
     stalled = next_stalled(row.get(b"stalled"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 import redis
 
 from sweeperd import model
-from sweeperd.constants import DEFAULT_CALL_TARGET_MS
+from sweeperd.constants import DEFAULT_CALL_TARGET_MS, METRICS_FAILED_FIELD
 from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import SweepError, reason_of_text
@@ -93,7 +93,7 @@ def read_snapshot(
     pipe = client.pipeline(transaction=False)
     for key in (keys.active, keys.pending, keys.dead, keys.metrics_failed):
         pipe.type(key)
-    pipe.hget(keys.metrics_failed, "count")
+    pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
     *types, count = pipe.execute(raise_on_error=False)
     key_types = dict(zip(("active", "pending", "dead", "metrics"), map(_text, types), strict=True))
     snapshot = model.Snapshot(key_types=key_types, metrics_count=_bytes_or_none(count))
