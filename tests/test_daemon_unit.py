@@ -1,0 +1,141 @@
+"""The daemon in-process, its clock passed in: throttled overruns, reloads, discovery, readiness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from structlog.testing import capture_logs
+
+from sweeperd.daemon import OVERRUN_LOG_S, READY_INTERVALS, Daemon
+from sweeperd.keyspace import QueueKeys
+from sweeperd.metrics import Metrics
+from sweeperd.notify import Notifier
+from sweeperd.settings import ConfigError, Settings, build_settings
+from tests.helpers import lease
+from tests.server import RedisServer
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def settings_for(url: str, **overrides: object) -> Settings:
+    given: dict[str, object] = {"redis_url": url, "queues": ["fixed"], "interval": "5"}
+    return build_settings({**given, **overrides}, None, logs_to_tty=False)
+
+
+def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:
+    def again() -> Settings:
+        if isinstance(reload, Exception):
+            raise reload
+        return settings
+
+    return Daemon(
+        settings,
+        again,
+        notifier=Notifier(None, None),
+        metrics=Metrics(CollectorRegistry(), version="test"),
+        clock=clock,
+    )
+
+
+def value(daemon: Daemon, name: str, **labels: str) -> float | None:
+    return daemon.metrics.registry.get_sample_value(name, labels)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def daemon(r: redis.Redis, redis_server: RedisServer, clock: Clock) -> Iterator[Daemon]:
+    made = make(settings_for(redis_server.url, discover="30"), clock)
+    yield made
+    made.drainer.stop(1.0)
+
+
+class TestOverruns:
+    def test_overruns_are_counted_each_and_logged_once_a_minute(
+        self, daemon: Daemon, clock: Clock
+    ) -> None:
+        """Three overruns in a minute: three counted, one sweep_overrun line; a minute on,
+        the next one is logged again."""
+        with capture_logs() as logs:
+            for _ in range(3):
+                daemon.overrun()
+                clock.now += 1
+            clock.now += OVERRUN_LOG_S
+            daemon.overrun()
+        assert value(daemon, "sweeperd_schedule_overruns_total") == 4
+        assert [e["event"] for e in logs] == ["sweep_overrun", "sweep_overrun"]
+
+
+class TestReload:
+    def test_a_broken_file_on_reload_keeps_the_running_settings(
+        self, redis_server: RedisServer, clock: Clock
+    ) -> None:
+        """A reload whose file is refused logs reload_failed and changes nothing."""
+        settings = settings_for(redis_server.url)
+        daemon = make(settings, clock, reload=ConfigError("interval in f must be positive"))
+        with capture_logs() as logs:
+            daemon.apply_reload()
+        assert daemon.settings is settings
+        assert logs == [
+            {"event": "reload_failed", "log_level": "error",
+             "error": "interval in f must be positive"}
+        ]  # fmt: skip
+
+
+class TestDiscovery:
+    def test_found_queues_are_scheduled_and_logged(self, r: redis.Redis, daemon: Daemon) -> None:
+        """A scan finds the active sets: the new queues get series and the node answered."""
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        with capture_logs() as logs:
+            daemon.discover()
+            daemon.discover()
+        assert [(e["event"], e.get("added")) for e in logs] == [
+            ("redis_up", None),
+            ("queues_discovered", ["found"]),
+        ]
+        assert daemon.swept == {"fixed", "found"}
+        assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
+        assert daemon.node.up is True
+
+    def test_an_unreachable_server_keeps_the_last_list(
+        self, r: redis.Redis, daemon: Daemon
+    ) -> None:
+        """A scan that cannot reach the server marks the node down once and keeps what was
+        found before."""
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        daemon.discover()
+        daemon.node.client = redis.Redis(port=1, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        with capture_logs() as logs:
+            daemon.discover()
+            daemon.discover()
+        assert [e["event"] for e in logs] == ["redis_down"]
+        assert daemon.discovered == {"found"} and daemon.node.up is False
+
+
+class TestReadiness:
+    def test_ready_within_three_intervals_of_an_answer(self, daemon: Daemon, clock: Clock) -> None:
+        """Not ready before any answer; ready for three intervals after one; then not."""
+        daemon.apply_queues()
+        assert not daemon.ready()
+        with daemon.node.lock:
+            daemon.node.answered(clock.now)
+        clock.now += READY_INTERVALS * 5
+        assert daemon.ready()
+        assert value(daemon, "sweeperd_ready") == 1
+        clock.now += 0.1
+        assert not daemon.ready()
+        assert value(daemon, "sweeperd_ready") == 0
