@@ -212,6 +212,22 @@ class Metrics:
             "1 when every node answered within the readiness window, else 0.",
             registry=r,
         )
+        self.members_seen = Gauge(
+            "sweeperd_members",
+            "Live members (replicas sharing the queues) this replica sees, itself included; "
+            "0 when it is not one (sharing off or refused, or its heartbeat expired).",
+            registry=r,
+        )
+        self.owned_queues = Gauge(
+            "sweeperd_owned_queues",
+            "Queues this replica sweeps: its share, or every queue when sharing is off.",
+            registry=r,
+        )
+        self.ownership_changes = Counter(
+            "sweeperd_ownership_changes",
+            "Times the set of queues this replica owns changed with the members it sees.",
+            registry=r,
+        )
         self.build.labels(version, platform.python_version()).set(1)
 
     def record_call(self, queue: str, reply: SweepReply) -> None:

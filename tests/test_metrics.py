@@ -164,6 +164,14 @@ class TestRecord:
         assert value(m, "sweeperd_ready") == 0
 
 
+class TestSharingSeries:
+    def test_members_owned_queues_and_changes_start_at_zero(self, m: Metrics) -> None:
+        """The three series of sharing exist from the start, unlabelled, at 0."""
+        assert value(m, "sweeperd_members") == 0
+        assert value(m, "sweeperd_owned_queues") == 0
+        assert value(m, "sweeperd_ownership_changes_total") == 0
+
+
 class TestQueueLifecycle:
     def test_add_queue_precreates(self, m: Metrics) -> None:
         """add_queue makes every per-queue series exist at 0 before anything happens."""
@@ -236,5 +244,5 @@ class TestExposition:
             for metric in m.registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 19
+        assert len(helps) == 22
         assert all(len(text) > 20 for text in helps.values())
