@@ -133,6 +133,8 @@ class Daemon:
     def share(self) -> None:
         """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
         if not self.sharing.refresh(self.clock()):
+            with self.queues_lock:
+                self.metrics.keep_queues(self.swept)
             return
         had = bool(self.swept)
         gained, lost = self.apply_queues()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 
 from prometheus_client import (
@@ -310,3 +310,10 @@ class Metrics:
         """Remove every series of a queue that is no longer swept."""
         with self.queues.lock:
             self.queues.queues.pop(queue, None)
+
+    def keep_queues(self, queues: Collection[str]) -> None:
+        """Remove the series of every other queue: a call in flight when its queue was given
+        away records after forget_queue, and would leave a series that never updates."""
+        with self.queues.lock:
+            for queue in self.queues.queues.keys() - set(queues):
+                del self.queues.queues[queue]

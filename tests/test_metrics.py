@@ -209,6 +209,17 @@ class TestQueueLifecycle:
         assert 'queue="kept"' in text
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
 
+    def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
+        """keep_queues removes the series of queues not named, as a late call left them."""
+        for queue in ("kept", "given-away"):
+            m.add_queue(queue)
+            m.record_success(queue, 5.0)
+        m.keep_queues({"kept", "never-seen"})
+        text = generate_latest(m.registry).decode()
+        assert 'queue="given-away"' not in text
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
+        assert 'queue="never-seen"' not in text
+
     def test_forget_unknown_queue(self, m: Metrics) -> None:
         """Forgetting a queue that has no series is harmless."""
         m.forget_queue("never")
