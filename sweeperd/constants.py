@@ -29,6 +29,13 @@ MAX_INTERVAL_S = 86400.0  # a day: the longest interval (and discovery period) t
 DEFAULT_METRICS_ADDR = "0.0.0.0:9787"
 DEFAULT_JITTER_FRACTION = 0.1  # of the interval
 
+# Several replicas (SPEC §7): sweeperd's own keys live under "<root>:sweeperd:", never a queue's.
+# One sorted set, member id -> heartbeat deadline (ms, server clock); its hash tag is fixed, so
+# in a cluster it lives on the slot of "members", whatever the queues are called.
+MEMBERS_KEY = "sweeperd:{members}"  # under "<root>:"
+DEFAULT_HEARTBEAT_S = 5.0  # a member's time to live: it heartbeats three times within it
+MIN_HEARTBEAT_S = 0.5  # below this a round trip could outlive the heartbeat
+
 LLONG_MAX = 2**63 - 1
 LLONG_MIN = -(2**63)
 

@@ -25,8 +25,9 @@ from sweeperd.logs import configure_logging
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.notify import Notifier
-from sweeperd.schedule import Batch, Schedule
+from sweeperd.schedule import Batch, Schedule, plan_batches
 from sweeperd.settings import ConfigError, QueueSettings, Settings
+from sweeperd.sharing import Sharing
 from sweeperd.sizing import CallSizer
 from sweeperd.tick import Tick
 
@@ -38,6 +39,8 @@ READY_INTERVALS = 3  # ready while every node answered within this many interval
 STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
+RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
+                    "instance_id")  # fmt: skip
 
 
 @dataclass
@@ -67,8 +70,9 @@ class Daemon:
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
-            executors={"default": ThreadPoolExecutor(WORKERS), "beat": ThreadPoolExecutor(1)},
-        )
+            executors={"default": ThreadPoolExecutor(WORKERS), "beat": ThreadPoolExecutor(1),
+                       "members": ThreadPoolExecutor(1)},
+        )  # fmt: skip
         self.schedule = Schedule(
             self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag,
             on_overrun=self.overrun,
@@ -78,6 +82,8 @@ class Daemon:
         self.heartbeat = self.clock()
         self.discovered: set[str] = set()
         self.swept: set[str] = set()  # the queues that have series
+        self.sharing = Sharing.of(s, self.node, self.metrics)
+        self.queues_lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
@@ -104,20 +110,40 @@ class Daemon:
     def queues(self) -> list[QueueSettings]:
         named = {q.name for q in self.settings.queues}
         found = [self.settings.for_queue(n) for n in sorted(self.discovered - named)]
-        return [*self.settings.queues, *found]
+        return self.sharing.owned([*self.settings.queues, *found])
 
-    def apply_queues(self) -> None:
-        """Schedule the queues wanted now; a queue no longer wanted loses its series."""
-        wanted = self.queues()
-        names = {q.name for q in wanted}
-        for name in names - self.swept:
-            self.metrics.add_queue(name)
-        for name in self.swept - names:
-            self.metrics.forget_queue(name)
-            self.drainer.forget(name)
-            self.ledger.forget(name)
-        self.swept = names
-        self.schedule.sync(wanted)
+    def apply_queues(self) -> tuple[set[str], set[str]]:
+        """Schedule the queues wanted now; a queue no longer wanted (dropped, or owned by
+        another replica now) loses its series. Returns the names gained and lost."""
+        with self.queues_lock:
+            wanted = self.queues()
+            names = {q.name for q in wanted}
+            gained, lost = names - self.swept, self.swept - names
+            for name in gained:
+                self.metrics.add_queue(name)
+            for name in lost:
+                self.metrics.forget_queue(name)
+                self.drainer.forget(name)
+                self.ledger.forget(name)
+            self.swept = names
+            self.metrics.owned_queues.set(len(names))
+            self.schedule.sync(wanted)
+        return gained, lost
+
+    def share(self) -> None:
+        """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
+        if not self.sharing.refresh(self.clock()):
+            with self.queues_lock:
+                self.metrics.keep_queues(self.swept)
+            return
+        had = bool(self.swept)
+        gained, lost = self.apply_queues()
+        self.sharing.moved(len(gained), len(lost), len(self.swept))
+        if had and (gained or lost):
+            # Sync keeps batch timers but not batch contents: a queue may have landed on a later
+            # timer. One sweep of every owned queue now bounds each one's wait by its interval.
+            for batch in plan_batches(self.queues()).values():
+                self.scheduler.add_job(self.sweep, args=[batch], name="takeover")
 
     def discover(self) -> None:
         try:
@@ -167,11 +193,16 @@ class Daemon:
         return ready
 
     def add_jobs(self) -> None:
-        """The heartbeat, the discovery scan and one job per batch of queues."""
+        """The heartbeat, the membership, the discovery scan and one job per batch of queues."""
         self.scheduler.add_job(
             self.beat, "interval", seconds=HEARTBEAT_S, id="heartbeat", coalesce=True,
             executor="beat",
         )  # fmt: skip
+        if self.sharing.store is not None:
+            self.scheduler.add_job(
+                self.share, "interval", seconds=self.sharing.period_s, id="members",
+                coalesce=True, executor="members", next_run_time=datetime.now(UTC),
+            )  # fmt: skip
         if self.settings.discover:
             self.scheduler.add_job(
                 self.discover,
@@ -191,7 +222,7 @@ class Daemon:
             self.metrics.registry,
             healthy=self.healthy,
             ready=self.ready,
-            landing=lambda: self.status_text(self.ready()),
+            landing=lambda: f"{self.status_text(self.ready())}\n{self.sharing.describe()}",
         )
         self.add_jobs()
         self.drainer.start()
@@ -215,7 +246,7 @@ class Daemon:
             return
         needs_restart = [
             name
-            for name in ("connection", "executor", "metrics_host", "metrics_port")
+            for name in RESTART_SETTINGS
             if getattr(fresh, name) != getattr(self.settings, name)
         ]
         if needs_restart:
@@ -260,6 +291,7 @@ class Daemon:
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
         self.notifier.stopping()
+        self.sharing.leave()  # first: the others take its queues while its last calls finish
         self.drainer.stop(STOP_TIMEOUT_S / 2)
         done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
         done.start()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field, replace
 
 from prometheus_client import (
@@ -212,6 +212,22 @@ class Metrics:
             "1 when every node answered within the readiness window, else 0.",
             registry=r,
         )
+        self.members_seen = Gauge(
+            "sweeperd_members",
+            "Live members (replicas sharing the queues) this replica sees, itself included; "
+            "0 when it is not one (sharing off or refused, or its heartbeat expired).",
+            registry=r,
+        )
+        self.owned_queues = Gauge(
+            "sweeperd_owned_queues",
+            "Queues this replica sweeps: its share, or every queue when sharing is off.",
+            registry=r,
+        )
+        self.ownership_changes = Counter(
+            "sweeperd_ownership_changes",
+            "Times the set of queues this replica owns changed with the members it sees.",
+            registry=r,
+        )
         self.build.labels(version, platform.python_version()).set(1)
 
     def record_call(self, queue: str, reply: SweepReply) -> None:
@@ -294,3 +310,10 @@ class Metrics:
         """Remove every series of a queue that is no longer swept."""
         with self.queues.lock:
             self.queues.queues.pop(queue, None)
+
+    def keep_queues(self, queues: Collection[str]) -> None:
+        """Remove the series of every other queue: a call in flight when its queue was given
+        away records after forget_queue, and would leave a series that never updates."""
+        with self.queues.lock:
+            for queue in self.queues.queues.keys() - set(queues):
+                del self.queues.queues[queue]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sweeperd.constants import (
     DEFAULT_CALL_TARGET_MS,
     DEFAULT_DRAIN_SHARE,
+    DEFAULT_HEARTBEAT_S,
     DEFAULT_INTERVAL_S,
     DEFAULT_JITTER_FRACTION,
     DEFAULT_LIMIT,
@@ -176,6 +177,31 @@ OPTIONS: dict[str, Option] = {
             "ones dropped); 0: off.",
             0.0,
             shown_default="0 (off)",
+        ),
+        Option(
+            "shard",
+            "on|off",
+            (RUN,),
+            "on: replicas under one key root share the queues, each sweeping its share; "
+            "off: this one sweeps every queue and joins no membership.",
+            "on",
+        ),
+        Option(
+            "heartbeat",
+            "SECONDS",
+            (RUN,),
+            "A member's time to live, renewed three times within it: a replica silent this "
+            "long loses its queues to the others; at least 0.5.",
+            DEFAULT_HEARTBEAT_S,
+        ),
+        Option(
+            "instance_id",
+            "ID",
+            (RUN,),
+            "This replica's member id, unique among replicas (a pod name); never read from "
+            "the config file, which replicas share.",
+            shown_default="hostname:pid",
+            toml=False,
         ),
         Option(
             "metrics_addr",

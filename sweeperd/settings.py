@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
+import os
+import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -19,7 +21,7 @@ from sweeperd.connection import (
     credential_path,
     read_password,
 )
-from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S
+from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S, MIN_HEARTBEAT_S
 from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
@@ -29,8 +31,15 @@ QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queues.<name>] tabl
 # The settings of the file and of overrides, with their defaults; "queues" has none.
 DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
 KNOWN_KEYS = (*DEFAULTS, "queues")
+FILE_KEYS = tuple(k for k in KNOWN_KEYS if OPTIONS[k].toml)  # instance_id is per replica
+MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
 
 E = TypeVar("E", bound=StrEnum)
+
+
+class Shard(StrEnum):
+    ON = "on"  # replicas share the queues by rendezvous hashing over the live members
+    OFF = "off"  # this replica sweeps every queue and joins no membership
 
 
 class ConfigError(Exception):
@@ -66,6 +75,9 @@ class Settings:
     discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queues: tuple[QueueSettings, ...]
     config_path: Path | None
+    shard: Shard  # on: replicas share the queues; off: this one sweeps them all
+    heartbeat: float  # seconds: a member's time to live, renewed three times within it
+    instance_id: str  # this replica's member id among the replicas sharing the queues
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
@@ -147,6 +159,24 @@ def _drain_share(given: _Given) -> float:
 
 def _milliseconds(given: _Given) -> float:
     return _bounded(given, "a positive number of milliseconds", 0, math.inf, low_ok=False)
+
+
+def _heartbeat(given: _Given) -> float:
+    what = f"a number of seconds from {MIN_HEARTBEAT_S:g} to {MAX_INTERVAL_S:g}"
+    return _bounded(given, what, MIN_HEARTBEAT_S, MAX_INTERVAL_S, low_ok=True)
+
+
+def _instance_id(given: _Given) -> str:
+    """The member id: given, or hostname:pid, which is unique among a host's processes."""
+    if given.value is None:
+        return f"{socket.gethostname()}:{os.getpid()}"
+    text = _text(given)
+    if not text or len(text) > MAX_INSTANCE_ID or not text.isprintable() or " " in text:
+        raise ConfigError(
+            f"{given.where} must be 1 to {MAX_INSTANCE_ID} printable characters without spaces "
+            f"(e.g. the pod name), not {_shown(given.value)}"
+        )
+    return text
 
 
 def _positive_int(given: _Given) -> int:
@@ -240,7 +270,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    _refuse_unknown(data, KNOWN_KEYS, f"config file {path}")
+    _refuse_unknown(data, FILE_KEYS, f"config file {path}")
     return data
 
 
@@ -421,4 +451,7 @@ def build_settings(
         queues=queues,
         config_path=config_path,
         connection=_connection(given, config_path),
+        shard=_choice(given["shard"], Shard),
+        heartbeat=_heartbeat(given["heartbeat"]),
+        instance_id=_instance_id(given["instance_id"]),
     )

@@ -219,24 +219,22 @@ class TestRestart:
 
 class TestLifecycle:
     def test_server_down_at_start_then_up(self, workdir: Path) -> None:
-        """Started before its server, the daemon is not ready, then ready and sweeping."""
+        """Started before its server, the daemon is not ready and owns no queue (no heartbeat
+        answered), then ready and sweeping."""
         port = free_port()
         keys = QueueKeys("late")
         url = f"redis://127.0.0.1:{port}/0"
+        node = f"127.0.0.1:{port}"
         with DaemonProcess(workdir, "--redis-url", url, "--queue", "late", *FAST) as daemon:
             assert daemon.get("/readyz")[0] == 503
-            wait_until(
-                lambda: daemon.value(
-                    "sweeperd_sweep_failures_total", queue="late", reason="connection"
-                ),
-                what="connection failures",
-            )
+            daemon.wait_value("sweeperd_redis_up", 0, node=node)
+            assert daemon.value("sweeperd_owned_queues") == 0
             with RedisServer(workdir / "late", port=port) as server:
                 client = server.client()
                 lease(client, keys, b"j", attempts="1")
                 wait_until(lambda: daemon.get("/readyz")[0] == 200, what="/readyz 200")
                 daemon.wait_value("sweeperd_dead_total", 1, queue="late")
-                assert daemon.value("sweeperd_redis_up", node=f"127.0.0.1:{port}") == 1
+                assert daemon.value("sweeperd_redis_up", node=node) == 1
                 assert daemon.stop() == 0
                 client.close()
         assert len(daemon.events("redis_down")) == 1  # once per change of state, not per try

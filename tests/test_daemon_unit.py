@@ -29,7 +29,13 @@ class Clock:
 
 
 def settings_for(url: str, **overrides: object) -> Settings:
-    given: dict[str, object] = {"redis_url": url, "queues": ["fixed"], "interval": "5"}
+    """One replica on its own (sharing off: it owns every queue without a heartbeat)."""
+    given: dict[str, object] = {
+        "redis_url": url,
+        "queues": ["fixed"],
+        "interval": "5",
+        "shard": "off",
+    }
     return build_settings({**given, **overrides}, None, logs_to_tty=False)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import redis
 
 from sweeperd.discovery import discover_queues
-from sweeperd.keyspace import QueueKeys
+from sweeperd.keyspace import QueueKeys, queue_of_active_key
+from sweeperd.membership import MembershipStore, members_key
 
 
 class TestDiscoverQueues:
@@ -23,3 +24,19 @@ class TestDiscoverQueues:
         r.zadd(QueueKeys("mine", "e*q").active, {"j": 1})
         r.zadd(QueueKeys("theirs", "exq").active, {"j": 1})
         assert discover_queues(r, "e*q") == {"mine"}
+
+    def test_sweeperds_own_keys_are_never_queues(self, r: redis.Redis) -> None:
+        """The members key under <root>:sweeperd: is not a queue; a queue named sweeperd is."""
+        MembershipStore(r, "emq", "r1", 5.0).beat()
+        r.zadd(QueueKeys("sweeperd").active, {"j": 1})
+        r.zadd(QueueKeys("members").active, {"j": 1})
+        assert r.exists(members_key("emq")) == 1
+        assert discover_queues(r, "emq") == {"sweeperd", "members"}
+
+
+class TestQueueOfActiveKey:
+    def test_the_members_key_is_not_an_active_key(self) -> None:
+        """The parser refuses the members key, under any root, and takes a real active key."""
+        for root in ("emq", "jobs", "e*q"):
+            assert queue_of_active_key(members_key(root).encode(), root) is None
+        assert queue_of_active_key(QueueKeys("members").active.encode(), "emq") == "members"

@@ -164,6 +164,14 @@ class TestRecord:
         assert value(m, "sweeperd_ready") == 0
 
 
+class TestSharingSeries:
+    def test_members_owned_queues_and_changes_start_at_zero(self, m: Metrics) -> None:
+        """The three series of sharing exist from the start, unlabelled, at 0."""
+        assert value(m, "sweeperd_members") == 0
+        assert value(m, "sweeperd_owned_queues") == 0
+        assert value(m, "sweeperd_ownership_changes_total") == 0
+
+
 class TestQueueLifecycle:
     def test_add_queue_precreates(self, m: Metrics) -> None:
         """add_queue makes every per-queue series exist at 0 before anything happens."""
@@ -201,6 +209,17 @@ class TestQueueLifecycle:
         assert 'queue="kept"' in text
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
 
+    def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
+        """keep_queues removes the series of queues not named, as a late call left them."""
+        for queue in ("kept", "given-away"):
+            m.add_queue(queue)
+            m.record_success(queue, 5.0)
+        m.keep_queues({"kept", "never-seen"})
+        text = generate_latest(m.registry).decode()
+        assert 'queue="given-away"' not in text
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
+        assert 'queue="never-seen"' not in text
+
     def test_forget_unknown_queue(self, m: Metrics) -> None:
         """Forgetting a queue that has no series is harmless."""
         m.forget_queue("never")
@@ -236,5 +255,5 @@ class TestExposition:
             for metric in m.registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 19
+        assert len(helps) == 22
         assert all(len(text) > 20 for text in helps.values())

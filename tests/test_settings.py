@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ from sweeperd.constants import DEFAULT_LIMIT
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
 from sweeperd.options import OPTIONS
-from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings
+from sweeperd.settings import ConfigError, QueueSettings, Settings, Shard, build_settings
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +106,13 @@ class TestDefaultsTable:
                 assert getattr(s.connection, key.removeprefix("redis_")) == option.default
             elif key in ("executor", "log_format", "log_level") or option.is_flag:
                 continue
-            elif key not in ("config", "queues", "redis_password_file", "metrics_addr"):
+            elif key not in (
+                "config",
+                "queues",
+                "redis_password_file",
+                "metrics_addr",
+                "instance_id",
+            ):
                 assert getattr(s, key) == option.default, key
 
     def test_removed_drain_budget(self, tmp_path: Path) -> None:
@@ -113,6 +121,44 @@ class TestDefaultsTable:
             "drain_budget was removed: a backlog is drained automatically (see call_target_ms "
             f"and drain_share); remove it from config file {tmp_path / 'sweeperd.toml'}"
         )
+
+
+class TestSharingSettings:
+    def test_defaults(self, tmp_path: Path) -> None:
+        """Sharing is on, the heartbeat lives 5 s, the member id is hostname:pid."""
+        s = build(tmp_path, queues=["q"])
+        assert (s.shard, s.heartbeat) == (Shard.ON, 5.0)
+        assert s.instance_id == f"{socket.gethostname()}:{os.getpid()}"
+
+    def test_given(self, tmp_path: Path) -> None:
+        """Flags and env vars set all three; the file may set shard and heartbeat."""
+        s = build(tmp_path, 'shard = "off"\nheartbeat = 2.5\n', queues="q", instance_id="pod-7")
+        assert (s.shard, s.heartbeat, s.instance_id) == (Shard.OFF, 2.5, "pod-7")
+        assert build(tmp_path, queues="q", shard="ON", heartbeat="0.5").heartbeat == 0.5
+
+    def test_the_instance_id_is_not_read_from_the_shared_file(self, tmp_path: Path) -> None:
+        """Replicas share the config file: an instance_id in it is refused as unknown."""
+        message = refusal(tmp_path, 'queues = ["q"]\ninstance_id = "r1"\n')
+        assert message.startswith("unknown key 'instance_id' in config file ")
+
+    @pytest.mark.parametrize(
+        ("key", "value", "expected"),
+        [
+            ("heartbeat", 0.1, "a number of seconds from 0.5 to 86400, not 0.1"),
+            ("heartbeat", "x", "a number of seconds from 0.5 to 86400, not 'x'"),
+            ("shard", "maybe", "one of on, off, not 'maybe'"),
+            ("instance_id", "", "1 to 200 printable characters without spaces (e.g. the pod "
+             "name), not ''"),
+            ("instance_id", "a b", "1 to 200 printable characters without spaces (e.g. the pod "
+             "name), not 'a b'"),
+        ],
+    )  # fmt: skip
+    def test_refused(self, tmp_path: Path, key: str, value: object, expected: str) -> None:
+        """A bad value is refused with one line naming the flag and its env var."""
+        where = f"--{key.replace('_', '-')} (SWEEPERD_{key.upper()})"
+        with pytest.raises(ConfigError) as caught:
+            build_settings({"queues": "q", key: value}, None, logs_to_tty=False)
+        assert str(caught.value) == f"{where} must be {expected}"
 
 
 class TestLogFormat:

@@ -53,6 +53,9 @@ COUNTERS_AND_GAUGES = frozenset(
         "sweeperd_server_info",
         "sweeperd_build_info",
         "sweeperd_ready",
+        "sweeperd_members",
+        "sweeperd_owned_queues",
+        "sweeperd_ownership_changes_total",
     }
 )
 HISTOGRAMS = frozenset({"sweeperd_sweep_duration_seconds", "sweeperd_schedule_lag_seconds"})
@@ -510,10 +513,31 @@ class TestKubernetesManifests:
         present = {path.name for path in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
         assert listed == present
 
-    def test_deployment_is_a_locked_down_singleton(self) -> None:
-        """One replica, Recreate, probes on the metrics port and a restricted security context."""
+    def test_deployment_runs_two_sharing_replicas(self) -> None:
+        """Two replicas never fewer in a rollout, spread over nodes, each named by its pod."""
         deployment = manifests()["Deployment"]["spec"]
-        assert deployment["replicas"] == 1 and deployment["strategy"]["type"] == "Recreate"
+        assert deployment["replicas"] == 2
+        assert deployment["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+        }
+        pod = deployment["template"]["spec"]
+        (term,) = pod["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        labels = deployment["template"]["metadata"]["labels"]
+        assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+        (container,) = pod["containers"]
+        (instance,) = [e for e in container["env"] if e["name"] == "SWEEPERD_INSTANCE_ID"]
+        assert instance["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        budget = manifests()["PodDisruptionBudget"]["spec"]
+        assert budget["maxUnavailable"] == 1 < deployment["replicas"]
+        assert budget["selector"]["matchLabels"].items() <= labels.items()
+
+    def test_deployment_is_locked_down(self) -> None:
+        """Probes on the metrics port and a restricted security context."""
+        deployment = manifests()["Deployment"]["spec"]
         pod = deployment["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == 65532
@@ -528,7 +552,7 @@ class TestKubernetesManifests:
         assert security["allowPrivilegeEscalation"] is False
         assert security["capabilities"]["drop"] == ["ALL"]
         assert set(container["resources"]) == {"requests", "limits"}
-        env = {item["name"]: item["value"] for item in container["env"]}
+        env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
         password_file = env["SWEEPERD_REDIS_PASSWORD_FILE"]
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         secret_mount = mounts[str(Path(password_file).parent)]

@@ -1,0 +1,147 @@
+"""A replica's share of the queues: its heartbeat, the members it sees, the queues it owns."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+
+from sweeperd.connection import UNREACHABLE
+from sweeperd.membership import MembershipStore, View
+from sweeperd.metrics import Metrics
+from sweeperd.node import Node
+from sweeperd.ownership import owner
+from sweeperd.settings import QueueSettings, Settings, Shard
+
+log = structlog.get_logger("sweeperd.sharing")
+
+BEATS_PER_TTL = 3  # a member heartbeats this often within its time to live
+EVERY_QUEUE = None  # `members` when sharing is off or refused: every queue is this replica's
+
+
+@dataclass
+class Sharing:
+    """What this replica owns follows from `members`: None = every queue (sharing off, or
+    refused by the server), an empty set = none (not a member: no heartbeat answered, or its
+    entry expired unrenewed), else the queues rendezvous hashing gives it among the members."""
+
+    node: Node  # the server holding the members key (in a cluster: the primary of its slot)
+    metrics: Metrics
+    member_id: str
+    ttl_s: float
+    store: MembershipStore | None  # None: sharing off
+    members: frozenset[str] | None = frozenset()
+    view: View | None = None  # the last heartbeat's answer
+    alive_until: float | None = None  # monotonic: this member's entry outlives no answer past it
+    refused: str | None = None  # the server's refusal of the heartbeat, while it lasts
+    left: bool = False  # it left (SIGTERM): no heartbeat may bring it back
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def of(cls, settings: Settings, node: Node, metrics: Metrics) -> Sharing:
+        on = settings.shard is Shard.ON
+        store = (
+            MembershipStore(node.client, settings.prefix_root, settings.instance_id,
+                            settings.heartbeat)
+            if on else None
+        )  # fmt: skip
+        return cls(node, metrics, settings.instance_id, settings.heartbeat, store,
+                   members=frozenset() if on else EVERY_QUEUE)  # fmt: skip
+
+    @property
+    def period_s(self) -> float:
+        return self.ttl_s / BEATS_PER_TTL
+
+    def refresh(self, now: float) -> bool:
+        """One heartbeat at monotonic `now`; True when what this replica owns may change."""
+        with self.lock:  # a heartbeat in flight never lands after the leave
+            if self.store is None or self.left:
+                return False
+            before = self.members
+            try:
+                view = self.store.beat()
+            except UNREACHABLE as exc:
+                self.node.failed(now, exc)
+                self.lapse(now)
+            except redis.RedisError as exc:  # an ACL without the key, a read-only replica
+                self.refuse(str(exc))
+            else:
+                with self.node.lock:
+                    self.node.answered(now)
+                self.joined(view, now)
+            self.metrics.members_seen.set(len(self.members or ()))
+            return self.members != before
+
+    def joined(self, view: View, now: float) -> None:
+        if self.refused is not None:
+            log.info("membership_restored", member=self.member_id)
+            self.refused = None
+        self.view, self.alive_until = view, now + self.ttl_s
+        old = self.members or frozenset()
+        if view.members != old:
+            log.info("members_changed", members=len(view.members),
+                     joined=len(view.members - old), left=len(old - view.members))  # fmt: skip
+        self.members = view.members
+
+    def lapse(self, now: float) -> None:
+        """No answer: once this member's own deadline passed, the others own its queues."""
+        if self.members and self.alive_until is not None and now >= self.alive_until:
+            log.warning(
+                "membership_lost",
+                member=self.member_id,
+                hint="its heartbeat expired unrenewed: the others sweep its queues till it answers",
+            )
+            self.members, self.view = frozenset(), None
+
+    def refuse(self, error: str) -> None:
+        """A heartbeat refused: sweep every queue rather than leave any unswept."""
+        if self.refused != error:
+            log.warning("membership_refused", member=self.member_id, error=error,
+                        hint="grant the sweeperd user the <root>:sweeperd:* keys and EVALSHA, "
+                        "or run with --shard off; meanwhile every queue is swept")  # fmt: skip
+        self.refused, self.members, self.view = error, EVERY_QUEUE, None
+
+    def owns(self, queue: str) -> bool:
+        members = self.members
+        return members is EVERY_QUEUE or owner(queue, members) == self.member_id
+
+    def owned(self, queues: Sequence[QueueSettings]) -> list[QueueSettings]:
+        """The queues this replica sweeps now, in their order."""
+        return [q for q in queues if self.owns(q.name)]
+
+    def moved(self, gained: int, lost: int, owned: int) -> None:
+        """Queues that changed hands at this replica: counted and logged (counts, not names)."""
+        self.metrics.owned_queues.set(owned)
+        if gained or lost:
+            self.metrics.ownership_changes.inc()
+            log.info("queues_moved", gained=gained, lost=lost, owned=owned)
+
+    def leave(self) -> None:
+        """SIGTERM: the entry removed now, so the others take the queues without waiting."""
+        with self.lock:
+            if self.store is None or self.left:
+                return
+            self.left = True
+            try:
+                self.store.leave()
+            except redis.RedisError as exc:
+                log.warning("leave_failed", member=self.member_id, error=str(exc))
+                return
+            log.info("left", member=self.member_id)
+
+    def describe(self) -> str:
+        """The member list, for the landing page."""
+        if self.store is None:
+            return "sharing off: this replica sweeps every queue"
+        if self.refused is not None:
+            return f"sharing refused ({self.refused}): this replica sweeps every queue"
+        view = self.view
+        if view is None or not self.members:
+            return f"{self.member_id} is not a member now: it sweeps no queue"
+        lines = [f"members ({len(view.members)}), this replica is {self.member_id}:"]
+        for member, deadline in sorted(view.deadlines_ms.items()):
+            lines.append(f"  {member}  expires in {(deadline - view.now_ms) / 1000:.1f} s")
+        return "\n".join(lines)
