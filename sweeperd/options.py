@@ -103,6 +103,25 @@ OPTIONS: dict[str, Option] = {
             shown_default="$CREDENTIALS_DIRECTORY/redis-password if present",
         ),
         Option(
+            "redis_ca_file",
+            "PATH",
+            ALL,
+            "rediss://: the CA bundle (PEM) that signed the server's certificate; the system's "
+            "when unset. The host name is checked unless the URL has ssl_check_hostname=false.",
+        ),
+        Option(
+            "redis_cert_file",
+            "PATH",
+            ALL,
+            "rediss://: the client certificate (PEM) for a server with tls-auth-clients.",
+        ),
+        Option(
+            "redis_key_file",
+            "PATH",
+            ALL,
+            "rediss://: the client certificate's private key (PEM), unless the cert file has it.",
+        ),
+        Option(
             "socket_timeout",
             "SECONDS",
             ALL,

@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 
 from sweeperd.connection import (
     BadConnection,
+    BadTlsFile,
     Connection,
+    TlsFiles,
     check_timeout,
     credential_path,
     read_password,
@@ -335,6 +337,24 @@ def _password(given: _Given, config_path: Path | None) -> str | None:
         raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
 
 
+TLS_FIX = "see README.md, Security"
+
+
+def _tls_files(given: Mapping[str, _Given], config_path: Path | None) -> TlsFiles:
+    """The TLS files given; a relative path in the config file is the file's neighbour."""
+    paths: dict[str, str | None] = {}
+    for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
+        value = given[key].value
+        if value is None:
+            paths[key] = None
+            continue
+        path = Path(_text(given[key]))
+        if config_path is not None and not given[key].text_ok and not path.is_absolute():
+            path = config_path.parent / path
+        paths[key] = str(path)
+    return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
+
+
 def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
     """The connection settings, checked together before anything is sent."""
     url_given, timeout_given = given["redis_url"], given["socket_timeout"]
@@ -345,8 +365,12 @@ def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connec
     except BadConnection as exc:
         raise ConfigError(f"{timeout_given.where} {exc}") from None
     password = _password(given["redis_password_file"], config_path)
+    tls = _tls_files(given, config_path)
     try:
-        return Connection.checked(url, password, timeout)
+        return Connection.checked(url, password, timeout, tls)
+    except BadTlsFile as exc:
+        where = given[exc.key].where
+        raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None
     except BadConnection as exc:
         problem = redact_text(str(exc))
         raise ConfigError(f"{url_given.where}: {problem}, in {_shown(url)}") from None

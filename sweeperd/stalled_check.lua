@@ -167,7 +167,12 @@ for i = 1, #ids do
   local id = ids[i]
   local row = job .. id
   local got = redis.pcall('HMGET', row, 'group', 'lease_epoch', 'stalled')
-  if got['err'] then return redis.error_reply('WRONGTYPE job ' .. id .. ' is not a hash') end
+  if got['err'] then
+    if string.sub(got['err'], 1, 9) ~= 'WRONGTYPE' then -- refused otherwise: the ACL's line
+      redis.call('HMGET', row, 'group', 'lease_epoch', 'stalled')
+    end
+    return redis.error_reply('WRONGTYPE job ' .. id .. ' is not a hash')
+  end
   local group, lease_epoch, stalled = got[1], got[2], got[3]
   local verdict, value = 'exempt', nil
   if not (group or lease_epoch or stalled) and redis.call('EXISTS', row) == 0 then

@@ -18,8 +18,17 @@
 --            microseconds this script ran
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
 
-local function count(command, key, ...)
+-- a read of a key that may have the wrong type: false then; any other refusal (an ACL user
+-- without the command) fails the script, naming the command
+local function read(command, key, ...)
   local n = redis.pcall(command, key, ...)
+  if type(n) ~= 'table' or not n['err'] then return n end
+  if string.sub(n['err'], 1, 9) == 'WRONGTYPE' then return false end
+  error({err = n['err'] .. ' (' .. command .. ')'})
+end
+
+local function count(command, key, ...)
+  local n = read(command, key, ...)
   if type(n) == 'table' then return false end
   return n
 end
@@ -49,8 +58,8 @@ end
 
 local bound = ARGV[4] == '0' and now or ARGV[4]
 local oldest = false
-local first = redis.pcall('ZRANGE', active, 0, 0, 'WITHSCORES')
-if first[1] and tonumber(first[2]) <= now then oldest = first[2] end
+local first = read('ZRANGE', active, 0, 0, 'WITHSCORES')
+if first and first[1] and tonumber(first[2]) <= now then oldest = first[2] end
 return {verdict, {
   run_id,
   now,
