@@ -192,6 +192,7 @@ class Daemon:
             healthy=self.healthy,
             ready=self.ready,
             landing=lambda: self.status_text(self.ready()),
+            web=s.web_config,
         )
         self.add_jobs()
         self.drainer.start()
@@ -215,7 +216,7 @@ class Daemon:
             return
         needs_restart = [
             name
-            for name in ("connection", "executor", "metrics_host", "metrics_port")
+            for name in ("connection", "executor", "metrics_host", "metrics_port", "web_config")
             if getattr(fresh, name) != getattr(self.settings, name)
         ]
         if needs_restart:

@@ -204,6 +204,13 @@ OPTIONS: dict[str, Option] = {
             DEFAULT_METRICS_ADDR,
         ),
         Option(
+            "web_config_file",
+            "PATH",
+            (RUN,),
+            "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
+            "client_ca_file) and basic_auth_users (bcrypt hashes); see README.md, Security.",
+        ),
+        Option(
             "log_format",
             "json|console|auto",
             (RUN,),

@@ -26,6 +26,7 @@ from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
 QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queues.<name>] table may set
 # The settings of the file and of overrides, with their defaults; "queues" has none.
@@ -68,6 +69,7 @@ class Settings:
     discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queues: tuple[QueueSettings, ...]
     config_path: Path | None
+    web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
@@ -86,6 +88,7 @@ class Settings:
         shown["socket_timeout"] = self.connection.socket_timeout
         shown["queues"] = [q.name for q in self.queues]
         shown["config_path"] = str(self.config_path) if self.config_path else None
+        shown["web_config"] = str(self.web_config.path) if self.web_config else None
         return shown
 
     def __repr__(self) -> str:
@@ -355,6 +358,18 @@ def _tls_files(given: Mapping[str, _Given], config_path: Path | None) -> TlsFile
     return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
 
 
+def _web_config(given: _Given, config_path: Path | None) -> WebConfig | None:
+    if given.value is None:
+        return None
+    path = Path(_text(given))
+    if config_path is not None and not given.text_ok and not path.is_absolute():
+        path = config_path.parent / path
+    try:
+        return load_web_config(path)
+    except BadWebConfig as exc:
+        raise ConfigError(f"{given.where}: {exc}") from None
+
+
 def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
     """The connection settings, checked together before anything is sent."""
     url_given, timeout_given = given["redis_url"], given["socket_timeout"]
@@ -445,4 +460,5 @@ def build_settings(
         queues=queues,
         config_path=config_path,
         connection=_connection(given, config_path),
+        web_config=_web_config(given["web_config_file"], config_path),
     )
