@@ -201,6 +201,22 @@ local metrics = prefix .. 'metrics:failed'
 local refusal = check_targets(pending, dead, metrics, nrecovered, ndied)
 if refusal then return redis.error_reply(refusal) end
 
+-- An ACL user that may read but not write would stop the write pass halfway (a script's
+-- writes are not undone): refuse before the first write instead, naming the command.
+if #ids > 0 and redis.acl_check_cmd then
+  local checks = {
+    {'ZREMRANGEBYRANK', active, '0', '0'}, {'HSET', job .. ids[1], 'state', 'pending'},
+    {'ZADD', pending, '0', ids[1]}, {'ZADD', dead, '0', ids[1]},
+    {'HINCRBY', metrics, 'count', '1'},
+  }
+  for _, check in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(check)) then
+      return redis.error_reply('NOPERM this user has no permissions to run the \'' ..
+        string.lower(check[1]) .. '\' command')
+    end
+  end
+end
+
 -- write pass, grouped by key in the module's order: active, the rows, pending, dead, the metric
 -- The selection is exactly active's first #ids ranks (every score <= now sorts before any
 -- later one) and nothing has been written since: removing that rank range removes exactly

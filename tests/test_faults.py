@@ -53,11 +53,11 @@ return out
 
 def seed(client: redis.Redis, keys: QueueKeys, n: int, epoch: bytes = b"") -> None:
     """n expired leases j1..jn with rows; every third at stalled 2 (it dies at max 3)."""
-    client.eval(SEED, 1, keys.active, keys.prefix, n, PAST_MS, epoch)  # type: ignore[no-untyped-call]
+    client.eval(SEED, 1, keys.active, keys.prefix, n, PAST_MS, epoch)
 
 
 def census(client: redis.Redis, keys: QueueKeys, n: int) -> list[str]:
-    raw = client.eval(CENSUS, 3, keys.active, keys.pending, keys.dead, keys.prefix, n)  # type: ignore[no-untyped-call]
+    raw = client.eval(CENSUS, 3, keys.active, keys.pending, keys.dead, keys.prefix, n)
     return [entry.decode() for entry in raw]
 
 
