@@ -190,6 +190,12 @@ def grants(line: str) -> list[str]:
 
 
 class TestLeastPrivilege:
+    def test_the_readme_gives_the_lines_the_code_makes(self) -> None:
+        """README.md's ACL SETUSER lines are exactly acl.setuser_line's, one per executor."""
+        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+        for executor in ("native", "script"):
+            assert f"\n{acl.setuser_line(executor)}\n" in readme, executor
+
     @pytest.mark.parametrize("executor", ["native", "script"])
     def test_the_readme_user_runs_once_inspect_and_run(
         self, admin: redis.Redis, acl_server: RedisServer, workdir: Path, executor: str
