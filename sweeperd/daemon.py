@@ -40,7 +40,7 @@ STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left beh
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
-                    "instance_id")  # fmt: skip
+                    "instance_id", "web_config")  # fmt: skip
 
 
 @dataclass
@@ -223,6 +223,7 @@ class Daemon:
             healthy=self.healthy,
             ready=self.ready,
             landing=lambda: f"{self.status_text(self.ready())}\n{self.sharing.describe()}",
+            web=s.web_config,
         )
         self.add_jobs()
         self.drainer.start()

@@ -10,9 +10,10 @@ from redis.exceptions import InvalidResponse, NoPermissionError
 from sweeperd.connection import Connection
 from sweeperd.constants import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from sweeperd.options import OPTIONS
-from sweeperd.reasons import Reason, SweepError, reason_of_text, server_text
+from sweeperd.reasons import Reason, ReplyLost, SweepError, reason_of_text, server_text
 
-UNREACHABLE_REASONS = (Reason.CONNECTION, Reason.TIMEOUT)
+UNREACHABLE_REASONS = (Reason.CONNECTION, Reason.TIMEOUT, Reason.REPLY_LOST)
+TLS_TEXTS = ("SSL", "TLS", "certificate")  # in what ssl and redis-py say of a failed handshake
 PIPELINE_ERROR = " of pipeline caused error: "  # redis-py: "Command # 1 (ZCARD k) of pipeline …"
 PERMISSION_TEXT = "no permissions to run"  # NOPERM's text, once redis-py has dropped the code
 
@@ -20,7 +21,7 @@ PERMISSION_TEXT = "no permissions to run"  # NOPERM's text, once redis-py has dr
 @dataclass(frozen=True)
 class Failure:
     exit_code: int
-    reason: str  # a reasons.Reason, or usage, auth, permission, protocol
+    reason: str  # a reasons.Reason, or usage, auth, protocol
     message: str  # one line, credentials removed
 
 
@@ -44,9 +45,30 @@ def _auth(exc: redis.AuthenticationError, connection: Connection) -> Failure:
 def _permission(text: str) -> Failure:
     return Failure(
         EXIT_REFUSED,
-        "permission",
+        str(Reason.NOPERM),
         f"the server refused a command to this user ({_one_line(text).removeprefix('ERR ')}): "
-        "grant it with ACL SETUSER, or use a user that has it",
+        "grant it with ACL SETUSER (README.md, Security), or use a user that has it",
+    )
+
+
+def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
+    text = _one_line(exc)
+    if isinstance(exc, ReplyLost):
+        return Failure(
+            EXIT_UNREACHABLE,
+            str(Reason.REPLY_LOST),
+            f"{connection.node}: the connection broke after the call was sent ({text}); it may "
+            "have run: see `sweeperd inspect` before sending it again",
+        )
+    if connection.url.startswith("rediss://") and any(t in text for t in TLS_TEXTS):
+        files = ", ".join(OPTIONS[k].flag_name for k in connection.tls.by_key())
+        return Failure(
+            EXIT_UNREACHABLE,
+            str(Reason.CONNECTION),
+            f"TLS with {connection.shown_url} failed: {text}; check {files} and the URL's host",
+        )
+    return Failure(
+        EXIT_UNREACHABLE, str(Reason.CONNECTION), f"cannot reach {connection.shown_url}: {text}"
     )
 
 
@@ -78,11 +100,7 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
             f"({OPTIONS['socket_timeout'].where})",
         )
     if isinstance(exc, redis.ConnectionError):
-        return Failure(
-            EXIT_UNREACHABLE,
-            str(Reason.CONNECTION),
-            f"cannot reach {connection.shown_url}: {_one_line(exc)}",
-        )
+        return _unreachable(exc, connection)
     if isinstance(exc, InvalidResponse):
         return Failure(
             EXIT_UNREACHABLE,
@@ -94,7 +112,7 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
         return _response(exc, connection)
     if isinstance(exc, SweepError):
         code = EXIT_UNREACHABLE if exc.reason in UNREACHABLE_REASONS else EXIT_REFUSED
-        if PERMISSION_TEXT in exc.message:
+        if PERMISSION_TEXT in exc.message or exc.reason is Reason.NOPERM:
             return _permission(exc.message)
         return Failure(code, str(exc.reason), _one_line(exc.message))
     return Failure(EXIT_REFUSED, str(Reason.OTHER), _one_line(exc) or type(exc).__name__)

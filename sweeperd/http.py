@@ -15,6 +15,7 @@ import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from sweeperd import __version__
+from sweeperd.webconfig import WebConfig
 
 log = structlog.get_logger(__name__)
 
@@ -149,15 +150,20 @@ def serve(
     healthy: Callable[[], bool],
     ready: Callable[[], bool],
     landing: Callable[[], str] | None = None,
+    web: WebConfig | None = None,
 ) -> MetricsServer:
-    """Serve /metrics, /healthz, /readyz and / on host:port from a daemon thread."""
+    """Serve /metrics, /healthz, /readyz and / on host:port from a daemon thread; `web` adds
+    TLS and basic auth."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
     try:
         server_class, address = _bindable(host)
+        if web is not None:
+            server_class = web.server_class(server_class)
         server = server_class((address, port), _QuietHandler)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot listen on {shown}: {exc.strerror or exc}") from exc
-    server.set_app(_app(registry, healthy, ready, landing))
+    app = _app(registry, healthy, ready, landing)
+    server.set_app(web.guard(app) if web is not None else app)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": POLL_S}, name="sweeperd-http"
     )

@@ -43,7 +43,7 @@ HELP = {
     "ghosts": "Ids removed from the active set that had no job row (listed nowhere by the verb).",
     "sweeps": "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included.",
     "failures": "Sweep calls that failed, by reason (lane, wrongtype, counter, arguments, "
-    "no_verb, connection, timeout, other).",
+    "no_verb, connection, timeout, reply_lost, oom, noperm, other).",
     "duration": "Wall time of one scheduled tick of one queue (the drain's calls are not in it).",
     "last_success": "Unix time of the queue's last successful call.",
     "expired": "Leases of the queue still expired after its last call (sweeps not keeping up).",

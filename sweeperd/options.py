@@ -104,6 +104,25 @@ OPTIONS: dict[str, Option] = {
             shown_default="$CREDENTIALS_DIRECTORY/redis-password if present",
         ),
         Option(
+            "redis_ca_file",
+            "PATH",
+            ALL,
+            "rediss://: the CA bundle (PEM) that signed the server's certificate; the system's "
+            "when unset. The host name is checked unless the URL has ssl_check_hostname=false.",
+        ),
+        Option(
+            "redis_cert_file",
+            "PATH",
+            ALL,
+            "rediss://: the client certificate (PEM) for a server with tls-auth-clients.",
+        ),
+        Option(
+            "redis_key_file",
+            "PATH",
+            ALL,
+            "rediss://: the client certificate's private key (PEM), unless the cert file has it.",
+        ),
+        Option(
             "socket_timeout",
             "SECONDS",
             ALL,
@@ -209,6 +228,13 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "Where /metrics, /healthz, /readyz and / are served.",
             DEFAULT_METRICS_ADDR,
+        ),
+        Option(
+            "web_config_file",
+            "PATH",
+            (RUN,),
+            "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
+            "client_ca_file) and basic_auth_users (bcrypt hashes); see README.md, Security.",
         ),
         Option(
             "log_format",

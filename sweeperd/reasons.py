@@ -15,17 +15,25 @@ class Reason(StrEnum):
     NO_VERB = "no_verb"  # the server does not know EMQ.STALLED.CHECK
     CONNECTION = "connection"  # the server cannot be reached
     TIMEOUT = "timeout"  # the server did not answer in time
+    REPLY_LOST = "reply_lost"  # the call was sent whole, the connection broke before its reply
+    OOM = "oom"  # maxmemory reached: the verb (deny-oom) refused, nothing written
+    NOPERM = "noperm"  # the ACL user may not run a command the sweep needs
     OTHER = "other"
 
 
 COUNTER_TEXTS = ("hash value is not an integer", "increment or decrement would overflow")
 ARGUMENT_TEXTS = ("must be a positive integer", "wrong number of arguments")
+NOPERM_TEXTS = ("NOPERM", "no permissions to run", "can't run this command or subcommand")
 
 
 def reason_of_text(text: str) -> Reason:
     """The reason for a server error reply, by its text."""
     if text.startswith("EMQLANE"):
         return Reason.LANE
+    if text.startswith("OOM"):
+        return Reason.OOM
+    if any(t in text for t in NOPERM_TEXTS):
+        return Reason.NOPERM
     if text.startswith("WRONGTYPE"):
         return Reason.WRONGTYPE
     if any(t in text for t in COUNTER_TEXTS):
@@ -37,9 +45,19 @@ def reason_of_text(text: str) -> Reason:
     return Reason.OTHER
 
 
+# redis-py drops the code of these error replies and names them by their class instead.
+STRIPPED_CODES: tuple[tuple[type[redis.ResponseError], str], ...] = (
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.NoPermissionError, "NOPERM"),
+)
+
+
 def server_text(exc: redis.ResponseError) -> str:
     """The error reply as the server sent it: redis-py strips the `ERR ` code, put it back."""
     text = str(exc)
+    for kind, stripped in STRIPPED_CODES:
+        if isinstance(exc, kind) and not text.startswith(stripped):
+            return f"{stripped} {text}"
     code = text.split(" ", 1)[0]
     return text if code.isupper() and code.isalpha() else f"ERR {text}"
 
@@ -50,11 +68,20 @@ def reason_of(exc: BaseException) -> Reason:
         return exc.reason
     if isinstance(exc, redis.TimeoutError):
         return Reason.TIMEOUT
+    if isinstance(exc, ReplyLost):
+        return Reason.REPLY_LOST
     if isinstance(exc, redis.ConnectionError):
         return Reason.CONNECTION
     if isinstance(exc, redis.ResponseError):
         return reason_of_text(server_text(exc))
     return Reason.OTHER
+
+
+class ReplyLost(redis.ConnectionError):
+    """The call was written whole and the connection broke before its reply: it may have run.
+
+    Never sent again by itself: a sweep that ran and is sent again would count its leases under
+    the second call's reply, or find them gone and count nothing."""
 
 
 class SweepError(Exception):

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import redis
 
+from sweeperd.acl import refused_command
 from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
-from sweeperd.reasons import SweepError
+from sweeperd.reasons import Reason, SweepError
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,19 @@ def _result(call: Call, raw: object) -> CallResult:
         return CallResult(call, SweepError.of(exc), depths)
 
 
+def _named(result: CallResult, executor: Executor) -> CallResult:
+    """An ACL refusal inside the sweep script says which command the user lacks."""
+    error = result.reply
+    if not (isinstance(error, SweepError) and error.reason is Reason.NOPERM):
+        return result
+    command = refused_command(error.message, executor.script.source)
+    message = (
+        f"the ACL user may not run {command}, which the sweep calls ({error.message}): grant it "
+        f"with ACL SETUSER <user> +{command.lower()} (README.md, Security)"
+    )
+    return CallResult(result.call, SweepError(Reason.NOPERM, message), result.depths)
+
+
 def _lost(reply: object) -> bool:
     return isinstance(reply, redis.exceptions.NoScriptError)
 
@@ -160,4 +174,6 @@ def sweep_round(client: redis.Redis, executor: Executor, calls: Sequence[Call]) 
         executor.prepare(client)
         for i, reply in zip(again, _send(client, executor, [calls[i] for i in again]), strict=True):
             replies[i] = reply
-    return [_result(call, reply) for call, reply in zip(calls, replies, strict=True)]
+    return [
+        _named(_result(call, reply), executor) for call, reply in zip(calls, replies, strict=True)
+    ]

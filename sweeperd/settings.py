@@ -16,7 +16,9 @@ from typing import Any, TypeVar
 
 from sweeperd.connection import (
     BadConnection,
+    BadTlsFile,
     Connection,
+    TlsFiles,
     check_timeout,
     credential_path,
     read_password,
@@ -26,6 +28,7 @@ from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
 QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queues.<name>] table may set
 # The settings of the file and of overrides, with their defaults; "queues" has none.
@@ -78,6 +81,7 @@ class Settings:
     shard: Shard  # on: replicas share the queues; off: this one sweeps them all
     heartbeat: float  # seconds: a member's time to live, renewed three times within it
     instance_id: str  # this replica's member id among the replicas sharing the queues
+    web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
@@ -96,6 +100,7 @@ class Settings:
         shown["socket_timeout"] = self.connection.socket_timeout
         shown["queues"] = [q.name for q in self.queues]
         shown["config_path"] = str(self.config_path) if self.config_path else None
+        shown["web_config"] = str(self.web_config.path) if self.web_config else None
         return shown
 
     def __repr__(self) -> str:
@@ -365,6 +370,36 @@ def _password(given: _Given, config_path: Path | None) -> str | None:
         raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
 
 
+TLS_FIX = "see README.md, Security"
+
+
+def _tls_files(given: Mapping[str, _Given], config_path: Path | None) -> TlsFiles:
+    """The TLS files given; a relative path in the config file is the file's neighbour."""
+    paths: dict[str, str | None] = {}
+    for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
+        value = given[key].value
+        if value is None:
+            paths[key] = None
+            continue
+        path = Path(_text(given[key]))
+        if config_path is not None and not given[key].text_ok and not path.is_absolute():
+            path = config_path.parent / path
+        paths[key] = str(path)
+    return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
+
+
+def _web_config(given: _Given, config_path: Path | None) -> WebConfig | None:
+    if given.value is None:
+        return None
+    path = Path(_text(given))
+    if config_path is not None and not given.text_ok and not path.is_absolute():
+        path = config_path.parent / path
+    try:
+        return load_web_config(path)
+    except BadWebConfig as exc:
+        raise ConfigError(f"{given.where}: {exc}") from None
+
+
 def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
     """The connection settings, checked together before anything is sent."""
     url_given, timeout_given = given["redis_url"], given["socket_timeout"]
@@ -375,8 +410,12 @@ def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connec
     except BadConnection as exc:
         raise ConfigError(f"{timeout_given.where} {exc}") from None
     password = _password(given["redis_password_file"], config_path)
+    tls = _tls_files(given, config_path)
     try:
-        return Connection.checked(url, password, timeout)
+        return Connection.checked(url, password, timeout, tls)
+    except BadTlsFile as exc:
+        where = given[exc.key].where
+        raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None
     except BadConnection as exc:
         problem = redact_text(str(exc))
         raise ConfigError(f"{url_given.where}: {problem}, in {_shown(url)}") from None
@@ -454,4 +493,5 @@ def build_settings(
         shard=_choice(given["shard"], Shard),
         heartbeat=_heartbeat(given["heartbeat"]),
         instance_id=_instance_id(given["instance_id"]),
+        web_config=_web_config(given["web_config_file"], config_path),
     )

@@ -167,7 +167,12 @@ for i = 1, #ids do
   local id = ids[i]
   local row = job .. id
   local got = redis.pcall('HMGET', row, 'group', 'lease_epoch', 'stalled')
-  if got['err'] then return redis.error_reply('WRONGTYPE job ' .. id .. ' is not a hash') end
+  if got['err'] then
+    if string.sub(got['err'], 1, 9) ~= 'WRONGTYPE' then -- refused otherwise: the ACL's line
+      redis.call('HMGET', row, 'group', 'lease_epoch', 'stalled')
+    end
+    return redis.error_reply('WRONGTYPE job ' .. id .. ' is not a hash')
+  end
   local group, lease_epoch, stalled = got[1], got[2], got[3]
   local verdict, value = 'exempt', nil
   if not (group or lease_epoch or stalled) and redis.call('EXISTS', row) == 0 then
@@ -195,6 +200,22 @@ end
 local metrics = prefix .. 'metrics:failed'
 local refusal = check_targets(pending, dead, metrics, nrecovered, ndied)
 if refusal then return redis.error_reply(refusal) end
+
+-- An ACL user that may read but not write would stop the write pass halfway (a script's
+-- writes are not undone): refuse before the first write instead, naming the command.
+if #ids > 0 and redis.acl_check_cmd then
+  local checks = {
+    {'ZREMRANGEBYRANK', active, '0', '0'}, {'HSET', job .. ids[1], 'state', 'pending'},
+    {'ZADD', pending, '0', ids[1]}, {'ZADD', dead, '0', ids[1]},
+    {'HINCRBY', metrics, 'count', '1'},
+  }
+  for _, check in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(check)) then
+      return redis.error_reply('NOPERM this user has no permissions to run the \'' ..
+        string.lower(check[1]) .. '\' command')
+    end
+  end
+end
 
 -- write pass, grouped by key in the module's order: active, the rows, pending, dead, the metric
 -- The selection is exactly active's first #ids ranks (every score <= now sorts before any

@@ -18,8 +18,17 @@
 --            microseconds this script ran
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
 
-local function count(command, key, ...)
+-- a read of a key that may have the wrong type: false then; any other refusal (an ACL user
+-- without the command) fails the script, naming the command
+local function read(command, key, ...)
   local n = redis.pcall(command, key, ...)
+  if type(n) ~= 'table' or not n['err'] then return n end
+  if string.sub(n['err'], 1, 9) == 'WRONGTYPE' then return false end
+  error({err = n['err'] .. ' (' .. command .. ')'})
+end
+
+local function count(command, key, ...)
+  local n = read(command, key, ...)
   if type(n) == 'table' then return false end
   return n
 end
@@ -30,6 +39,20 @@ local function micros()
 end
 
 local call, active = redis.call, KEYS[1]
+-- An ACL user without a read the accounting needs would see the verb write and the sweep
+-- fail uncounted: refuse before the verb instead, naming the command.
+if redis.acl_check_cmd then
+  local checks = {
+    {'INFO', 'server'}, {'HGET', KEYS[4], 'count'}, {'HGET', ARGV[1] .. 'job:', 'lease_epoch'},
+    {'ZCOUNT', active, '0', '0'}, {'ZRANGE', active, '0', '0'}, {'ZCARD', KEYS[2]},
+  }
+  for _, check in ipairs(checks) do
+    if not redis.acl_check_cmd(unpack(check)) then
+      return {redis.error_reply('NOPERM this user has no permissions to run the \'' ..
+        string.lower(check[1]) .. '\' command'), false}
+    end
+  end
+end
 local started = micros()
 local before = count('ZCARD', active)
 local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
@@ -49,8 +72,8 @@ end
 
 local bound = ARGV[4] == '0' and now or ARGV[4]
 local oldest = false
-local first = redis.pcall('ZRANGE', active, 0, 0, 'WITHSCORES')
-if first[1] and tonumber(first[2]) <= now then oldest = first[2] end
+local first = read('ZRANGE', active, 0, 0, 'WITHSCORES')
+if first and first[1] and tonumber(first[2]) <= now then oldest = first[2] end
 return {verdict, {
   run_id,
   now,

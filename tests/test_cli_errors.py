@@ -213,7 +213,7 @@ class TestPermissions:
             line = one_line(ran, 1)
             assert "'info'" in line
             assert ACL_PASSWORD not in ran.err + ran.out
-            assert ran.json()["error"]["reason"] == "permission"
+            assert ran.json()["error"]["reason"] == "noperm"
 
     def test_without_evalsha(self, locked_server: RedisServer) -> None:
         """The script executor for a user without EVALSHA: exit 1 naming it."""

@@ -104,6 +104,8 @@ class TestDefaultsTable:
         for key, option in OPTIONS.items():
             if key in ("redis_url", "socket_timeout"):
                 assert getattr(s.connection, key.removeprefix("redis_")) == option.default
+            elif key in s.connection.tls.by_key():
+                assert s.connection.tls.by_key()[key] == option.default, key
             elif key in ("executor", "log_format", "log_level") or option.is_flag:
                 continue
             elif key not in (
@@ -112,6 +114,7 @@ class TestDefaultsTable:
                 "redis_password_file",
                 "metrics_addr",
                 "instance_id",
+                "web_config_file",
             ):
                 assert getattr(s, key) == option.default, key
 

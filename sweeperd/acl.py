@@ -1,0 +1,69 @@
+"""The least privileges sweeperd needs, as ACL SETUSER lines, and the command a refusal names."""
+
+from __future__ import annotations
+
+import re
+
+from sweeperd.constants import VERB
+
+# What sweeperd sends itself: the epoch (INFO), whether the verb is loaded (COMMAND INFO, for
+# auto and inspect), the sweep script loaded and sent.
+CALLER = ("info", "command|info", "script|load", "evalsha")
+# The reads of sweep.lua, the accounting around the verb, and of `inspect`.
+ACCOUNTING = ("time", "zcard", "zcount", "zrange", "hget")
+NATIVE = (VERB.lower(),)  # the verb itself, called from the sweep script
+# The Lua port's reads and writes (stalled_check.lua).
+PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "zadd", "hincrby")
+# Replicas sharing the queues (--shard on, the default): the heartbeat script on
+# <root>:sweeperd:{members}, and leaving it on SIGTERM.
+SHARING = ("time", "zremrangebyscore", "zadd", "zrange", "pexpireat", "zrem")
+DISCOVER = ("scan",)  # --discover: SCAN for <root>:{*}:active
+DRY_RUN = ("type", "zrangebyscore", "hgetall")  # once --dry-run reads what the verb would
+
+SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
+NAMED = re.compile(r"run the '([^']+)' command|\(([A-Za-z.|]+)\)$")  # Redis >= 7.2, sweep.lua
+COMMAND_LITERAL = re.compile(r"""\(\s*'([A-Za-z.]+)'""")  # redis.call('HGET', ... / call('INFO'
+
+
+def commands_for(
+    executor: str, *, sharing: bool = True, discover: bool = False, dry_run: bool = False
+) -> list[str]:
+    """Every command `run`, `once` and `inspect` send with `executor` (native or script)."""
+    wanted = [*CALLER, *ACCOUNTING, *(NATIVE if executor == "native" else PORT)]
+    wanted += SHARING if sharing else ()
+    wanted += [*(DISCOVER if discover else ()), *(DRY_RUN if dry_run else ())]
+    return list(dict.fromkeys(wanted))
+
+
+def setuser_line(
+    executor: str,
+    *,
+    root: str = "emq",
+    user: str = "sweeperd",
+    password: str = "<password>",
+    sharing: bool = True,
+    discover: bool = False,
+) -> str:
+    """The one ACL SETUSER line for a user that can do exactly what sweeperd does."""
+    grants = " ".join(f"+{c}" for c in commands_for(executor, sharing=sharing, discover=discover))
+    return f"ACL SETUSER {user} reset on >{password} ~{root}:* {grants}"
+
+
+def refused_command(text: str, script_source: str, *, pcall_refusal: str = VERB) -> str:
+    """The command an ACL refusal inside the sweep script was about.
+
+    Redis 7.2 names it; 7.0 says "can't run this command" and, for a redis.call, the script's
+    line, whose command literal names it. A refusal without a line came from a redis.pcall whose
+    error the script returned: the verb's, `pcall_refusal`."""
+    named = NAMED.search(text)
+    if named:
+        return (named.group(1) or named.group(2)).upper()
+    line = SCRIPT_LINE.search(text)
+    if line:
+        lines = script_source.splitlines()
+        number = int(line.group(1))
+        found = COMMAND_LITERAL.search(lines[number - 1]) if 0 < number <= len(lines) else None
+        if found:
+            return found.group(1).upper()
+        return "a command of the sweep script"
+    return pcall_refusal

@@ -1,0 +1,67 @@
+"""Server connections that tell a reply lost after the call was sent from a call never sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from sweeperd.reasons import ReplyLost
+
+
+def no_retry() -> Retry:
+    """redis-py's default resends a call whose connection broke; a sweep is never resent."""
+    return Retry(NoBackoff(), 0)
+
+
+class _TellsLostReplies:
+    """Raises ReplyLost for a connection that breaks while a command's reply is awaited.
+
+    A command is read for only once it was written whole (redis-py writes, then reads), so a
+    ConnectionError while reading is a reply lost; the handshake's own replies (AUTH, HELLO,
+    SELECT) are a connection failure as before."""
+
+    _handshaking = False
+
+    def on_connect(self, *args: Any, **kwargs: Any) -> None:
+        before, self._handshaking = self._handshaking, True
+        try:
+            super().on_connect(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._handshaking = before
+
+    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+        before, self._handshaking = self._handshaking, True
+        try:
+            super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._handshaking = before
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ConnectionError as exc:
+            if self._handshaking or isinstance(exc, redis.AuthenticationError | ReplyLost):
+                raise
+            raise ReplyLost(f"the connection broke before the reply came: {exc}") from exc
+
+
+class TcpConnection(_TellsLostReplies, redis.Connection):
+    """redis://"""
+
+
+class TlsConnection(_TellsLostReplies, redis.SSLConnection):
+    """rediss://"""
+
+
+class UnixConnection(_TellsLostReplies, redis.UnixDomainSocketConnection):
+    """unix://"""
+
+
+CONNECTION_CLASSES: dict[str, type[redis.Connection] | type[redis.UnixDomainSocketConnection]] = {
+    "redis": TcpConnection,
+    "rediss": TlsConnection,
+    "unix": UnixConnection,
+}
