@@ -104,6 +104,8 @@ class TestDefaultsTable:
                 assert getattr(s.connection, key.removeprefix("redis_")) == option.default
             elif key in ("executor", "log_format", "log_level") or option.is_flag:
                 continue
+            elif key in ("cluster", "sentinels", "sentinel_master", "sentinel_password_file"):
+                assert s.connection.topology.mode == "standalone"
             elif key not in ("config", "queues", "redis_password_file", "metrics_addr"):
                 assert getattr(s, key) == option.default, key
 
