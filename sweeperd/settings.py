@@ -351,12 +351,16 @@ def _sentinel_password(given: _Given, config_path: Path | None) -> str | None:
     if given.value is None:
         return None
     path = _beside(Path(_text(given)), given, config_path)
-    fix = f"check {given.where}"
+    return _secret(path, "Sentinel", f"check {given.where}")
+
+
+def _secret(path: Path, whose: str, fix: str) -> str:
+    """A password file's content; any problem is one line naming the file and `fix`."""
     try:
         return read_password(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            f"cannot read the Sentinel password file {path}: {_why(exc)}; {fix}"
+            f"cannot read the {whose} password file {path}: {_why(exc)}; {fix}"
         ) from None
     except BadConnection as exc:
         raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
@@ -389,14 +393,7 @@ def _password(given: _Given, config_path: Path | None) -> str | None:
     else:
         path = _beside(Path(_text(given)), given, config_path)
         fix = f"check {given.where}"
-    try:
-        return read_password(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the Redis password file {path}: {_why(exc)}; {fix}"
-        ) from None
-    except BadConnection as exc:
-        raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
+    return _secret(path, "Redis", fix)
 
 
 def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
