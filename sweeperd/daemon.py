@@ -50,8 +50,9 @@ class Daemon:
     def __post_init__(self) -> None:
         s = self.settings
         self.fleet = Fleet(
-            s.connection, self.metrics, tuning(s), on_restart=self.restarted, clock=self.clock
-        )
+            s.connection, self.metrics, tuning(s), on_restart=self.restarted,
+            on_moved=self.restarted_all, clock=self.clock,
+        )  # fmt: skip
         # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
@@ -85,6 +86,10 @@ class Daemon:
         go back now."""
         self.schedule.sweep_now()
 
+    def restarted_all(self) -> None:
+        """Slots changed hands: every queue at once, on the primary that holds it now."""
+        self.schedule.sweep_now()
+
     def queues(self) -> list[QueueSettings]:
         named = {q.name for q in self.settings.queues}
         found = [self.settings.for_queue(n) for n in sorted(self.discovered - named)]
@@ -104,7 +109,6 @@ class Daemon:
 
     def discover(self) -> None:
         """SCAN every primary; a primary whose scan failed keeps its last list."""
-        self.fleet.refresh()
         nodes = self.fleet.nodes()
         for node in nodes:
             self.discover_on(node)

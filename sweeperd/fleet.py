@@ -28,8 +28,8 @@ log = structlog.get_logger("sweeperd.fleet")
 
 WORKERS = 4  # ticks one primary runs at once (batches falling due together)
 CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
-SENTINEL_REFRESH_S = 0.25  # Sentinel is asked at every tick, but at most this often
-DOUBT_REFRESH_S = 0.5  # a MOVED, a demoted primary or a dead one: the map again, at most this often
+SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
+DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
 UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
 
 
@@ -71,7 +71,8 @@ class Fleet:
 
     Standalone and Sentinel have one primary at a time and tick on the scheduler's thread, as
     one server always did. A Cluster's primaries each tick on threads of their own, so a hung
-    primary holds its own queues only.
+    primary holds its own queues only. The layout is read on a thread of its own too (a hung
+    node may hold CLUSTER SLOTS for the socket timeout): ticks route by the last one read.
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class Fleet:
         tuning: Tuning,
         *,
         on_restart: Callable[[Node], None],
+        on_moved: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         source: Source | None = None,
     ) -> None:
@@ -88,6 +90,7 @@ class Fleet:
         self.metrics = metrics
         self.tuning = tuning
         self.on_restart = on_restart
+        self.on_moved = on_moved  # the layout changed: every queue's next tick at once
         self.clock = clock
         self.source = source if source is not None else source_of(connection)
         self.fan_out = connection.topology.cluster
@@ -96,8 +99,9 @@ class Fleet:
         )
         self.layout: Layout | None = None
         self.members: dict[str, Member] = {}
-        self.read_at: float | None = None
-        self.doubted = False
+        self.doubted = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
         self.unreachable: str | None = None  # the last failure to read the layout, logged once
         self.started = False
         self.lock = threading.RLock()
@@ -105,33 +109,33 @@ class Fleet:
         self.nowhere = Ledger(metrics, UNROUTED)
 
     # The layout.
-    def refresh(self, *, force: bool = False) -> None:
-        """Read the layout when it is due (or doubted), add the new primaries, drop the gone."""
-        now = self.clock()
+    def refresh(self) -> bool:
+        """Read the layout, add the new primaries, drop the gone; whether slots changed hands."""
+        self.doubted.clear()
+        try:
+            layout = self.source.read()
+        except UNREACHABLE as exc:
+            if self.unreachable != str(exc):
+                log.warning("topology_unreachable", mode=self.mode, error=str(exc))
+            self.unreachable = str(exc)
+            return False
+        if self.unreachable is not None:
+            log.info("topology_reachable", mode=self.mode)
+        self.unreachable = None
         with self.lock:
-            if not (force or self.due(now)):
-                return
-            self.read_at = now
-            try:
-                layout = self.source.read()
-            except UNREACHABLE as exc:
-                if self.unreachable != str(exc):
-                    log.warning("topology_unreachable", mode=self.mode, error=str(exc))
-                self.unreachable = str(exc)
-                return
-            if self.unreachable is not None:
-                log.info("topology_reachable", mode=self.mode)
-            self.unreachable, self.doubted = None, False
-            self.apply(layout)
+            return self.apply(layout)
 
-    def due(self, now: float) -> bool:
-        if self.layout is None or self.read_at is None:
-            return True
-        if self.doubted:
-            return now - self.read_at >= DOUBT_REFRESH_S
-        return self.every_s is not None and now - self.read_at >= self.every_s
+    def watch(self) -> None:
+        """The layout thread: read again every `every_s`, or soon after a doubt."""
+        while not self.stopped.is_set():
+            if self.doubted.wait(self.every_s):
+                self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
+            if self.stopped.is_set():
+                return
+            if self.refresh():
+                self.on_moved()
 
-    def apply(self, layout: Layout) -> None:
+    def apply(self, layout: Layout) -> bool:
         old, self.layout = self.layout, layout
         added = [name for name in layout.primaries if name not in self.members]
         for name in added:
@@ -142,13 +146,15 @@ class Fleet:
         gone = [name for name in self.members if name not in layout.primaries]
         for name in gone:
             self.drop(self.members.pop(name))
-        if old is not None and (added or gone):
+        moved = old is not None and old != layout
+        if moved:
             log.warning("topology_changed", mode=self.mode, added=added, gone=gone,
                         primaries=list(layout.primaries))  # fmt: skip
+        return moved
 
     def doubt(self) -> None:
         """Something said the layout moved: read it again soon."""
-        self.doubted = True
+        self.doubted.set()
 
     @property
     def mode(self) -> str:
@@ -227,22 +233,21 @@ class Fleet:
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
         """One tick of the batch on every primary that owns some of it."""
-        self.refresh()
         for name, queues in self.route(batch).items():
             member = self.members.get(name)
             if member is None:
                 continue
             if member.pool is None:
-                self.tick(member, queues, again=True)
+                self.tick(member, queues)
             else:
                 try:
-                    member.pool.submit(self.tick, member, queues, again=True)
+                    member.pool.submit(self.tick, member, queues)
                 except RuntimeError:  # the primary was dropped meanwhile
                     continue
 
-    def tick(self, member: Member, queues: Sequence[QueueSettings], *, again: bool) -> None:
-        """The member's tick of the queues it holds no call for; queues sent elsewhere are
-        routed once more after the layout is read again."""
+    def tick(self, member: Member, queues: Sequence[QueueSettings]) -> None:
+        """The member's tick of the queues it holds no call for; queues sent elsewhere make
+        the layout read again, and go there at their next tick."""
         held = member.claim(queues)
         if not held:
             return
@@ -255,22 +260,22 @@ class Fleet:
             member.release(held)
         if member.node.up is False or redirected:
             self.doubt()
-        if redirected and again:
-            self.refresh(force=True)
-            for name, moved in self.route(redirected).items():
-                target = self.members.get(name)
-                if target is not None and target is not member:
-                    self.tick(target, moved, again=False)
 
     # The lifetime.
     def start(self) -> None:
-        self.refresh(force=True)
+        """The first layout read now; the layout thread, when the layout can change."""
+        self.refresh()
         with self.lock:
             self.started = True
             for m in self.members.values():
                 m.drainer.start()
+        if self.every_s is not None:
+            self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)
+            self.thread.start()
 
     def stop(self, timeout_s: float) -> None:
+        self.stopped.set()
+        self.doubted.set()
         with self.lock:
             members = list(self.members.values())
         for m in members:
