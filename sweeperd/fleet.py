@@ -29,6 +29,7 @@ log = structlog.get_logger("sweeperd.fleet")
 WORKERS = 4  # ticks one primary runs at once (batches falling due together)
 CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
 SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
+SENTINEL_TICK_S = 0.1  # and before every tick, unless it answered within this
 DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
 UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
 
@@ -99,19 +100,27 @@ class Fleet:
         )
         self.layout: Layout | None = None
         self.members: dict[str, Member] = {}
+        self.read_at: float | None = None  # when the layout was last asked for
         self.doubted = threading.Event()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
         self.unreachable: str | None = None  # the last failure to read the layout, logged once
         self.started = False
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the members and the layout
+        self.reading = threading.Lock()  # one read of the layout at a time
         self.slots: dict[str, int] = {}
         self.nowhere = Ledger(metrics, UNROUTED)
 
     # The layout.
     def refresh(self) -> bool:
-        """Read the layout, add the new primaries, drop the gone; whether slots changed hands."""
+        """Read the layout, add the new primaries, drop the gone; whether slots changed hands.
+        One read at a time: a slow read must not undo a newer one."""
+        with self.reading:
+            return self.read()
+
+    def read(self) -> bool:
         self.doubted.clear()
+        self.read_at = self.clock()
         try:
             layout = self.source.read()
         except UNREACHABLE as exc:
@@ -151,6 +160,9 @@ class Fleet:
             log.warning("topology_changed", mode=self.mode, added=added, gone=gone,
                         primaries=list(layout.primaries))  # fmt: skip
         return moved
+
+    def asked_before(self, seconds: float) -> bool:
+        return self.read_at is None or self.clock() - self.read_at >= seconds
 
     def doubt(self) -> None:
         """Something said the layout moved: read it again soon."""
@@ -232,7 +244,11 @@ class Fleet:
         return found
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
-        """One tick of the batch on every primary that owns some of it."""
+        """One tick of the batch on every primary that owns some of it. Behind Sentinel the
+        primary is asked for first: a demoted one may go on answering as a primary for seconds,
+        and what it writes then is lost."""
+        if self.mode == "sentinel" and self.asked_before(SENTINEL_TICK_S):
+            self.refresh()
         for name, queues in self.route(batch).items():
             member = self.members.get(name)
             if member is None:

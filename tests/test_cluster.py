@@ -19,7 +19,7 @@ from sweeperd.keyspace import QueueKeys
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
 from tests.server import RedisServer
-from tests.topologies import Cluster
+from tests.topologies import Cluster, write_leases
 
 EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
@@ -70,15 +70,7 @@ def seed(
     keys = QueueKeys(queue)
     ids = [f"{queue}-job-{n}".encode() for n in range(count)]
     with (owner or cluster.owner(keys.active)).client() as c:
-        pipe = c.pipeline(transaction=False)
-        for job in ids:
-            pipe.zadd(keys.active, {job: deadline_ms})
-            row = {"attempts": "1", "state": "active"}
-            if epoch is not None:
-                row["lease_epoch"] = epoch.decode()
-            pipe.hset(keys.job(job), mapping=row)
-        pipe.execute()
-        c.execute_command("WAIT", 1, 2000)
+        write_leases(c, keys, ids, deadline_ms, epoch)
     return ids
 
 

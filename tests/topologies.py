@@ -10,10 +10,12 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Self
 
 import redis
 from redis.crc import key_slot
 
+from sweeperd.keyspace import QueueKeys
 from tests.server import START_TIMEOUT_S, RedisServer, free_port, redis_server_binary
 
 SETTLE_S = 30.0  # a failover or a rejoin is done within this
@@ -55,7 +57,42 @@ def info(client: redis.Redis, section: str) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
 
 
-class Cluster:
+def write_leases(
+    client: redis.Redis, keys: QueueKeys, ids: list[bytes], deadline_ms: int, epoch: bytes | None
+) -> None:
+    """Leases with rows (attempts 1, granted under `epoch`), replicated before it returns."""
+    pipe = client.pipeline(transaction=False)
+    for job in ids:
+        pipe.zadd(keys.active, {job: deadline_ms})
+        row = {"attempts": "1", "state": "active"}
+        if epoch is not None:
+            row["lease_epoch"] = epoch.decode()
+        pipe.hset(keys.job(job), mapping=row)  # type: ignore[arg-type]
+    pipe.execute()
+    client.execute_command("WAIT", 1, 2000)  # type: ignore[no-untyped-call]
+
+
+class Started:
+    """A topology used in a with block: started on entry (stopped again if that fails)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+class Cluster(Started):
     """Three primaries and a replica each, the module loaded on every node."""
 
     def __init__(self, workdir: Path, *, primaries: int = 3) -> None:
@@ -75,7 +112,7 @@ class Cluster:
                 )
             )
 
-    def start(self) -> Cluster:
+    def start(self) -> Self:
         for server in self.servers:
             server.start()
         subprocess.run(
@@ -216,18 +253,8 @@ class Cluster:
                     c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         self.settle()
 
-    def __enter__(self) -> Cluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
 
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
-
-
-class SentinelGroup:
+class SentinelGroup(Started):
     """A primary, its replica and three Sentinels watching them (redis-server --sentinel)."""
 
     def __init__(self, workdir: Path) -> None:
@@ -237,7 +264,7 @@ class SentinelGroup:
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.sentinels: list[subprocess.Popen[bytes]] = []
 
-    def start(self) -> SentinelGroup:
+    def start(self) -> Self:
         self.primary.start()
         self.replica.replicaof = ("127.0.0.1", self.primary.port)
         self.replica.start()
@@ -291,20 +318,40 @@ class SentinelGroup:
         return ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
 
     def failover(self) -> None:
-        """SENTINEL FAILOVER: the replica is promoted, the old primary follows it."""
+        """SENTINEL FAILOVER: the replica is promoted (the old primary is left as it is, still
+        saying it is a primary until Sentinel turns it into a replica, seconds later)."""
         before = self.current()
         with self.sentinel_client() as c:
             c.execute_command("SENTINEL", "FAILOVER", MASTER)
         wait_for(lambda: self.current() is not before, "Sentinel to name the new primary")
-        self.settle()
+        wait_for(lambda: self.role(self.current()) == "master", "the new primary to be one")
+
+    def role(self, server: RedisServer) -> str:
+        with server.client() as c:
+            return info(c, "replication")["role"]
+
+    def kill(self) -> RedisServer:
+        """kill -9 of the primary Sentinel names; the process is gone, its files kept."""
+        victim = self.current()
+        assert victim.process is not None
+        victim.process.kill()
+        victim.process.wait()
+        return victim
 
     def settle(self) -> None:
-        """The named primary is a primary, the other replicates it, link up."""
+        """The named primary is a primary, the other replicates it, link up (a dead one started
+        again, a demoted one told to follow now rather than when Sentinel gets to it)."""
+        primary, replica = self.current(), self.other()
+        if replica.process is None or replica.process.poll() is not None:
+            replica.process = None
+            replica.replicaof = ("127.0.0.1", primary.port)
+            replica.start()
+        with replica.client() as c:
+            if info(c, "replication")["role"] == "master":
+                c.execute_command("REPLICAOF", "127.0.0.1", primary.port)
 
         def done() -> bool:
             primary, replica = self.current(), self.other()
-            if replica.process is None or replica.process.poll() is not None:
-                return False
             with primary.client() as c:
                 if info(c, "replication")["role"] != "master":
                     return False
@@ -329,13 +376,3 @@ class SentinelGroup:
                 process.wait()
         self.primary.stop()
         self.replica.stop()
-
-    def __enter__(self) -> SentinelGroup:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
