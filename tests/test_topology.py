@@ -88,7 +88,8 @@ class TestSettings:
             ({"sentinels": ["h"], "sentinel_master": "m"},
              "--sentinel (SWEEPERD_SENTINELS): a Sentinel's address must be HOST:PORT with a "
              "port from 1 to 65535, not 'h'"),
-            ({"cluster": "maybe"}, "--cluster (SWEEPERD_CLUSTER) must be true or false, not 'maybe'"),
+            ({"cluster": "maybe"},
+             "--cluster (SWEEPERD_CLUSTER) must be true or false, not 'maybe'"),
         ],
     )  # fmt: skip
     def test_refusals(self, tmp_path: Path, overrides: dict[str, object], message: str) -> None:
@@ -125,6 +126,6 @@ class TestRoleChange:
         self, redis_server: RedisServer, tmp_path: Path
     ) -> None:
         """A node that answers as a replica is no primary: the tick routes its queues again."""
-        with RedisServer(tmp_path / "replica", replicaof=("127.0.0.1", redis_server.port)) as rep:
-            with pytest.raises(NotPrimary, match="is a slave now"):
-                self.node(rep).look(1.0)
+        replica = RedisServer(tmp_path / "replica", replicaof=("127.0.0.1", redis_server.port))
+        with replica, pytest.raises(NotPrimary, match="is a slave now"):
+            self.node(replica).look(1.0)
