@@ -37,7 +37,8 @@ class TestPredecessor:
     def test_a_slot_moved_between_primaries_is_no_failover(self) -> None:
         """Slots that move to a primary that already was one are a migration."""
         before = layout(A, B, C)
-        after = Layout(before.primaries, (B, *before.owners[1:]))  # type: ignore[misc]
+        assert before.owners is not None
+        after = Layout(before.primaries, (B, *before.owners[1:]))
         assert predecessor(before, after, B) is None
 
     def test_a_new_primary_beside_the_old_is_no_failover(self) -> None:
@@ -94,7 +95,7 @@ class TestSettings:
     )  # fmt: skip
     def test_refusals(self, tmp_path: Path, overrides: dict[str, object], message: str) -> None:
         """A topology that cannot work is one line naming the options and the fix."""
-        assert refusal(tmp_path, queues=["q"], **overrides) == message
+        assert refusal(tmp_path, None, queues=["q"], **overrides) == message
 
     def test_url_at_keeps_credentials_and_db(self) -> None:
         """A primary's URL is the seed's with only host and port replaced."""
