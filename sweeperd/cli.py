@@ -27,6 +27,7 @@ from sweeperd.options import INSPECT, ONCE, OPTIONS, RUN, SETTING_KEYS
 from sweeperd.progress import drain_bar
 from sweeperd.reasons import SweepError
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings, queue_names
+from sweeperd.topology import primary_client
 
 app = typer.Typer(
     name="sweeperd",
@@ -44,7 +45,7 @@ def _option(key: str) -> Any:
     """The typer option of OPTIONS[key]: its flag, env var, value name, help and default."""
     o = OPTIONS[key]
     decls = [o.flag_name, *([o.short] if o.short else [])]
-    if o.is_flag:
+    if o.is_switch:
         return typer.Option(*decls, envvar=o.env_name, help=o.help, show_default=False)
     return typer.Option(
         *decls,
@@ -62,13 +63,14 @@ def _options_of(command: str) -> Callable[[Command], Command]:
         params = [inspect.Parameter("ctx", KEYWORD, annotation=typer.Context)]
         for o in OPTIONS.values():
             if command in o.commands:
-                kind: Any = bool if o.is_flag else list[str] if o.key == "queues" else str
+                listed = o.key in ("queues", "sentinels")
+                kind: Any = bool if o.is_switch else list[str] if listed else str
                 params.append(
                     inspect.Parameter(
                         o.key,
                         KEYWORD,
-                        annotation=Annotated[kind if o.is_flag else kind | None, _option(o.key)],
-                        default=False if o.is_flag else None,
+                        annotation=Annotated[kind if o.is_switch else kind | None, _option(o.key)],
+                        default=False if o.is_switch else None,
                     )
                 )
         function.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -213,10 +215,10 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(ctx.params["json"])
     settings, queue = _one_queue(ctx, reply)
     connection = settings.connection
-    client = connection.client()
     keys = QueueKeys(queue.name, settings.prefix_root)
     drain, dry = ctx.params["drain"], ctx.params["dry_run"]
     try:
+        client = primary_client(connection, keys.active)
         chosen = choose(client, settings.executor)
         if dry:
             result = once.dry_run(
@@ -252,8 +254,9 @@ def inspect_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(ctx.params["json"])
     settings, queue = _one_queue(ctx, reply)
     connection = settings.connection
+    keys = QueueKeys(queue.name, settings.prefix_root)
     try:
-        seen = census.take_census(connection.client(), QueueKeys(queue.name, settings.prefix_root))
+        seen = census.take_census(primary_client(connection, keys.active), keys)
     except redis.RedisError as exc:
         reply.fail(failure_of(exc, connection))
     reply.print(report.census_json(seen) if reply.json else report.census_text(seen))

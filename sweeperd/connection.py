@@ -16,6 +16,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import redis
+from redis.cluster import RedisCluster
+from redis.sentinel import Sentinel
 
 from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
 from sweeperd.wire import CONNECTION_CLASSES, no_retry
@@ -128,6 +130,27 @@ def connect(
     client.set_response_callback("COMMAND INFO", _raw)
     client.set_response_callback("COMMAND", _raw)
     return client
+
+
+def url_at(url: str, host: str, port: int) -> str:
+    """The same URL (credentials, db, query) pointed at another host and port."""
+    scheme, _, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    user, at, _hostport = netloc.rpartition("@")
+    shown_host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{user}{at}{shown_host}:{port}{slash}{path}"
+
+
+def check_address(text: str, what: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) as a pair; anything else is refused naming `what`."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535) or " " in host:
+        raise BadConnection(f"{what} must be HOST:PORT with a port from 1 to 65535, not {text!r}")
+    return host, int(port)
 
 
 def credential_path() -> Path | None:
@@ -249,6 +272,39 @@ def check_timeout(value: float) -> float:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """How the primaries are found: the URL's server, a Cluster seeded by it, or Sentinel's
+    answer. The URL's credentials, db and TLS options apply to every primary."""
+
+    cluster: bool = False
+    sentinels: tuple[tuple[str, int], ...] = ()  # Sentinel's addresses; () = no Sentinel
+    sentinel_master: str | None = None  # the name Sentinel knows the primary by
+    sentinel_password: str | None = field(default=None, repr=False)
+
+    @property
+    def mode(self) -> str:
+        """standalone, cluster or sentinel."""
+        return "cluster" if self.cluster else "sentinel" if self.sentinels else "standalone"
+
+    def check(self, url: str) -> None:
+        if self.cluster and self.sentinels:
+            raise BadConnection("--cluster and --sentinel exclude each other: give one")
+        if bool(self.sentinels) != bool(self.sentinel_master):
+            raise BadConnection("--sentinel and --sentinel-master go together: give both")
+        if self.mode == "standalone":
+            return
+        if url.startswith("unix://"):
+            raise BadConnection(
+                f"a {self.mode} is reached over TCP: use a redis:// or rediss:// URL"
+            )
+        if self.cluster and int(redis.connection.parse_url(url).get("db") or 0) != 0:  # type: ignore[no-untyped-call]
+            raise BadConnection("a cluster has database 0 only: drop the db from the URL")
+
+
+STANDALONE = Topology()
+
+
+@dataclass(frozen=True)
 class Connection:
     """Where the server is and how to talk to it, checked; `client()` sends nothing."""
 
@@ -256,15 +312,22 @@ class Connection:
     password: str | None = field(repr=False)
     socket_timeout: float  # seconds, connect and read
     tls: TlsFiles = TlsFiles()
+    topology: Topology = STANDALONE
 
     @classmethod
     def checked(
-        cls, url: str, password: str | None, socket_timeout: float, tls: TlsFiles | None = None
+        cls,
+        url: str,
+        password: str | None,
+        socket_timeout: float,
+        tls: TlsFiles | None = None,
+        topology: Topology = STANDALONE,
     ) -> Connection:
         """Check every part now, and build one connection object without connecting."""
         url = check_url(url)
         files = (tls or TlsFiles()).checked(url.partition("://")[0])
-        made = cls(url, password, check_timeout(socket_timeout), files)
+        made = cls(url, password, check_timeout(socket_timeout), files, topology)
+        topology.check(made.url)
         try:
             made.client().connection_pool.make_connection()
         except (TypeError, ValueError, redis.RedisError) as exc:
@@ -285,7 +348,33 @@ class Connection:
     def node(self) -> str:
         return node_name(self.url)
 
-    def client(self) -> redis.Redis:
+    def client(self, address: tuple[str, int] | None = None) -> redis.Redis:
+        """A client of the URL's server, or of the primary at `address` with the URL's
+        credentials, db and TLS options: every client sweeperd sweeps with is made here."""
+        url = self.url if address is None else url_at(self.url, *address)
         return connect(
-            self.url, socket_timeout=self.socket_timeout, password=self.password, tls=self.tls
+            url, socket_timeout=self.socket_timeout, password=self.password, tls=self.tls
+        )
+
+    def cluster_client(self) -> RedisCluster:
+        """The library's cluster client, for the slot map only (it reads CLUSTER SLOTS now)."""
+        return RedisCluster.from_url(
+            self.url,
+            socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_timeout,
+            require_full_coverage=False,  # a failover leaves slots uncovered for a while
+            **({"password": self.password} if self.password is not None else {}),
+            **(self.tls.client_options() if self.url.startswith("rediss://") else {}),
+        )
+
+    def sentinel(self) -> Sentinel:
+        """The library's Sentinel client: asked for the primary's address, nothing else."""
+        own = self.topology.sentinel_password
+        return Sentinel(  # type: ignore[no-untyped-call]
+            list(self.topology.sentinels),
+            sentinel_kwargs={
+                "socket_timeout": self.socket_timeout,
+                "socket_connect_timeout": self.socket_timeout,
+                **({"password": own} if own is not None else {}),
+            },
         )

@@ -18,9 +18,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sweeperd import __version__
 from sweeperd.discovery import discover_queues
-from sweeperd.drain import Drainer
+from sweeperd.fleet import Fleet, Tuning
 from sweeperd.http import MetricsServer, serve
-from sweeperd.ledger import Ledger
 from sweeperd.logs import configure_logging
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
@@ -28,8 +27,6 @@ from sweeperd.notify import Notifier
 from sweeperd.schedule import Batch, Schedule, plan_batches
 from sweeperd.settings import ConfigError, QueueSettings, Settings
 from sweeperd.sharing import Sharing
-from sweeperd.sizing import CallSizer
-from sweeperd.tick import Tick
 
 log = structlog.get_logger("sweeperd.daemon")
 
@@ -45,7 +42,7 @@ RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "s
 
 @dataclass
 class Daemon:
-    """The scheduler, the node, the metrics server and the signals, wired together."""
+    """The scheduler, the primaries, the metrics server and the signals, wired together."""
 
     settings: Settings
     reload: Callable[[], Settings]
@@ -55,17 +52,10 @@ class Daemon:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.node = Node(
-            s.connection.node,
-            s.connection.client(),
-            s.executor,
-            self.metrics,
-            CallSizer(s.call_target_ms / 1000),
-        )
-        self.ledger = Ledger(self.metrics, self.node.name)
-        self.drainer = Drainer(
-            self.node, self.ledger, share=s.drain_share, on_restart=self.restarted
-        )
+        self.fleet = Fleet(
+            s.connection, self.metrics, tuning(s), on_restart=self.restarted,
+            on_moved=self.restarted_all, clock=self.clock,
+        )  # fmt: skip
         # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
@@ -81,8 +71,9 @@ class Daemon:
         self.reload_requested = threading.Event()
         self.heartbeat = self.clock()
         self.discovered: set[str] = set()
+        self.found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
         self.swept: set[str] = set()  # the queues that have series
-        self.sharing = Sharing.of(s, self.node, self.metrics)
+        self.sharing = Sharing.of(s, self.fleet.home, self.metrics)
         self.queues_lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
         self.server: MetricsServer | None = None
         self.announced_ready = False
@@ -94,17 +85,15 @@ class Daemon:
     def sweep(self, batch: Batch) -> None:
         if self.stop_requested.is_set():
             return
-        Tick(
-            self.node,
-            self.metrics,
-            self.ledger,
-            self.drainer,
-            self.settings.prefix_root,
-            on_restart=self.restarted,
-        ).run(batch)
+        self.fleet.sweep(batch)
 
     def restarted(self, _node: Node) -> None:
-        """A new run of the server: every queue at once, so its earlier leases go back now."""
+        """A new run of a server, or a new primary: every queue at once, so its earlier leases
+        go back now."""
+        self.schedule.sweep_now()
+
+    def restarted_all(self) -> None:
+        """Slots changed hands: every queue at once, on the primary that holds it now."""
         self.schedule.sweep_now()
 
     def queues(self) -> list[QueueSettings]:
@@ -123,8 +112,7 @@ class Daemon:
                 self.metrics.add_queue(name)
             for name in lost:
                 self.metrics.forget_queue(name)
-                self.drainer.forget(name)
-                self.ledger.forget(name)
+                self.fleet.forget(name)
             self.swept = names
             self.metrics.owned_queues.set(len(names))
             self.schedule.sync(wanted)
@@ -146,16 +134,13 @@ class Daemon:
                 self.scheduler.add_job(self.sweep, args=[batch], name="takeover")
 
     def discover(self) -> None:
-        try:
-            found = discover_queues(self.node.client, self.settings.prefix_root)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.node.failed(self.clock(), exc)  # logged once per change, as the sweeps do
-            return
-        except redis.RedisError as exc:  # a failed scan keeps the last list
-            log.warning("discovery_failed", node=self.node.name, error=str(exc))
-            return
-        with self.node.lock:
-            self.node.answered(self.clock())
+        """SCAN every primary; a primary whose scan failed keeps its last list."""
+        nodes = self.fleet.nodes()
+        for node in nodes:
+            self.discover_on(node)
+        names = {node.name for node in nodes}
+        self.found_on = {name: found for name, found in self.found_on.items() if name in names}
+        found = set().union(*self.found_on.values()) if self.found_on else set()
         if found != self.discovered:
             log.info(
                 "queues_discovered",
@@ -164,6 +149,19 @@ class Daemon:
             )
             self.discovered = found
             self.apply_queues()
+
+    def discover_on(self, node: Node) -> None:
+        try:
+            self.found_on[node.name] = discover_queues(node.client, self.settings.prefix_root)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            node.failed(self.clock(), exc)  # logged once per change, as the sweeps do
+            self.fleet.doubt()
+            return
+        except redis.RedisError as exc:  # a failed scan keeps the last list
+            log.warning("discovery_failed", node=node.name, error=str(exc))
+            return
+        with node.lock:
+            node.answered(self.clock())
 
     def overrun(self) -> None:
         self.metrics.schedule_overrun()
@@ -184,11 +182,14 @@ class Daemon:
         return self.scheduler.running and self.clock() - self.heartbeat <= 5 * HEARTBEAT_S
 
     def ready(self) -> bool:
-        """Every node answered within the last three intervals."""
+        """Every primary answered within the last three intervals."""
         interval = self.schedule.shortest_interval() or max(
             self.settings.interval, self.settings.discover
         )
-        ready = self.node.answered_within(self.clock(), READY_INTERVALS * interval)
+        now, nodes = self.clock(), self.fleet.nodes()
+        ready = bool(nodes) and all(
+            n.answered_within(now, READY_INTERVALS * interval) for n in nodes
+        )
         self.metrics.set_ready(ready)
         return ready
 
@@ -198,7 +199,7 @@ class Daemon:
             self.beat, "interval", seconds=HEARTBEAT_S, id="heartbeat", coalesce=True,
             executor="beat",
         )  # fmt: skip
-        if self.sharing.store is not None:
+        if self.sharing.on:
             self.scheduler.add_job(
                 self.share, "interval", seconds=self.sharing.period_s, id="members",
                 coalesce=True, executor="members", next_run_time=datetime.now(UTC),
@@ -225,8 +226,8 @@ class Daemon:
             landing=lambda: f"{self.status_text(self.ready())}\n{self.sharing.describe()}",
             web=s.web_config,
         )
+        self.fleet.start()
         self.add_jobs()
-        self.drainer.start()
         self.scheduler.start()
         log.info("started", version=__version__, **s.describe())
 
@@ -253,8 +254,7 @@ class Daemon:
         if needs_restart:
             log.warning("reload_needs_restart", settings=needs_restart)
         configure_logging(fresh.log_format, fresh.log_level)
-        self.node.sizer.target_s = fresh.call_target_ms / 1000
-        self.drainer.share = fresh.drain_share
+        self.fleet.retune(tuning(fresh))
         self.settings = fresh
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
         self.schedule.reset()
@@ -273,7 +273,7 @@ class Daemon:
             if ready and not self.announced_ready:
                 self.notifier.ready()
                 self.announced_ready = True
-                log.info("ready", node=self.node.name)
+                log.info("ready", nodes=self.node_names())
             now_status = self.status_text(ready)
             if now_status != status:
                 self.notifier.status(now_status)
@@ -286,14 +286,21 @@ class Daemon:
     def status_text(self, ready: bool) -> str:
         """What systemctl status shows: what the daemon sweeps, or what it waits for."""
         if ready:
-            return f"sweeping {len(self.schedule.queue_names())} queues on {self.node.name}"
-        return f"waiting for {self.node.name} to answer"
+            return f"sweeping {len(self.schedule.queue_names())} queues on {self.node_names()}"
+        return f"waiting for {self.node_names()} to answer"
+
+    def node_names(self) -> str:
+        """The primaries swept now, or where they are asked for while none is known."""
+        names = [n.name for n in self.fleet.nodes()]
+        if names:
+            return ", ".join(names)
+        return self.settings.connection.node
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
         self.notifier.stopping()
         self.sharing.leave()  # first: the others take its queues while its last calls finish
-        self.drainer.stop(STOP_TIMEOUT_S / 2)
+        self.fleet.stop(STOP_TIMEOUT_S / 2)
         done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
         done.start()
         done.join(STOP_TIMEOUT_S)
@@ -302,6 +309,11 @@ class Daemon:
         if self.server is not None:
             self.server.close()
         log.info("stopped")
+
+
+def tuning(s: Settings) -> Tuning:
+    """What every primary's node and drainer are built with (SIGHUP changes the last two)."""
+    return Tuning(s.prefix_root, s.executor, s.call_target_ms / 1000, s.drain_share)
 
 
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:

@@ -163,7 +163,7 @@ def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
             f" dead {client.zcard(keys.dead)}"
         )
     restarts = registry.get_sample_value(
-        "sweeperd_server_restarts_total", {"node": daemon.node.name}
+        "sweeperd_server_restarts_total", {"node": daemon.settings.connection.node}
     )
     lines.append(f"  server restarts seen: {int(restarts or 0)}")
     return lines

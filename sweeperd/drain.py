@@ -66,6 +66,7 @@ class Drainer:
         *,
         share: float,
         on_restart: Callable[[Node], None],
+        on_redirect: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -73,6 +74,7 @@ class Drainer:
         self.ledger = ledger
         self.share = share
         self.on_restart = on_restart
+        self.on_redirect = on_redirect  # a call the node sent elsewhere: the topology moved
         self.clock = clock
         self.wall_clock = wall_clock
         self.backlogs: OrderedDict[str, Backlog] = OrderedDict()
@@ -126,6 +128,10 @@ class Drainer:
             self.ledger.fail(backlog.queue.name, SweepError.of(exc))
             return 0.0
         took = self.clock() - started
+        if result.redirected:  # unrun: the queue's next tick goes where its slot is now
+            self.forget(backlog.queue.name)
+            self.on_redirect()
+            return 0.0
         reply = self.ledger.record(
             backlog.queue.name, result, self.wall_clock(), level=logging.DEBUG
         )
@@ -188,7 +194,9 @@ class Drainer:
                 self.stopped.wait(pause)
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.run_forever, name="drain", daemon=True)
+        self.thread = threading.Thread(
+            target=self.run_forever, name=f"drain-{self.node.name}", daemon=True
+        )
         self.thread.start()
 
     def stop(self, timeout_s: float) -> None:

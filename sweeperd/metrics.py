@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import threading
 from bisect import bisect_left
@@ -286,6 +287,16 @@ class Metrics:
                 self.info.remove(node, *previous)
             self.info.labels(node, run_id, executor).set(1)
             self._info[node] = (run_id, executor)
+
+    def forget_node(self, node: str) -> None:
+        """A node no longer swept (a primary failed over or removed): its up and info series
+        go; its restart count stays, as counters do."""
+        with self._lock:
+            previous = self._info.pop(node, None)
+            if previous is not None:
+                self.info.remove(node, *previous)
+        with contextlib.suppress(KeyError):
+            self.up.remove(node)
 
     def schedule_lag(self, seconds: float) -> None:
         self.lag.observe(max(seconds, 0.0))

@@ -19,6 +19,10 @@ BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 
 
+class NotPrimary(redis.ConnectionError):
+    """The server answers but is a replica now: its slots or its name went to another primary."""
+
+
 @dataclass(frozen=True)
 class Epoch:
     """What one look at the server found: its info, and whether it restarted since the last."""
@@ -38,6 +42,9 @@ class Node:
     metrics: Metrics
     sizer: CallSizer
     run_id: bytes | None = None
+    replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id, not this
+    primary_only: bool = False  # a replica is refused (Cluster and Sentinel: it was demoted)
+    predecessor: str | None = None  # the primary whose epoch this one took over, until looked at
     executor: Executor | None = None
     up: bool | None = None  # None until the first answer or failure
     last_answer: float | None = None  # monotonic seconds
@@ -49,25 +56,46 @@ class Node:
         """False while a down server's backoff runs."""
         return self.up is not False or now >= self.retry_at
 
-    def look(self, now: float) -> Epoch:
-        """Read run_id and the clock; a new run_id is a restart, counted once, executor rechosen."""
-        info = read_server_info(self.client)
+    def inherit(self, previous: Node) -> None:
+        """This new primary took over `previous`'s slots (a failover): its epoch is the one to
+        compare with, so that the first look counts the change here."""
         with self.lock:
-            restarted = self.run_id is not None and info.run_id != self.run_id
+            self.run_id, self.replid = previous.run_id, previous.replid
+            self.predecessor = previous.name
+
+    def look(self, now: float) -> Epoch:
+        """Read run_id, master_replid and the clock; a change of either is a restart or a
+        failover, counted once, executor rechosen."""
+        info = read_server_info(self.client)
+        if self.primary_only and info.role != "master":
+            raise NotPrimary(f"{self.name} is a {info.role} now, no longer a primary")
+        with self.lock:
+            restarted = self.run_id is not None and (
+                info.run_id != self.run_id
+                or (self.replid is not None and info.replid != self.replid)
+            )
             if restarted:
-                self.metrics.server_restarted(self.name)
-                log.warning(
-                    "server_restarted",
-                    node=self.name,
-                    old_run_id=(self.run_id or b"").decode(),
-                    new_run_id=info.run_id.decode(),
-                )
-                self.executor = None  # a module may have been loaded or unloaded
-            self.run_id = info.run_id
+                self.changed(info)
+            self.run_id, self.replid, self.predecessor = info.run_id, info.replid, None
             self.answered(now)
             if self.executor is None:
                 self.executor = self.choose(info)
             return Epoch(info, self.executor, restarted)
+
+    def changed(self, info: ServerInfo) -> None:
+        """Another server process, or the same one after a change of role: counted and logged
+        once. Hold the lock."""
+        failover = self.predecessor is not None or info.run_id == self.run_id
+        self.metrics.server_restarted(self.name)
+        log.warning(
+            "server_restarted",
+            node=self.name,
+            reason="failover" if failover else "restart",
+            old_run_id=(self.run_id or b"").decode(),
+            new_run_id=info.run_id.decode(),
+            **({"previous_node": self.predecessor} if self.predecessor else {}),
+        )
+        self.executor = None  # a module may have been loaded or unloaded; scripts are not copied
 
     def choose(self, info: ServerInfo) -> Executor:
         """The executor for this run of the server, its scripts loaded; raises for no_verb."""

@@ -49,9 +49,14 @@ class Option:
         return self.env or ENV_PREFIX + self.key.upper()
 
     @property
-    def is_flag(self) -> bool:
-        """An on/off switch of one command (--json), not a setting."""
+    def is_switch(self) -> bool:
+        """Given or not: no value follows the flag."""
         return not self.metavar
+
+    @property
+    def is_flag(self) -> bool:
+        """An on/off switch of one command (--json), not a setting (--cluster is a setting)."""
+        return self.is_switch and not self.toml
 
     @property
     def default_text(self) -> str:
@@ -121,6 +126,35 @@ OPTIONS: dict[str, Option] = {
             "PATH",
             ALL,
             "rediss://: the client certificate's private key (PEM), unless the cert file has it.",
+        ),
+        Option(
+            "cluster",
+            "",
+            ALL,
+            "The URL names any node of a Redis/Valkey Cluster: each queue is swept on the "
+            "primary that owns its slot, each primary watched for failovers.",
+            False,
+        ),
+        Option(
+            "sentinels",
+            "HOST:PORT",
+            ALL,
+            "A Sentinel to ask for the primary at every tick (repeat the flag, or separate "
+            "addresses by commas or spaces); the URL's host is then unused.",
+            flag="--sentinel",
+        ),
+        Option(
+            "sentinel_master",
+            "NAME",
+            ALL,
+            "The name the Sentinels monitor the primary under.",
+        ),
+        Option(
+            "sentinel_password_file",
+            "PATH",
+            ALL,
+            "The Sentinels' own password, read from this file (the primary's is "
+            "--redis-password-file).",
         ),
         Option(
             "socket_timeout",

@@ -95,6 +95,7 @@ class CallResult:
     call: Call
     reply: SweepReply | SweepError
     depths: Depths | None = None
+    redirected: bool = False  # a cluster node sent it elsewhere (MOVED, ASK, TRYAGAIN), unrun
 
     @property
     def expired_left(self) -> int | None:
@@ -130,9 +131,14 @@ def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> lis
     return list(pipe.execute(raise_on_error=False))
 
 
+# Refused by a cluster node before the call ran: the queue's slot is served elsewhere, or is
+# moving. Nothing was written; the call is the topology's to route again, not a failure.
+REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)  # MOVED is an AskError
+
+
 def _result(call: Call, raw: object) -> CallResult:
     if isinstance(raw, BaseException):
-        return CallResult(call, SweepError.of(raw))
+        return CallResult(call, SweepError.of(raw), redirected=isinstance(raw, REDIRECTS))
     if not (isinstance(raw, list) and len(raw) == 2):
         return CallResult(call, SweepError.of(ValueError(f"the sweep replied {raw!r}")))
     verdict, stats = raw

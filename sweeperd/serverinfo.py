@@ -1,4 +1,4 @@
-"""The server's run_id (the lease epoch), its clock and whether it knows the verb."""
+"""The server's run_id (the lease epoch), its role, its clock and whether it knows the verb."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ class ServerInfo:
     run_id: bytes
     time_ms: int  # the server's clock when it answered
     version: str
+    role: str = "master"  # master or slave, as INFO replication says
+    replid: bytes = b""  # master_replid: changes when a server takes or leaves the primary role
 
 
 def parse_info(raw: bytes | str) -> dict[str, str]:
@@ -33,12 +35,14 @@ def server_info_of(raw: bytes | str) -> ServerInfo:
         run_id=fields["run_id"].encode(),
         time_ms=int(fields.get("server_time_usec", "0")) // 1000,
         version=fields.get("valkey_version") or fields.get("redis_version", "unknown"),
+        role=fields.get("role", "master"),
+        replid=fields.get("master_replid", "").encode(),
     )
 
 
 def read_server_info(client: redis.Redis) -> ServerInfo:
-    """INFO server, read raw (see connection.connect)."""
-    return server_info_of(client.execute_command("INFO", "server"))  # type: ignore[no-untyped-call]
+    """INFO server and replication in one reply, read raw (see connection.connect)."""
+    return server_info_of(client.execute_command("INFO", "server", "replication"))  # type: ignore[no-untyped-call]
 
 
 def has_verb(client: redis.Redis) -> bool:

@@ -19,6 +19,8 @@ from sweeperd.connection import (
     BadTlsFile,
     Connection,
     TlsFiles,
+    Topology,
+    check_address,
     check_timeout,
     credential_path,
     read_password,
@@ -38,6 +40,7 @@ FILE_KEYS = tuple(k for k in KNOWN_KEYS if OPTIONS[k].toml)  # instance_id is pe
 MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
 
 E = TypeVar("E", bound=StrEnum)
+BOOLEAN_TEXTS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 class Shard(StrEnum):
@@ -98,6 +101,11 @@ class Settings:
         shown["redis_url"] = self.connection.shown_url
         shown["redis_password"] = "<set>" if self.connection.password is not None else None
         shown["socket_timeout"] = self.connection.socket_timeout
+        topology = self.connection.topology
+        shown["topology"] = topology.mode
+        if topology.sentinels:
+            shown["sentinels"] = [f"{host}:{port}" for host, port in topology.sentinels]
+            shown["sentinel_master"] = topology.sentinel_master
         shown["queues"] = [q.name for q in self.queues]
         shown["config_path"] = str(self.config_path) if self.config_path else None
         shown["web_config"] = str(self.web_config.path) if self.web_config else None
@@ -348,6 +356,68 @@ def _gather(
     return chosen
 
 
+def _switch(given: _Given) -> bool:
+    value = given.value
+    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_TEXTS:
+        value = BOOLEAN_TEXTS[value.strip().lower()]
+    if not isinstance(value, bool):
+        raise ConfigError(f"{given.where} must be true or false, not {_shown(given.value)}")
+    return value
+
+
+def _sentinels(given: _Given) -> tuple[tuple[str, int], ...]:
+    """Sentinel addresses: commas and spaces separate them, as queue names."""
+    if given.value is None:
+        return ()
+    entries = [given.value] if isinstance(given.value, str) else given.value
+    if not isinstance(entries, list | tuple):
+        raise ConfigError(f"{given.where} must be HOST:PORT addresses, not {_shown(given.value)}")
+    try:
+        return tuple(
+            check_address(piece, "a Sentinel's address")
+            for entry in entries
+            for piece in str(entry).replace(",", " ").split()
+        )
+    except BadConnection as exc:
+        raise ConfigError(f"{given.where}: {exc}") from None
+
+
+def _sentinel_password(given: _Given, config_path: Path | None) -> str | None:
+    if given.value is None:
+        return None
+    path = _beside(Path(_text(given)), given, config_path)
+    return _secret(path, "Sentinel", f"check {given.where}")
+
+
+def _secret(path: Path, whose: str, fix: str) -> str:
+    """A password file's content; any problem is one line naming the file and `fix`."""
+    try:
+        return read_password(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read the {whose} password file {path}: {_why(exc)}; {fix}"
+        ) from None
+    except BadConnection as exc:
+        raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
+
+
+def _beside(path: Path, given: _Given, config_path: Path | None) -> Path:
+    """A relative path in the config file is the file's neighbour."""
+    if config_path is not None and not given.text_ok and not path.is_absolute():
+        return config_path.parent / path
+    return path
+
+
+def _topology(given: Mapping[str, _Given], config_path: Path | None) -> Topology:
+    master = given["sentinel_master"]
+    return Topology(
+        cluster=_switch(given["cluster"]),
+        sentinels=_sentinels(given["sentinels"]),
+        sentinel_master=None if master.value is None else _text(master).strip() or None,
+        sentinel_password=_sentinel_password(given["sentinel_password_file"], config_path),
+    )
+
+
 def _password(given: _Given, config_path: Path | None) -> str | None:
     """The password from the given file, else systemd's credential, else none."""
     if given.value is None:
@@ -356,18 +426,9 @@ def _password(given: _Given, config_path: Path | None) -> str | None:
             return None
         fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
     else:
-        path = Path(_text(given))
-        if config_path is not None and not given.text_ok and not path.is_absolute():
-            path = config_path.parent / path  # a relative path in the file is its neighbour
+        path = _beside(Path(_text(given)), given, config_path)
         fix = f"check {given.where}"
-    try:
-        return read_password(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the Redis password file {path}: {_why(exc)}; {fix}"
-        ) from None
-    except BadConnection as exc:
-        raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
+    return _secret(path, "Redis", fix)
 
 
 TLS_FIX = "see README.md, Security"
@@ -411,8 +472,13 @@ def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connec
         raise ConfigError(f"{timeout_given.where} {exc}") from None
     password = _password(given["redis_password_file"], config_path)
     tls = _tls_files(given, config_path)
+    topology = _topology(given, config_path)
     try:
-        return Connection.checked(url, password, timeout, tls)
+        topology.check(url.strip())
+    except BadConnection as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        return Connection.checked(url, password, timeout, tls, topology)
     except BadTlsFile as exc:
         where = given[exc.key].where
         raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None

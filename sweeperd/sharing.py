@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis
 import structlog
 
 from sweeperd.connection import UNREACHABLE
+from sweeperd.constants import DEFAULT_PREFIX_ROOT
 from sweeperd.membership import MembershipStore, View
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
@@ -28,11 +29,14 @@ class Sharing:
     refused by the server), an empty set = none (not a member: no heartbeat answered, or its
     entry expired unrenewed), else the queues rendezvous hashing gives it among the members."""
 
-    node: Node  # the server holding the members key (in a cluster: the primary of its slot)
+    node: Node | None  # the server holding the members key (in a cluster: its slot's primary)
     metrics: Metrics
     member_id: str
     ttl_s: float
-    store: MembershipStore | None  # None: sharing off
+    store: MembershipStore | None  # the heartbeat on `node`; None until a node is known
+    on: bool = True  # off (--shard off): every queue is this replica's, no heartbeat
+    home: Callable[[], Node | None] | None = None  # where the members key lives now, if it moves
+    root: str = DEFAULT_PREFIX_ROOT
     members: frozenset[str] | None = frozenset()
     view: View | None = None  # the last heartbeat's answer
     alive_until: float | None = None  # monotonic: this member's entry outlives no answer past it
@@ -41,15 +45,23 @@ class Sharing:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def of(cls, settings: Settings, node: Node, metrics: Metrics) -> Sharing:
+    def of(cls, settings: Settings, home: Callable[[], Node | None], metrics: Metrics) -> Sharing:
+        """The replica's sharing; its heartbeat goes to whatever node `home` names at the time
+        (a failover or a migrated slot moves the members key)."""
         on = settings.shard is Shard.ON
-        store = (
-            MembershipStore(node.client, settings.prefix_root, settings.instance_id,
-                            settings.heartbeat)
-            if on else None
-        )  # fmt: skip
-        return cls(node, metrics, settings.instance_id, settings.heartbeat, store,
+        return cls(None, metrics, settings.instance_id, settings.heartbeat, None, on=on,
+                   home=home, root=settings.prefix_root,
                    members=frozenset() if on else EVERY_QUEUE)  # fmt: skip
+
+    def located(self) -> MembershipStore | None:
+        """The heartbeat on the node that holds the members key now; None while none is known."""
+        node = self.home() if self.home is not None else self.node
+        if node is None:
+            return None
+        if self.store is None or node is not self.node:
+            self.node = node
+            self.store = MembershipStore(node.client, self.root, self.member_id, self.ttl_s)
+        return self.store
 
     @property
     def period_s(self) -> float:
@@ -58,22 +70,29 @@ class Sharing:
     def refresh(self, now: float) -> bool:
         """One heartbeat at monotonic `now`; True when what this replica owns may change."""
         with self.lock:  # a heartbeat in flight never lands after the leave
-            if self.store is None or self.left:
+            if not self.on or self.left:
                 return False
             before = self.members
-            try:
-                view = self.store.beat()
-            except UNREACHABLE as exc:
-                self.node.failed(now, exc)
+            store, node = self.located(), self.node
+            if store is None or node is None:  # no primary known yet, or mid-failover
                 self.lapse(now)
-            except redis.RedisError as exc:  # an ACL without the key, a read-only replica
-                self.refuse(str(exc))
             else:
-                with self.node.lock:
-                    self.node.answered(now)
-                self.joined(view, now)
+                self.beat(store, node, now)
             self.metrics.members_seen.set(len(self.members or ()))
             return self.members != before
+
+    def beat(self, store: MembershipStore, node: Node, now: float) -> None:
+        try:
+            view = store.beat()
+        except UNREACHABLE as exc:
+            node.failed(now, exc)
+            self.lapse(now)
+        except redis.RedisError as exc:  # an ACL without the key, a read-only replica
+            self.refuse(str(exc))
+        else:
+            with node.lock:
+                node.answered(now)
+            self.joined(view, now)
 
     def joined(self, view: View, now: float) -> None:
         if self.refused is not None:
@@ -122,11 +141,14 @@ class Sharing:
     def leave(self) -> None:
         """SIGTERM: the entry removed now, so the others take the queues without waiting."""
         with self.lock:
-            if self.store is None or self.left:
+            if not self.on or self.left:
                 return
             self.left = True
+            store = self.located()
+            if store is None:
+                return
             try:
-                self.store.leave()
+                store.leave()
             except redis.RedisError as exc:
                 log.warning("leave_failed", member=self.member_id, error=str(exc))
                 return
@@ -134,7 +156,7 @@ class Sharing:
 
     def describe(self) -> str:
         """The member list, for the landing page."""
-        if self.store is None:
+        if not self.on:
             return "sharing off: this replica sweeps every queue"
         if self.refused is not None:
             return f"sharing refused ({self.refused}): this replica sweeps every queue"

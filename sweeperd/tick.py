@@ -14,7 +14,7 @@ from sweeperd.drain import Drainer
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
 from sweeperd.metrics import Metrics
-from sweeperd.node import Node
+from sweeperd.node import Node, NotPrimary
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.rounds import Call, CallResult, SweepReply, sweep_round
 from sweeperd.settings import QueueSettings
@@ -35,28 +35,36 @@ class Tick:
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
 
-    def run(self, batch: Sequence[QueueSettings]) -> None:
+    def run(self, batch: Sequence[QueueSettings]) -> list[QueueSettings]:
         """The epoch, then one call per queue not already draining; a queue left with leases
-        due drains on."""
+        due drains on. The queues the node sent elsewhere (a cluster's MOVED or ASK, or a
+        primary demoted) are returned uncounted, for the topology to route again."""
         started = self.clock()
         if not self.node.may_try(started):
-            return
+            return []
         queues = [q for q in batch if not self.drainer.holds(q.name)]
         try:
             results = self.send(self.calls(queues), started)
+        except NotPrimary:
+            return queues
         except Exception as exc:  # whatever it was, every queue of the batch failed
             self.fail_all(queues, exc, started)
-            return
+            return []
         took = self.clock() - started
         if len(results) == 1 and isinstance(results[0].reply, SweepReply):
             self.node.sizer.observe(results[0].call.limit, results[0].reply.taken,
                                     results[0].seconds(took))  # fmt: skip
         at = self.wall_clock()
+        redirected = []
         for q, result in zip(queues, results, strict=True):
+            if result.redirected:
+                redirected.append(q)
+                continue
             self.metrics.record_tick(q.name, duration_s=took)
             reply = self.ledger.record(q.name, result, at)
             if reply is not None and result.expired_left:
                 self.drainer.add(q, result.call.keys, result.expired_left)
+        return redirected
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
         """The node's call size shared out: the round stays about one call's target long."""

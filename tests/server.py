@@ -43,8 +43,10 @@ class RedisServer:
         appendonly: bool = False,
         replicaof: tuple[str, int] | None = None,
         port: int | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.extra = extra or {}  # more config, e.g. cluster-enabled
         self.module = module
         self.appendonly = appendonly
         self.replicaof = replicaof
@@ -67,6 +69,7 @@ class RedisServer:
             "daemonize": "no",
             "logfile": str(self.workdir / "redis.log"),
             "enable-debug-command": "yes",
+            **self.extra,
         }
         argv = [redis_server_binary()]
         for name, value in options.items():

@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from sweeperd.daemon import OVERRUN_LOG_S, READY_INTERVALS, Daemon
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics import Metrics
+from sweeperd.node import Node
 from sweeperd.notify import Notifier
 from sweeperd.settings import ConfigError, Settings, build_settings
 from tests.helpers import lease
@@ -66,8 +67,14 @@ def clock() -> Clock:
 @pytest.fixture
 def daemon(r: redis.Redis, redis_server: RedisServer, clock: Clock) -> Iterator[Daemon]:
     made = make(settings_for(redis_server.url, discover="30"), clock)
+    made.fleet.refresh()  # the one primary, as start() finds it
     yield made
-    made.drainer.stop(1.0)
+    made.fleet.stop(1.0)
+
+
+def node_of(daemon: Daemon) -> Node:
+    [node] = daemon.fleet.nodes()
+    return node
 
 
 class TestOverruns:
@@ -115,7 +122,7 @@ class TestDiscovery:
         ]
         assert daemon.swept == {"fixed", "found"}
         assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
-        assert daemon.node.up is True
+        assert node_of(daemon).up is True
 
     def test_an_unreachable_server_keeps_the_last_list(
         self, r: redis.Redis, daemon: Daemon
@@ -124,12 +131,14 @@ class TestDiscovery:
         found before."""
         lease(r, QueueKeys("found"), b"j", attempts="1")
         daemon.discover()
-        daemon.node.client = redis.Redis(port=1, socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        node_of(daemon).client = redis.Redis(
+            port=1, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
         with capture_logs() as logs:
             daemon.discover()
             daemon.discover()
         assert [e["event"] for e in logs] == ["redis_down"]
-        assert daemon.discovered == {"found"} and daemon.node.up is False
+        assert daemon.discovered == {"found"} and node_of(daemon).up is False
 
 
 class TestReadiness:
@@ -137,8 +146,8 @@ class TestReadiness:
         """Not ready before any answer; ready for three intervals after one; then not."""
         daemon.apply_queues()
         assert not daemon.ready()
-        with daemon.node.lock:
-            daemon.node.answered(clock.now)
+        with node_of(daemon).lock:
+            node_of(daemon).answered(clock.now)
         clock.now += READY_INTERVALS * 5
         assert daemon.ready()
         assert value(daemon, "sweeperd_ready") == 1

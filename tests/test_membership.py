@@ -126,7 +126,7 @@ class TestSharing:
             assert sharing.owned(QUEUES) == QUEUES
             assert sharing.refresh(TTL_S) is True
         assert sharing.owned(QUEUES) == []
-        assert sharing.node.up is False
+        assert sharing.node is not None and sharing.node.up is False
         assert [e["event"] for e in logs] == ["redis_down", "membership_lost"]
         assert sharing.metrics.registry.get_sample_value("sweeperd_members") == 0
         assert "not a member now" in sharing.describe()
@@ -164,7 +164,7 @@ class TestSharing:
             {"queues": ["q"], "shard": "off", "redis_url": url}, None, logs_to_tty=False
         )
         make = make_sharing(url, "x")
-        sharing = Sharing.of(settings, make.node, make.metrics)
+        sharing = Sharing.of(settings, lambda: make.node, make.metrics)
         assert sharing.refresh(0.0) is False
         sharing.leave()
         assert sharing.owned(QUEUES) == QUEUES

@@ -92,7 +92,8 @@ class TestEpochWatch:
         restarted = [e for e in logs if e["event"] == "server_restarted"]
         assert restarted == [
             {"event": "server_restarted", "log_level": "warning", "node": "n:1",
-             "old_run_id": "an-earlier-process", "new_run_id": run_id(r).decode()}
+             "reason": "restart", "old_run_id": "an-earlier-process",
+             "new_run_id": run_id(r).decode()}
         ]  # fmt: skip
 
     def test_auto_picks_the_script_without_the_module(

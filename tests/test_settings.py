@@ -108,6 +108,8 @@ class TestDefaultsTable:
                 assert s.connection.tls.by_key()[key] == option.default, key
             elif key in ("executor", "log_format", "log_level") or option.is_flag:
                 continue
+            elif key in ("cluster", "sentinels", "sentinel_master", "sentinel_password_file"):
+                assert s.connection.topology.mode == "standalone"
             elif key not in (
                 "config",
                 "queues",

@@ -1,0 +1,310 @@
+"""Every primary the daemon sweeps, each with its node, ledger, drainer and threads; queues routed
+to the primary that owns their slot, and the layout followed through failovers and migrations."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import structlog
+
+from sweeperd.connection import UNREACHABLE, Connection
+from sweeperd.drain import Drainer
+from sweeperd.executors import ExecutorChoice
+from sweeperd.keyspace import QueueKeys
+from sweeperd.ledger import Ledger
+from sweeperd.membership import members_key
+from sweeperd.metrics import Metrics
+from sweeperd.node import Node
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.settings import QueueSettings
+from sweeperd.sizing import CallSizer
+from sweeperd.tick import Tick
+from sweeperd.topology import Layout, Source, predecessor, slot_of, source_of
+
+log = structlog.get_logger("sweeperd.fleet")
+
+WORKERS = 4  # ticks one primary runs at once (batches falling due together)
+CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
+SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
+SENTINEL_TICK_S = 0.1  # and before every tick, unless it answered within this
+DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
+UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
+
+
+@dataclass
+class Member:
+    """One primary: its node, its ledger, its drainer, and the queues its ticks hold now."""
+
+    node: Node
+    ledger: Ledger
+    drainer: Drainer
+    pool: ThreadPoolExecutor | None  # None: the scheduler's thread runs the tick
+    busy: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def claim(self, queues: Sequence[QueueSettings]) -> list[QueueSettings]:
+        """The queues no tick of this primary holds, now held: one call per queue at a time."""
+        with self.lock:
+            free = [q for q in queues if q.name not in self.busy]
+            self.busy.update(q.name for q in free)
+            return free
+
+    def release(self, queues: Sequence[QueueSettings]) -> None:
+        with self.lock:
+            self.busy.difference_update(q.name for q in queues)
+
+
+@dataclass
+class Tuning:
+    """The settings a SIGHUP may change in place, and what every member is built with."""
+
+    prefix_root: str
+    executor: ExecutorChoice
+    call_target_s: float
+    drain_share: float
+
+
+class Fleet:
+    """The primaries and their members, the layout that routes queues to them, and its refresh.
+
+    Standalone and Sentinel have one primary at a time and tick on the scheduler's thread, as
+    one server always did. A Cluster's primaries each tick on threads of their own, so a hung
+    primary holds its own queues only. The layout is read on a thread of its own too (a hung
+    node may hold CLUSTER SLOTS for the socket timeout): ticks route by the last one read.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        metrics: Metrics,
+        tuning: Tuning,
+        *,
+        on_restart: Callable[[Node], None],
+        on_moved: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        source: Source | None = None,
+    ) -> None:
+        self.connection = connection
+        self.metrics = metrics
+        self.tuning = tuning
+        self.on_restart = on_restart
+        self.on_moved = on_moved  # the layout changed: every queue's next tick at once
+        self.clock = clock
+        self.source = source if source is not None else source_of(connection)
+        self.fan_out = connection.topology.cluster
+        self.every_s = {"cluster": CLUSTER_REFRESH_S, "sentinel": SENTINEL_REFRESH_S}.get(
+            connection.topology.mode
+        )
+        self.layout: Layout | None = None
+        self.members: dict[str, Member] = {}
+        self.read_at: float | None = None  # when the layout was last asked for
+        self.doubted = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.unreachable: str | None = None  # the last failure to read the layout, logged once
+        self.started = False
+        self.lock = threading.RLock()  # the members and the layout
+        self.reading = threading.Lock()  # one read of the layout at a time
+        self.slots: dict[str, int] = {}
+        self.nowhere = Ledger(metrics, UNROUTED)
+
+    # The layout.
+    def refresh(self) -> bool:
+        """Read the layout, add the new primaries, drop the gone; whether slots changed hands.
+        One read at a time: a slow read must not undo a newer one."""
+        with self.reading:
+            return self.read()
+
+    def read(self) -> bool:
+        self.doubted.clear()
+        self.read_at = self.clock()
+        try:
+            layout = self.source.read()
+        except UNREACHABLE as exc:
+            if self.unreachable != str(exc):
+                log.warning("topology_unreachable", mode=self.mode, error=str(exc))
+            self.unreachable = str(exc)
+            return False
+        if self.unreachable is not None:
+            log.info("topology_reachable", mode=self.mode)
+        self.unreachable = None
+        with self.lock:
+            return self.apply(layout)
+
+    def watch(self) -> None:
+        """The layout thread: read again every `every_s`, or soon after a doubt."""
+        while not self.stopped.is_set():
+            if self.doubted.wait(self.every_s):
+                self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
+            if self.stopped.is_set():
+                return
+            if self.refresh():
+                self.on_moved()
+
+    def apply(self, layout: Layout) -> bool:
+        old, self.layout = self.layout, layout
+        added = [name for name in layout.primaries if name not in self.members]
+        for name in added:
+            self.members[name] = member = self.member(name, layout.primaries[name])
+            before = predecessor(old, layout, name)
+            if before is not None and before in self.members:
+                member.node.inherit(self.members[before].node)
+        gone = [name for name in self.members if name not in layout.primaries]
+        for name in gone:
+            self.drop(self.members.pop(name))
+        moved = old is not None and old != layout
+        if moved:
+            log.warning("topology_changed", mode=self.mode, added=added, gone=gone,
+                        primaries=list(layout.primaries))  # fmt: skip
+        return moved
+
+    def asked_before(self, seconds: float) -> bool:
+        return self.read_at is None or self.clock() - self.read_at >= seconds
+
+    def doubt(self) -> None:
+        """Something said the layout moved: read it again soon."""
+        self.doubted.set()
+
+    @property
+    def mode(self) -> str:
+        return self.connection.topology.mode
+
+    # The members.
+    def member(self, name: str, address: tuple[str, int] | None) -> Member:
+        t = self.tuning
+        node = Node(
+            name, self.connection.client(address), t.executor, self.metrics,
+            CallSizer(t.call_target_s), primary_only=self.mode != "standalone",
+        )  # fmt: skip
+        ledger = Ledger(self.metrics, name)
+        drainer = Drainer(
+            node, ledger, share=t.drain_share, on_restart=self.on_restart, on_redirect=self.doubt
+        )
+        pool = (
+            ThreadPoolExecutor(WORKERS, thread_name_prefix=f"sweep-{name}")
+            if self.fan_out
+            else None
+        )
+        made = Member(node, ledger, drainer, pool)
+        if self.started:
+            drainer.start()
+        return made
+
+    def drop(self, member: Member) -> None:
+        """A primary no more (failed over, demoted, removed): its threads end, its series go."""
+        member.drainer.stop(0)
+        if member.pool is not None:
+            member.pool.shutdown(wait=False, cancel_futures=True)
+        self.metrics.forget_node(member.node.name)
+
+    def home(self) -> Node | None:
+        """The primary that holds sweeperd's members key now (in a cluster, its slot's owner);
+        None while no primary is known."""
+        with self.lock:
+            layout = self.layout
+            owner = layout.owner(slot_of(members_key(self.tuning.prefix_root))) if layout else None
+            member = self.members.get(owner) if owner is not None else None
+            return member.node if member is not None else None
+
+    def nodes(self) -> list[Node]:
+        with self.lock:
+            return [m.node for m in self.members.values()]
+
+    def retune(self, tuning: Tuning) -> None:
+        """SIGHUP's new call target and drain share, in place."""
+        with self.lock:
+            self.tuning = tuning
+            for m in self.members.values():
+                m.node.sizer.target_s = tuning.call_target_s
+                m.drainer.share = tuning.drain_share
+
+    def forget(self, queue: str) -> None:
+        """A queue no longer swept leaves every drain and ledger."""
+        with self.lock:
+            members = list(self.members.values())
+        for m in members:
+            m.drainer.forget(queue)
+            m.ledger.forget(queue)
+        self.nowhere.forget(queue)
+
+    # The sweep.
+    def route(self, queues: Sequence[QueueSettings]) -> dict[str, list[QueueSettings]]:
+        """The queues by the primary that owns their slot; those no primary serves are
+        counted as failed (a connection failure: nobody to send them to)."""
+        groups: dict[str, list[QueueSettings]] = {}
+        with self.lock:
+            layout = self.layout
+            for q in queues:
+                owner = layout.owner(self.slot(q.name)) if layout is not None else None
+                if owner is None or owner not in self.members:
+                    why = "no primary is known" if layout is None else "no primary serves its slot"
+                    self.nowhere.fail(q.name, SweepError(Reason.CONNECTION, f"{why} now"))
+                    continue
+                groups.setdefault(owner, []).append(q)
+        return groups
+
+    def slot(self, queue: str) -> int:
+        found = self.slots.get(queue)
+        if found is None:
+            found = self.slots[queue] = slot_of(QueueKeys(queue, self.tuning.prefix_root).active)
+        return found
+
+    def sweep(self, batch: Sequence[QueueSettings]) -> None:
+        """One tick of the batch on every primary that owns some of it. Behind Sentinel the
+        primary is asked for first: a demoted one may go on answering as a primary for seconds,
+        and what it writes then is lost."""
+        if self.mode == "sentinel" and self.asked_before(SENTINEL_TICK_S):
+            self.refresh()
+        for name, queues in self.route(batch).items():
+            member = self.members.get(name)
+            if member is None:
+                continue
+            if member.pool is None:
+                self.tick(member, queues)
+            else:
+                try:
+                    member.pool.submit(self.tick, member, queues)
+                except RuntimeError:  # the primary was dropped meanwhile
+                    continue
+
+    def tick(self, member: Member, queues: Sequence[QueueSettings]) -> None:
+        """The member's tick of the queues it holds no call for; queues sent elsewhere make
+        the layout read again, and go there at their next tick."""
+        held = member.claim(queues)
+        if not held:
+            return
+        try:
+            redirected = Tick(
+                member.node, self.metrics, member.ledger, member.drainer, self.tuning.prefix_root,
+                on_restart=self.on_restart,
+            ).run(held)  # fmt: skip
+        finally:
+            member.release(held)
+        if member.node.up is False or redirected:
+            self.doubt()
+
+    # The lifetime.
+    def start(self) -> None:
+        """The first layout read now; the layout thread, when the layout can change."""
+        self.refresh()
+        with self.lock:
+            self.started = True
+            for m in self.members.values():
+                m.drainer.start()
+        if self.every_s is not None:
+            self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)
+            self.thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        self.stopped.set()
+        self.doubted.set()
+        with self.lock:
+            members = list(self.members.values())
+        for m in members:
+            m.drainer.stop(timeout_s / max(1, len(members)))
+            if m.pool is not None:
+                m.pool.shutdown(wait=False, cancel_futures=True)

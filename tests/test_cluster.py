@@ -1,0 +1,299 @@
+"""sweeperd on a real Redis Cluster (3 primaries, 3 replicas, the module on every node): routing
+by slot, failovers seen as epoch changes, a slot migrated, a hung primary, discovery, once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import redis
+
+from sweeperd.keyspace import QueueKeys
+from tests.daemon_process import DaemonProcess, wait_until
+from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
+from tests.server import RedisServer
+from tests.topologies import Cluster, write_leases
+
+EXECUTORS = ["native", "script"]
+FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module's tests; each test finds it settled and empty."""
+    with Cluster(tmp_path_factory.mktemp("cluster")) as made:
+        yield made
+
+
+@pytest.fixture
+def fresh(cluster: Cluster) -> Cluster:
+    cluster.settle()
+    cluster.flush()
+    return cluster
+
+
+def name(server: RedisServer) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+def spread(cluster: Cluster, per_primary: int) -> dict[int, list[str]]:
+    """Queue names, `per_primary` on each primary, by the primary's port."""
+    found: dict[int, list[str]] = {s.port: [] for s in cluster.primaries()}
+    slots = cluster.slots()
+    n = 0
+    while any(len(names) < per_primary for names in found.values()):
+        queue = f"q{n}"
+        n += 1
+        slot = redis.crc.key_slot(QueueKeys(queue).active.encode())
+        port = next(p for first, last, p in slots if first <= slot <= last)
+        if len(found[port]) < per_primary:
+            found[port].append(queue)
+    return found
+
+
+def seed(
+    cluster: Cluster,
+    queue: str,
+    count: int,
+    deadline_ms: int,
+    epoch: bytes | None = None,
+    owner: RedisServer | None = None,
+) -> list[bytes]:
+    """`count` leases with rows on the queue's primary, replicated before it returns."""
+    keys = QueueKeys(queue)
+    ids = [f"{queue}-job-{n}".encode() for n in range(count)]
+    with (owner or cluster.owner(keys.active)).client() as c:
+        write_leases(c, keys, ids, deadline_ms, epoch)
+    return ids
+
+
+def expire(cluster: Cluster, queue: str) -> None:
+    """Every lease of the queue due now (on whichever primary holds it now)."""
+    keys = QueueKeys(queue)
+    with cluster.owner(keys.active).client() as c:
+        jobs = c.zrange(keys.active, 0, -1)
+        if jobs:
+            c.zadd(keys.active, dict.fromkeys(jobs, PAST_MS), xx=True)
+
+
+def keyspace(cluster: Cluster, queue: str) -> dict[str, object]:
+    """The queue's sets and rows as its primary holds them now."""
+    keys = QueueKeys(queue)
+    with cluster.owner(keys.active).client() as c:
+        pending = sorted(c.zrange(keys.pending, 0, -1))
+        return {
+            "active": c.zcard(keys.active),
+            "pending": pending,
+            "dead": c.zcard(keys.dead),
+            "rows": {job: c.hgetall(keys.job(job)) for job in pending},
+        }
+
+
+def daemon(tmp_path: Path, cluster: Cluster, *args: str) -> DaemonProcess:
+    return DaemonProcess(
+        tmp_path, "--cluster", "--redis-url", cluster.seed_url(cluster.live()[0]), *FAST, *args
+    )
+
+
+def restarts(d: DaemonProcess, node: str) -> float:
+    return d.value("sweeperd_server_restarts_total", node=node) or 0.0
+
+
+class TestRouting:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_every_primary_sweeps_its_own_queues(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """Queues on all three primaries are each swept on their primary, counters exact."""
+        by_primary = spread(fresh, 3)
+        queues = [q for names in by_primary.values() for q in names]
+        for n, queue in enumerate(queues):
+            seed(fresh, queue, n + 1, PAST_MS)
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", ",".join(queues)) as d:
+            for n, queue in enumerate(queues):
+                d.wait_value("sweeperd_recovered_total", n + 1, queue=queue)
+            for port in by_primary:
+                assert d.value("sweeperd_redis_up", node=f"127.0.0.1:{port}") == 1
+                assert d.value("sweeperd_server_info", node=f"127.0.0.1:{port}",
+                               executor=executor) == 1  # fmt: skip
+            wait_until(lambda: d.get("/readyz")[0] == 200, what="ready")
+            for queue in queues:
+                assert d.value("sweeperd_dead_total", queue=queue) == 0
+                assert d.value("sweeperd_exempt_total", queue=queue) == 0
+                assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
+            assert d.stop() == 0
+        for n, queue in enumerate(queues):
+            seen = keyspace(fresh, queue)
+            assert (seen["active"], len(seen["pending"]), seen["dead"]) == (0, n + 1, 0)  # type: ignore[arg-type]
+            assert all(row[b"stalled"] == b"1" for row in seen["rows"].values())  # type: ignore[attr-defined]
+
+
+class TestFailover:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_cluster_failover_exempts_the_old_primarys_leases(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """CLUSTER FAILOVER on a replica: its slots' leases come back exempt, the restart is
+        counted on the new primary only, the other primaries' leases are counted as ever."""
+        by_primary = spread(fresh, 2)
+        queues = [q for names in by_primary.values() for q in names]
+        failing = fresh.owner(QueueKeys(queues[0]).active)
+        old_run_id = fresh.run_id(failing)
+        granted = {}
+        for queue in queues:
+            owner = fresh.owner(QueueKeys(queue).active)
+            granted[queue] = seed(fresh, queue, 5, now_ms() + FUTURE_OFFSET_MS,
+                                  fresh.run_id(owner))  # fmt: skip
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", ",".join(queues)) as d:
+            for queue in queues:
+                d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+            replica = fresh.replica_of(failing)
+            fresh.failover(replica)
+            d.wait_value("sweeperd_server_restarts_total", 1, node=name(replica))
+            for queue in queues:
+                expire(fresh, queue)
+            for queue in queues:
+                d.wait_value("sweeperd_recovered_total", 5, queue=queue)
+            moved = set(by_primary[failing.port])
+            for queue in queues:
+                assert d.value("sweeperd_exempt_total", queue=queue) == (5 if queue in moved else 0)
+            for server in fresh.primaries():
+                if server is not replica:
+                    assert restarts(d, name(server)) == 0
+            [event] = d.events("server_restarted")
+            assert d.stop() == 0
+        assert (event["reason"], event["node"], event["previous_node"]) == (
+            "failover", name(replica), name(failing))  # fmt: skip
+        assert event["old_run_id"] == old_run_id.decode()
+        assert event["new_run_id"] == fresh.run_id(replica).decode()
+        for queue in queues:
+            seen = keyspace(fresh, queue)
+            assert seen["pending"] == sorted(granted[queue]) and seen["active"] == seen["dead"] == 0
+            for row in seen["rows"].values():  # type: ignore[attr-defined]
+                assert row.get(b"stalled") == (None if queue in moved else b"1")
+                assert row[b"state"] == b"pending" and row[b"attempts"] == b"1"
+
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_kill_9_of_a_primary(self, fresh: Cluster, tmp_path: Path, executor: str) -> None:
+        """kill -9 of a primary: its replica takes over and sweeps its queues within seconds,
+        every lease the dead primary granted back in pending exactly once, exempt."""
+        by_primary = spread(fresh, 2)
+        queues = [q for names in by_primary.values() for q in names]
+        victim = fresh.owner(QueueKeys(queues[0]).active)
+        replica = fresh.replica_of(victim)
+        victims = by_primary[victim.port]
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", ",".join(queues)) as d:
+            for queue in queues:
+                d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+            epoch = fresh.run_id(victim)
+            granted = {q: seed(fresh, q, 6, now_ms() + 300, epoch) for q in victims}
+            killed_at = time.time()
+            fresh.kill(victim)
+            for queue in victims:
+                d.wait_value("sweeperd_recovered_total", 6, queue=queue)
+            first = min(
+                datetime.fromisoformat(str(e["timestamp"])).timestamp()
+                for e in d.events("sweep")
+                if e["queue"] in victims
+            )
+            print(f"\nkill -9 to the first sweep on the new primary ({executor}): "
+                  f"{first - killed_at:.2f} s")  # fmt: skip
+            d.wait_value("sweeperd_server_restarts_total", 1, node=name(replica))
+            for queue in victims:
+                assert d.value("sweeperd_exempt_total", queue=queue) == 6
+                assert d.value("sweeperd_dead_total", queue=queue) == 0
+            assert d.events("server_restarted")[0]["reason"] == "failover"
+            assert d.stop() == 0
+        fresh.revive(victim)
+        for queue in victims:
+            seen = keyspace(fresh, queue)
+            assert seen["pending"] == sorted(granted[queue])
+            assert seen["active"] == seen["dead"] == 0
+            assert all(b"stalled" not in row for row in seen["rows"].values())  # type: ignore[attr-defined]
+
+    def test_a_hung_primary_holds_only_its_own_queues(self, fresh: Cluster, tmp_path: Path) -> None:
+        """SIGSTOP of one primary: the other primaries' queues go on being swept meanwhile."""
+        by_primary = spread(fresh, 2)
+        queues = [q for names in by_primary.values() for q in names]
+        hung = fresh.owner(QueueKeys(queues[0]).active)
+        others = [q for port, names in by_primary.items() if port != hung.port for q in names]
+        owners = {q: fresh.owner(QueueKeys(q).active) for q in others}
+        with daemon(tmp_path, fresh, "--queue", ",".join(queues)) as d:
+            for queue in queues:
+                d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+            fresh.pause(hung)
+            try:
+                time.sleep(0.5)  # the hung primary's calls are in flight now
+                for queue in others:
+                    seed(fresh, queue, 3, PAST_MS, owner=owners[queue])
+                for queue in others:
+                    d.wait_value("sweeperd_recovered_total", 3, queue=queue)
+            finally:
+                fresh.resume(hung)
+            assert d.stop() == 0
+
+
+class TestMigration:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_slot_migrated_under_the_daemon(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """A queue's slot moved to another primary: swept there next, no failure and no
+        restart counted, and the old primary's leases come back exempt by the epoch rule."""
+        by_primary = spread(fresh, 1)
+        [source_port, target_port, *_] = by_primary
+        [queue] = by_primary[source_port]
+        source = next(s for s in fresh.servers if s.port == source_port)
+        target = next(s for s in fresh.servers if s.port == target_port)
+        granted = seed(fresh, queue, 4, now_ms() + FUTURE_OFFSET_MS, fresh.run_id(source))
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue) as d:
+            d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+            fresh.migrate(redis.crc.key_slot(QueueKeys(queue).active.encode()), source, target)
+            expire(fresh, queue)
+            d.wait_value("sweeperd_recovered_total", 4, queue=queue)
+            assert d.value("sweeperd_exempt_total", queue=queue) == 4
+            assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
+            for server in fresh.primaries():
+                assert restarts(d, name(server)) == 0
+            assert d.stop() == 0
+        assert fresh.owner(QueueKeys(queue).active) is target
+        seen = keyspace(fresh, queue)
+        assert seen["pending"] == sorted(granted) and seen["active"] == 0
+
+
+class TestDiscovery:
+    def test_queues_found_on_every_primary(self, fresh: Cluster, tmp_path: Path) -> None:
+        """--discover scans every primary: queues on all three are found and swept."""
+        queues = [q for names in spread(fresh, 2).values() for q in names]
+        for queue in queues:
+            seed(fresh, queue, 2, PAST_MS)
+        with daemon(tmp_path, fresh, "--discover", "0.5") as d:
+            for queue in queues:
+                d.wait_value("sweeperd_recovered_total", 2, queue=queue)
+            assert d.stop(signal.SIGINT) == 0
+
+
+class TestOnce:
+    def test_once_and_inspect_go_to_the_queues_primary(self, fresh: Cluster) -> None:
+        """once --cluster and inspect --cluster, given a node that does not hold the queue,
+        read and sweep it on the primary that does."""
+        by_primary = spread(fresh, 1)
+        [holder_port, other_port, *_] = by_primary
+        [queue] = by_primary[holder_port]
+        ids = seed(fresh, queue, 3, PAST_MS)
+        seed_url = f"redis://127.0.0.1:{other_port}/0"
+        base = [sys.executable, "-m", "sweeperd"]
+        args = ["--cluster", "--redis-url", seed_url, "--queue", queue, "--json"]
+        seen = subprocess.run([*base, "inspect", *args], capture_output=True, check=True)
+        assert json.loads(seen.stdout)["expired"] == 3
+        once = [*base, "once", *args, "--max-stalled", "5"]
+        done = subprocess.run(once, capture_output=True, check=True)
+        assert sorted(json.loads(done.stdout)["recovered"]) == sorted(i.decode() for i in ids)
+        assert keyspace(fresh, queue)["active"] == 0
