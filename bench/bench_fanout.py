@@ -4,10 +4,12 @@ Prometheus would: CPU %, schedule lag (all, and during scrapes), overruns, RSS, 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
@@ -22,10 +24,16 @@ from tests.server import RedisServer
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 SCRAPE_TIMEOUT_S = 60.0  # a full scrape of tens of thousands of queues may take seconds
-SCRAPE_EVERY_S = 15.0  # Prometheus' usual scrape interval
+SCRAPE_EVERY_S = 15.0  # Prometheus' usual scrape interval; sweeps/s is read from the scrapes
 SETTLE_S = 0.2  # after a scrape: the ticks it held up are submitted (and observed) by then
 LAG = "sweeperd_schedule_lag_seconds"
-PROBED = (f"{LAG}_bucket", "sweeperd_schedule_overruns_total", "sweeperd_sweeps_total")
+PROBED = (f"{LAG}_bucket", "sweeperd_schedule_overruns_total")
+# What Prometheus asks for: OpenMetrics first, gzipped.
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
 Buckets = list[tuple[float, float]]
 
 
@@ -44,25 +52,41 @@ def memory_mib(pid: int, field_name: str) -> float:
 
 @dataclass
 class Probe:
-    """The few series the bench follows between scrapes: the lag histogram, overruns, sweeps."""
+    """The few series the bench follows between scrapes: the lag histogram and overruns."""
 
     lag: Buckets
     overruns: float
-    sweeps: float
 
     @classmethod
     def parse(cls, text: str) -> Probe:
         lag: Buckets = []
-        overruns = sweeps = 0.0
+        overruns = 0.0
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 if s.name == f"{LAG}_bucket":
                     lag.append((float(s.labels["le"]), s.value))
                 elif s.name == "sweeperd_schedule_overruns_total":
                     overruns += s.value
-                elif s.name == "sweeperd_sweeps_total":
-                    sweeps += s.value
-        return cls(lag, overruns, sweeps)
+        return cls(lag, overruns)
+
+
+def scrape(daemon: DaemonProcess) -> str:
+    """/metrics as Prometheus scrapes it, the body unzipped."""
+    url = f"http://127.0.0.1:{daemon.port}/metrics"
+    request = urllib.request.Request(url, headers=PROMETHEUS_HEADERS)
+    with urllib.request.urlopen(request, timeout=SCRAPE_TIMEOUT_S) as response:
+        body = response.read()
+        gzipped = response.headers.get("Content-Encoding") == "gzip"
+    return (gzip.decompress(body) if gzipped else body).decode()
+
+
+def sweeps(text: str) -> float:
+    """sweeperd_sweeps_total summed over its series (per node or per queue)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("sweeperd_sweeps_total{")
+    )
 
 
 def probe(daemon: DaemonProcess) -> Probe:
@@ -118,16 +142,24 @@ class Scrapes:
     mib: float = 0.0
     series: int = 0
     lag: Buckets = field(default_factory=list)
+    sweeps: list[tuple[float, float]] = field(default_factory=list)  # (when, sweeps so far)
 
     def take(self, daemon: DaemonProcess) -> None:
         before = probe(daemon)
         started = time.monotonic()
-        text = daemon.metrics_text(SCRAPE_TIMEOUT_S)
+        text = scrape(daemon)
         self.seconds.append(time.monotonic() - started)
+        self.sweeps.append((started, sweeps(text)))
         time.sleep(SETTLE_S)
         self.lag = add(self.lag, sub(probe(daemon).lag, before.lag))
         self.mib = len(text.encode()) / 2**20
         self.series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def rate(points: list[tuple[float, float]]) -> float:
+    """Per second between the first point and the last."""
+    (t0, v0), (t1, v1) = points[0], points[-1]
+    return (v1 - v0) / (t1 - t0) if t1 > t0 else float("nan")
 
 
 def daemon_args(config: Path, url: str, executor: str, level: str | None) -> list[str]:
@@ -170,7 +202,7 @@ def measure(
                 "scrape_lag_p99_ms": 1000 * quantile(scrapes.lag, 0.99),
                 "rss_mib": memory_mib(pid, "VmRSS"),
                 "hwm_mib": memory_mib(pid, "VmHWM"),
-                "sweeps_per_s": (end.sweeps - start.sweeps) / (t1 - t0),
+                "sweeps_per_s": rate(scrapes.sweeps),
                 "overruns": end.overruns - start.overruns,
                 "scrape_s": max(scrapes.seconds),
                 "scrape_mib": scrapes.mib,

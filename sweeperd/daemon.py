@@ -192,6 +192,7 @@ class Daemon:
             healthy=self.healthy,
             ready=self.ready,
             landing=lambda: self.status_text(self.ready()),
+            exposition=self.metrics.exposition,
         )
         self.add_jobs()
         self.drainer.start()
@@ -215,7 +216,7 @@ class Daemon:
             return
         needs_restart = [
             name
-            for name in ("connection", "executor", "metrics_host", "metrics_port")
+            for name in ("connection", "executor", "metrics_host", "metrics_port", "queue_metrics")
             if getattr(fresh, name) != getattr(self.settings, name)
         ]
         if needs_restart:
@@ -273,7 +274,9 @@ class Daemon:
 
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     """Run until SIGTERM or SIGINT; SIGHUP re-reads the config file."""
-    daemon = Daemon(settings, reload)
+    daemon = Daemon(
+        settings, reload, metrics=Metrics(version=__version__, level=settings.queue_metrics)
+    )
     daemon.start()
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)

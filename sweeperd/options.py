@@ -18,6 +18,7 @@ from sweeperd.constants import (
 )
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
+from sweeperd.metrics import QueueMetrics
 
 ENV_PREFIX = "SWEEPERD_"
 RUN, ONCE, INSPECT = "run", "once", "inspect"
@@ -183,6 +184,14 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "Where /metrics, /healthz, /readyz and / are served.",
             DEFAULT_METRICS_ADDR,
+        ),
+        Option(
+            "queue_metrics",
+            "basic|full",
+            (RUN,),
+            "Series per queue: basic, what an operator needs (6, and one per failure reason "
+            "seen); full adds sweeps, ghosts, durations and set sizes per queue (22).",
+            QueueMetrics.BASIC.value,
         ),
         Option(
             "log_format",
