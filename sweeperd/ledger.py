@@ -42,6 +42,8 @@ class Ledger:
         queue's duration) and each logged as record() logs it."""
         self.metrics.record_round(self.node, queues, results, at, duration_s=duration_s)
         for queue, result in zip(queues, results, strict=True):
+            # A quiet success of a queue that was not failing has nothing to log (`failing` is
+            # only read here: a queue failing meanwhile is logged by the call that failed).
             if isinstance(result.reply, SweepError) or result.reply.taken or self.failing:
                 self.logged(queue, result, logging.INFO)
 
