@@ -230,32 +230,23 @@ class SweepCollector(Collector):
         )
         text.gauge("sweeperd_oldest_expired_age_seconds", HELP["oldest"],
                    ((q.label, q.oldest_expired_age) for q in queues))  # fmt: skip
-        if self.level is QueueMetrics.FULL:
-            self.render_full(text, queues)
-        else:
-            text.counter("sweeperd_sweeps", HELP["sweeps"], ((n.label, n.sweeps) for n in nodes))
-            text.counter(
-                "sweeperd_ghosts_removed", HELP["ghosts"], ((n.label, n.ghosts) for n in nodes)
-            )
-            text.histogram("sweeperd_sweep_duration_seconds", HELP["duration"],
-                           [(n.label, n.durations) for n in nodes])  # fmt: skip
-        return text.encoded()
-
-    @staticmethod
-    def render_full(text: _Text, queues: list[QueueSeries]) -> None:
-        text.counter("sweeperd_sweeps", HELP["sweeps"], ((q.label, q.sweeps) for q in queues))
+        # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
+        full = self.level is QueueMetrics.FULL
+        owners: list[QueueSeries] | list[NodeSeries] = queues if full else nodes
+        text.counter("sweeperd_sweeps", HELP["sweeps"], ((o.label, o.sweeps) for o in owners))
         text.counter(
-            "sweeperd_ghosts_removed", HELP["ghosts"], ((q.label, q.ghosts) for q in queues)
+            "sweeperd_ghosts_removed", HELP["ghosts"], ((o.label, o.ghosts) for o in owners)
         )
         text.histogram("sweeperd_sweep_duration_seconds", HELP["duration"],
-                       [(q.label, q.durations) for q in queues])  # fmt: skip
-        text.gauge("sweeperd_queue_jobs", HELP["jobs"], (
-            (f'{q.label},set="{name}"', size)
-            for q in queues for name, size in zip(SETS, q.jobs, strict=True)
-        ))  # fmt: skip
-        text.gauge(
-            "sweeperd_queue_failed_jobs", HELP["failed"], ((q.label, q.failed) for q in queues)
-        )
+                       [(o.label, o.durations) for o in owners])  # fmt: skip
+        if full:
+            text.gauge("sweeperd_queue_jobs", HELP["jobs"], (
+                (f'{q.label},set="{name}"', size)
+                for q in queues for name, size in zip(SETS, q.jobs, strict=True)
+            ))  # fmt: skip
+            text.gauge("sweeperd_queue_failed_jobs", HELP["failed"],
+                       ((q.label, q.failed) for q in queues))  # fmt: skip
+        return text.encoded()
 
     def collect(self) -> Iterator[Metric]:
         """The library's view of the same text (for ?name[]= and get_sample_value): parsed from
