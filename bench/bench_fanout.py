@@ -180,10 +180,12 @@ def measure(
         with DaemonProcess(workdir, *daemon_args(config, server.url, executor, level)) as daemon:
             assert daemon.process is not None
             pid = daemon.process.pid
+            assert server.process is not None
+            server_pid = server.process.pid
             wait_until(lambda: daemon.get("/readyz")[0] == 200, 120, "ready")
             time.sleep(3)  # past the start-up sweep of every queue
             start = probe(daemon)
-            cpu0, t0 = cpu_seconds(pid), time.monotonic()
+            cpu0, server0, t0 = cpu_seconds(pid), cpu_seconds(server_pid), time.monotonic()
             scrapes = Scrapes()
             for n in range(int(seconds // SCRAPE_EVERY_S) + 1):
                 if (due := t0 + n * SCRAPE_EVERY_S) >= t0 + seconds:
@@ -191,12 +193,13 @@ def measure(
                 time.sleep(max(0.0, due - time.monotonic()))
                 scrapes.take(daemon)
             time.sleep(max(0.0, t0 + seconds - time.monotonic()))
-            cpu1, t1 = cpu_seconds(pid), time.monotonic()
+            cpu1, server1, t1 = cpu_seconds(pid), cpu_seconds(server_pid), time.monotonic()
             end = probe(daemon)
             lag = sub(end.lag, start.lag)
             figures = {
                 "queues": queues,
                 "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+                "server_cpu_percent": 100 * (server1 - server0) / (t1 - t0),
                 "lag_p50_ms": 1000 * quantile(lag, 0.50),
                 "lag_p99_ms": 1000 * quantile(lag, 0.99),
                 "scrape_lag_p99_ms": 1000 * quantile(scrapes.lag, 0.99),
@@ -215,6 +218,7 @@ def measure(
 COLUMNS = [  # title, figure, width, decimals
     ("queues", "queues", 7, 0),
     ("cpu %", "cpu_percent", 6, 1),
+    ("server %", "server_cpu_percent", 8, 1),
     ("lag p50 ms", "lag_p50_ms", 10, 1),
     ("lag p99 ms", "lag_p99_ms", 10, 1),
     ("p99 in scrape", "scrape_lag_p99_ms", 13, 1),
