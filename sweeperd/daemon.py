@@ -37,7 +37,7 @@ STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left beh
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
-                    "instance_id", "web_config")  # fmt: skip
+                    "instance_id", "web_config", "queue_metrics")  # fmt: skip
 
 
 @dataclass
@@ -225,6 +225,7 @@ class Daemon:
             ready=self.ready,
             landing=lambda: f"{self.status_text(self.ready())}\n{self.sharing.describe()}",
             web=s.web_config,
+            exposition=self.metrics.exposition,
         )
         self.fleet.start()
         self.add_jobs()
@@ -318,7 +319,9 @@ def tuning(s: Settings) -> Tuning:
 
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     """Run until SIGTERM or SIGINT; SIGHUP re-reads the config file."""
-    daemon = Daemon(settings, reload)
+    daemon = Daemon(
+        settings, reload, metrics=Metrics(version=__version__, level=settings.queue_metrics)
+    )
     daemon.start()
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)

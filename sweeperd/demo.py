@@ -14,10 +14,12 @@ from pathlib import Path
 import redis
 import structlog
 
+from sweeperd import __version__
 from sweeperd.connection import connect
 from sweeperd.constants import LEASE_EPOCH
 from sweeperd.daemon import Daemon
 from sweeperd.keyspace import QueueKeys
+from sweeperd.metrics import Metrics
 from sweeperd.serverinfo import ServerInfo, read_server_info
 from sweeperd.settings import Settings, build_settings
 
@@ -141,6 +143,7 @@ def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> S
         "max_stalled": str(MAX_STALLED),
         "metrics_addr": f"127.0.0.1:{metrics_port or free_port()}",
         "executor": executor,
+        "queue_metrics": "full",  # the summary shows each queue's ghosts
     }
     return build_settings(overrides, None, logs_to_tty=isatty)
 
@@ -185,7 +188,8 @@ def run_demo(
         seed(client, info.run_id, info.time_ms)
         say(f"server {url} (run_id {info.run_id.decode()[:12]}…) seeded: {', '.join(QUEUES)}")
         settings = demo_settings(url, metrics_port, executor, isatty)
-        daemon = Daemon(settings, lambda: settings)
+        metrics = Metrics(version=__version__, level=settings.queue_metrics)
+        daemon = Daemon(settings, lambda: settings, metrics=metrics)
         daemon.start()
         address = f"http://127.0.0.1:{daemon.server.port if daemon.server else metrics_port}"
         say(f"sweeping every second; metrics at {address}/metrics")

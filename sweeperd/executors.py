@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import redis
-from redis.client import Pipeline
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
@@ -33,12 +32,6 @@ class Executor:
             "EVALSHA", self.script.sha, 4, keys.active, keys.pending, keys.dead,
             keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms,
         ]  # fmt: skip
-
-    def queue(
-        self, pipe: Pipeline, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int
-    ) -> None:
-        """Append one sweep of `keys` to the pipeline."""
-        pipe.execute_command(*self.args(keys, max_stalled, limit, bound_ms))  # type: ignore[no-untyped-call]
 
     def send(
         self, client: redis.Redis, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int

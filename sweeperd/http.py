@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import gzip
 import html
 import socket
 import socketserver
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import gzip_accepted
 
 from sweeperd import __version__
 from sweeperd.webconfig import WebConfig
@@ -21,6 +24,9 @@ log = structlog.get_logger(__name__)
 
 POLL_S = 0.1  # how often the serving loop looks for a shutdown request
 REQUEST_TIMEOUT_S = 10.0  # a client that sends nothing for this long is dropped
+GZIP_LEVEL = 1  # 10,000 queues: 5 ms and 166 KiB; level 9 (the library's): 38 ms and 154 KiB
+# A scrape's body and content type for its Accept header (see metrics.Metrics.exposition).
+Exposition = Callable[[str | None], tuple[bytes, str]]
 TEXT = (
     "Content-Type",
     "text/plain; charset=utf-8",
@@ -103,13 +109,37 @@ def _plain(start_response: StartResponse, ok: bool, text: str) -> list[bytes]:
     return [text.encode() + b"\n"]
 
 
+def _metrics_app(registry: CollectorRegistry, exposition: Exposition | None) -> WSGIApplication:
+    """/metrics: a plain GET is rendered by `exposition`; the rest (OPTIONS, other methods,
+    ?name[]= selections) by prometheus_client's own app on the registry."""
+    generic: WSGIApplication = make_wsgi_app(registry)
+    if exposition is None:
+        return generic
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if environ["REQUEST_METHOD"] != "GET" or "name[]" in parse_qs(
+            environ.get("QUERY_STRING", "")
+        ):
+            return generic(environ, start_response)
+        body, content_type = exposition(environ.get("HTTP_ACCEPT"))
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
+
+    return app
+
+
 def _app(
     registry: CollectorRegistry,
     healthy: Callable[[], bool],
     ready: Callable[[], bool],
     landing: Callable[[], str] | None,
+    exposition: Exposition | None = None,
 ) -> WSGIApplication:
-    metrics: WSGIApplication = make_wsgi_app(registry)
+    metrics = _metrics_app(registry, exposition)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -151,9 +181,11 @@ def serve(
     ready: Callable[[], bool],
     landing: Callable[[], str] | None = None,
     web: WebConfig | None = None,
+    exposition: Exposition | None = None,
 ) -> MetricsServer:
     """Serve /metrics, /healthz, /readyz and / on host:port from a daemon thread; `web` adds
-    TLS and basic auth."""
+    TLS and basic auth; /metrics from `exposition` when given (see Metrics.exposition), else
+    from the registry."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
     try:
         server_class, address = _bindable(host)
@@ -162,7 +194,7 @@ def serve(
         server = server_class((address, port), _QuietHandler)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot listen on {shown}: {exc.strerror or exc}") from exc
-    app = _app(registry, healthy, ready, landing)
+    app = _app(registry, healthy, ready, landing, exposition)
     server.set_app(web.guard(app) if web is not None else app)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": POLL_S}, name="sweeperd-http"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
@@ -31,14 +32,27 @@ class Ledger:
     ) -> SweepReply | None:
         """Count one call (its reply or its failure) and the numbers after it, at Unix time
         `at`; the reply when the call succeeded. `level` is the `sweep` event's log level."""
-        if result.depths is not None:
-            self.metrics.record_depths(queue, result.depths)
-        if isinstance(result.reply, SweepError):
-            self.fail(queue, result.reply)
-            return None
+        self.metrics.record(self.node, queue, result, at)
+        return self.logged(queue, result, level)
+
+    def record_round(
+        self, queues: Sequence[str], results: Sequence[CallResult], at: float, *, duration_s: float
+    ) -> None:
+        """A tick's calls, one per queue, counted together (the tick's round trip as each
+        queue's duration) and each logged as record() logs it."""
+        self.metrics.record_round(self.node, queues, results, at, duration_s=duration_s)
+        for queue, result in zip(queues, results, strict=True):
+            # A quiet success of a queue that was not failing has nothing to log (`failing` is
+            # only read here: a queue failing meanwhile is logged by the call that failed).
+            if isinstance(result.reply, SweepError) or result.reply.taken or self.failing:
+                self.logged(queue, result, logging.INFO)
+
+    def logged(self, queue: str, result: CallResult, level: int) -> SweepReply | None:
+        """What a counted call says in the log: its failure, its recovery, what it took."""
         reply = result.reply
-        self.metrics.record_call(queue, reply)
-        self.metrics.record_success(queue, at)
+        if isinstance(reply, SweepError):
+            self.failed(queue, reply)
+            return None
         self.recovered(queue)
         if reply.taken and (level >= logging.INFO or logging.getLogger(LOGGER).isEnabledFor(level)):
             log.log(
@@ -56,8 +70,13 @@ class Ledger:
         return reply
 
     def fail(self, queue: str, error: SweepError) -> None:
-        """A failed call: always counted; logged when the queue's reason changes."""
-        self.metrics.record_failure(queue, error.reason)
+        """A call that failed without a reply: always counted; logged when the queue's reason
+        changes."""
+        self.metrics.record_failure(self.node, queue, error.reason)
+        self.failed(queue, error)
+
+    def failed(self, queue: str, error: SweepError) -> None:
+        """A counted failure, logged when the queue's reason changes."""
         with self.lock:
             changed = self.failing.get(queue) != error.reason
             self.failing[queue] = error.reason

@@ -19,6 +19,7 @@ from sweeperd.constants import (
 )
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
+from sweeperd.metrics import QueueMetrics
 
 ENV_PREFIX = "SWEEPERD_"
 RUN, ONCE, INSPECT = "run", "once", "inspect"
@@ -269,6 +270,14 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
             "client_ca_file) and basic_auth_users (bcrypt hashes); see README.md, Security.",
+        ),
+        Option(
+            "queue_metrics",
+            "basic|full",
+            (RUN,),
+            "Series per queue: basic, what an operator needs (6, and one per failure reason "
+            "seen); full adds sweeps, ghosts, durations and set sizes per queue (22).",
+            QueueMetrics.BASIC.value,
         ),
         Option(
             "log_format",

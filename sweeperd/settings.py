@@ -29,6 +29,7 @@ from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S, 
 from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
+from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
@@ -80,6 +81,7 @@ class Settings:
     jitter: float  # fraction of the interval, 0..1
     discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queues: tuple[QueueSettings, ...]
+    queue_metrics: QueueMetrics  # the series exported per queue
     config_path: Path | None
     shard: Shard  # on: replicas share the queues; off: this one sweeps them all
     heartbeat: float  # seconds: a member's time to live, renewed three times within it
@@ -554,6 +556,7 @@ def build_settings(
         jitter=_jitter(given["jitter"]),
         discover=discover,
         queues=queues,
+        queue_metrics=_choice(given["queue_metrics"], QueueMetrics),
         config_path=config_path,
         connection=_connection(given, config_path),
         shard=_choice(given["shard"], Shard),

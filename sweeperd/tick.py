@@ -55,14 +55,13 @@ class Tick:
             self.node.sizer.observe(results[0].call.limit, results[0].reply.taken,
                                     results[0].seconds(took))  # fmt: skip
         at = self.wall_clock()
-        redirected = []
-        for q, result in zip(queues, results, strict=True):
-            if result.redirected:
-                redirected.append(q)
-                continue
-            self.metrics.record_tick(q.name, duration_s=took)
-            reply = self.ledger.record(q.name, result, at)
-            if reply is not None and result.expired_left:
+        redirected = [q for q, result in zip(queues, results, strict=True) if result.redirected]
+        swept = [(q, r) for q, r in zip(queues, results, strict=True) if not r.redirected]
+        self.ledger.record_round(
+            [q.name for q, _ in swept], [r for _, r in swept], at, duration_s=took
+        )
+        for q, result in swept:
+            if isinstance(result.reply, SweepReply) and result.expired_left:
                 self.drainer.add(q, result.call.keys, result.expired_left)
         return redirected
 
@@ -88,7 +87,7 @@ class Tick:
         if not isinstance(exc, SweepError | redis.RedisError):
             log.exception("tick_failed", node=self.node.name)
             error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
-        took = self.clock() - started
-        for q in queues:
-            self.metrics.record_tick(q.name, duration_s=took)
-            self.ledger.fail(q.name, error)
+        names = [q.name for q in queues]
+        self.metrics.record_ticks(self.node.name, names, duration_s=self.clock() - started)
+        for name in names:
+            self.ledger.fail(name, error)

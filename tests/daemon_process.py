@@ -90,10 +90,26 @@ class DaemonProcess:
                     return sample.value
         return None
 
+    def total(self, name: str) -> float:
+        """The sum of every sample of `name`, whatever its labels."""
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(self.metrics_text())
+            for sample in family.samples
+            if sample.name == name
+        )
+
     def wait_value(self, name: str, expected: float, **labels: str) -> None:
         wait_until(
             lambda: self.value(name, **labels) == expected,
             what=f"{name}{labels} == {expected} (now {self.value(name, **labels)})",
+        )
+
+    def wait_swept(self, queue: str) -> None:
+        """Wait for the queue's first successful sweep (a per-queue series at every level)."""
+        wait_until(
+            lambda: self.value("sweeperd_last_success_timestamp_seconds", queue=queue) is not None,
+            what=f"a first sweep of {queue}",
         )
 
     def log_text(self) -> str:

@@ -346,7 +346,10 @@ class TestRunReload:
         config.write_text('queues = ["q"]\n')
         args = ["--config", str(config), "--redis-url", redis_server.url, "--interval", "0.2"]
         with DaemonProcess(tmp_path, *args) as daemon:
-            daemon.wait_value("sweeperd_sweeps_total", 1, queue="q")
+            wait_until(
+                lambda: daemon.value("sweeperd_last_success_timestamp_seconds", queue="q"),
+                what="a sweep",
+            )
             config.write_text('queues = ["q"]\nlimit = 0\n')
             assert daemon.process is not None
             daemon.process.send_signal(signal.SIGHUP)

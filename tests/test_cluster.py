@@ -153,7 +153,7 @@ class TestFailover:
                                   fresh.run_id(owner))  # fmt: skip
         with daemon(tmp_path, fresh, "--executor", executor, "--queue", ",".join(queues)) as d:
             for queue in queues:
-                d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+                d.wait_swept(queue)
             replica = fresh.replica_of(failing)
             fresh.failover(replica)
             d.wait_value("sweeperd_server_restarts_total", 1, node=name(replica))
@@ -191,7 +191,7 @@ class TestFailover:
         victims = by_primary[victim.port]
         with daemon(tmp_path, fresh, "--executor", executor, "--queue", ",".join(queues)) as d:
             for queue in queues:
-                d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+                d.wait_swept(queue)
             epoch = fresh.run_id(victim)
             granted = {q: seed(fresh, q, 6, now_ms() + 300, epoch) for q in victims}
             killed_at = time.time()
@@ -227,7 +227,7 @@ class TestFailover:
         owners = {q: fresh.owner(QueueKeys(q).active) for q in others}
         with daemon(tmp_path, fresh, "--queue", ",".join(queues)) as d:
             for queue in queues:
-                d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+                d.wait_swept(queue)
             fresh.pause(hung)
             try:
                 time.sleep(0.5)  # the hung primary's calls are in flight now
@@ -254,7 +254,7 @@ class TestMigration:
         target = next(s for s in fresh.servers if s.port == target_port)
         granted = seed(fresh, queue, 4, now_ms() + FUTURE_OFFSET_MS, fresh.run_id(source))
         with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue) as d:
-            d.wait_value("sweeperd_sweeps_total", 1, queue=queue)
+            d.wait_swept(queue)
             fresh.migrate(redis.crc.key_slot(QueueKeys(queue).active.encode()), source, target)
             expire(fresh, queue)
             d.wait_value("sweeperd_recovered_total", 4, queue=queue)

@@ -16,7 +16,7 @@ from sweeperd.drain import PROGRESS_LOG_S, Drainer
 from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
-from sweeperd.metrics import Metrics
+from sweeperd.metrics import Metrics, QueueMetrics
 from sweeperd.node import Node
 from sweeperd.settings import QueueSettings
 from sweeperd.sizing import CallSizer
@@ -57,7 +57,7 @@ class Rig:
     """A node, its metrics, ledger and drainer on the module server, time passed in."""
 
     def __init__(self, url: str, *, target_s: float = 0.002, clock: Clock | None = None) -> None:
-        self.metrics = Metrics(CollectorRegistry(), version="test")
+        self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
         self.clock = clock or Clock()
         self.node = Node(
             "n:1", connect(url, socket_timeout=5.0), ExecutorChoice.AUTO, self.metrics,

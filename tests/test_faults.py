@@ -274,7 +274,8 @@ class TestServerRestarts:
         keys = QueueKeys("q")
         with server.client() as client:
             seed(client, keys, 9)
-        with daemon(workdir, server.url, "--queue", "q", "--interval", "0.5") as d:
+        args = ("--queue", "q", "--interval", "0.5", "--queue-metrics", "full")  # set sizes
+        with daemon(workdir, server.url, *args) as d:
             d.wait_value("sweeperd_dead_total", 3, queue="q")
             server.restart()
             d.wait_value("sweeperd_server_restarts_total", 1, node=f"127.0.0.1:{server.port}")

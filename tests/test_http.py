@@ -138,6 +138,49 @@ class TestRoutes:
         assert capfd.readouterr().err == ""
 
 
+class Rendered:
+    """An exposition callable that records the Accept headers it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str | None] = []
+
+    def __call__(self, accept: str | None) -> tuple[bytes, str]:
+        self.asked.append(accept)
+        return b"rendered_things 7\n", "text/plain; version=0.0.4; charset=utf-8"
+
+
+@pytest.fixture
+def rendered(registry: CollectorRegistry) -> Iterator[tuple[MetricsServer, Rendered]]:
+    exposition = Rendered()
+    running = serve("127.0.0.1", 0, registry, healthy=always, ready=always, exposition=exposition)
+    yield running, exposition
+    running.close()
+
+
+class TestExposition:
+    def test_a_scrape_is_the_exposition(self, rendered: tuple[MetricsServer, Rendered]) -> None:
+        """A GET of /metrics is the exposition's body and type, asked with the Accept header."""
+        server, exposition = rendered
+        status, headers, body = get(server, "/metrics", {"Accept": "text/plain"})
+        assert (status, body) == (200, b"rendered_things 7\n")
+        assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert exposition.asked == ["text/plain"]
+
+    def test_gzip(self, rendered: tuple[MetricsServer, Rendered]) -> None:
+        """The exposition is gzipped when the client asks."""
+        server, _ = rendered
+        status, headers, body = get(server, "/metrics", {"Accept-Encoding": "gzip"})
+        assert status == 200 and headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(body) == b"rendered_things 7\n"
+
+    def test_a_selection_is_the_library_s(self, rendered: tuple[MetricsServer, Rendered]) -> None:
+        """/metrics?name[]=... is answered by prometheus_client from the registry."""
+        server, exposition = rendered
+        status, _, body = get(server, "/metrics?name[]=demo_things_total")
+        assert status == 200 and b"demo_things_total 3.0" in body
+        assert exposition.asked == []
+
+
 def always() -> bool:
     return True
 

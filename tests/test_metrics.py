@@ -1,4 +1,4 @@
-"""The daemon's metrics: each record method's series, queue lifecycle, a valid exposition."""
+"""The daemon's metrics: what each record method counts, at each level, and the exposition."""
 
 from __future__ import annotations
 
@@ -8,10 +8,19 @@ import subprocess
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
-from sweeperd.metrics import Metrics
-from sweeperd.reasons import Reason
-from sweeperd.rounds import Depths, SweepReply
+from sweeperd.keyspace import QueueKeys
+from sweeperd.metrics import Metrics, QueueMetrics
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.rounds import Call, CallResult, Depths, SweepReply
+
+NODE = "h:6379"
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]
 
 
 def reply(recovered: int = 0, dead: int = 0, exempt: int = 0, ghosts: int = 0) -> SweepReply:
@@ -27,9 +36,20 @@ def depths(
     return Depths(b"r", now_ms, expired, active, pending, dead, failed, oldest_ms)
 
 
+def result(answer: SweepReply | Reason, after: Depths | None = None) -> CallResult:
+    """A call's result: its reply, or a failure for that reason."""
+    got = SweepError(answer, "refused") if isinstance(answer, Reason) else answer
+    return CallResult(Call(QueueKeys("any"), 1, 10), got, after)
+
+
 @pytest.fixture
 def m() -> Metrics:
     return Metrics(CollectorRegistry(), version="9.9.9")
+
+
+@pytest.fixture
+def full() -> Metrics:
+    return Metrics(CollectorRegistry(), version="9.9.9", level=QueueMetrics.FULL)
 
 
 def value(m: Metrics, name: str, **labels: str) -> float | None:
@@ -40,6 +60,35 @@ def names(m: Metrics) -> set[str]:
     return {s.name for metric in m.registry.collect() for s in metric.samples}
 
 
+def samples(families: object) -> Samples:
+    """sweeperd's samples of parsed families, as comparable tuples."""
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for family in families  # type: ignore[attr-defined]
+        for s in family.samples
+        if s.name.startswith("sweeperd_")
+    }
+
+
+def without_created(found: Samples) -> Samples:
+    """The samples but the _created ones (the formats write those differently)."""
+    return {s for s in found if not s[0].endswith("_created")}
+
+
+def swept(m: Metrics, queue: str = "q") -> None:
+    """Every kind of event once for the queue: a reply, a failure, a tick, its numbers."""
+    m.add_queue(queue)
+    after = depths(active=1, pending=2, dead=3, failed=4, expired=5, oldest_ms=2_500)
+    m.record(NODE, queue, result(reply(recovered=2, dead=1, exempt=1, ghosts=3), after), 1.7e9)
+    m.record(NODE, queue, result(Reason.LANE), 1.0)
+    m.record_ticks(NODE, [queue], duration_s=0.002)
+
+
+def per_queue(m: Metrics, queue: str = "q") -> int:
+    """How many series carry the queue's label."""
+    return sum(1 for _, labels, _ in samples(m.registry.collect()) if ("queue", queue) in labels)
+
+
 class TestConstruction:
     def test_own_registry(self) -> None:
         """Without a registry a new one is made; the global registry is never touched."""
@@ -47,6 +96,10 @@ class TestConstruction:
         metrics = Metrics(version="1.0")
         assert metrics.registry is not REGISTRY
         assert set(REGISTRY._names_to_collectors) == before
+
+    def test_basic_is_the_default(self) -> None:
+        """Without a level the per-queue series are the basic ones."""
+        assert Metrics(version="1.0").level is QueueMetrics.BASIC
 
     def test_build_info(self, m: Metrics) -> None:
         """Build info carries the version and the Python version."""
@@ -64,56 +117,89 @@ class TestConstruction:
 
 
 class TestRecord:
-    def test_record_call(self, m: Metrics) -> None:
-        """A call adds one sweep and its recovered, dead, exempt and ghost counts."""
-        m.record_call("q", reply(recovered=3, dead=1, exempt=2, ghosts=5))
-        m.record_call("q", reply(recovered=1))
-        assert value(m, "sweeperd_sweeps_total", queue="q") == 2
+    def test_record_reply(self, m: Metrics) -> None:
+        """A reply adds its recovered, dead and exempt counts to the queue, a sweep and its
+        ghosts to the node."""
+        m.record(NODE, "q", result(reply(recovered=3, dead=1, exempt=2, ghosts=5)), 1.0)
+        m.record(NODE, "q", result(reply(recovered=1)), 2.0)
         assert value(m, "sweeperd_recovered_total", queue="q") == 4
         assert value(m, "sweeperd_dead_total", queue="q") == 1
         assert value(m, "sweeperd_exempt_total", queue="q") == 2
-        assert value(m, "sweeperd_ghosts_removed_total", queue="q") == 5
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 2
+        assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 5
 
-    def test_record_failure(self, m: Metrics) -> None:
-        """A failure adds one sweep and one failure of its reason."""
-        m.record_failure("q", Reason.LANE)
-        m.record_failure("q", Reason.TIMEOUT)
-        m.record_failure("q", Reason.TIMEOUT)
-        assert value(m, "sweeperd_sweeps_total", queue="q") == 3
+    def test_record_reply_full(self, full: Metrics) -> None:
+        """With full metrics the sweeps and ghosts are the queue's own series."""
+        full.record(NODE, "q", result(reply(ghosts=5)), 1.0)
+        assert value(full, "sweeperd_sweeps_total", queue="q") == 1
+        assert value(full, "sweeperd_ghosts_removed_total", queue="q") == 5
+        assert value(full, "sweeperd_sweeps_total", node=NODE) is None
+
+    def test_record_failed_call(self, m: Metrics) -> None:
+        """A call's error reply adds a sweep and a failure of its reason; no success time."""
+        m.record(NODE, "q", result(Reason.LANE), 1.0)
+        m.record(NODE, "q", result(Reason.TIMEOUT), 2.0)
+        m.record(NODE, "q", result(Reason.TIMEOUT), 3.0)
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 3
         assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="lane") == 1
         assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="timeout") == 2
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
 
-    def test_record_tick(self, m: Metrics) -> None:
-        """A tick observes its duration in the histogram."""
-        m.record_tick("q", duration_s=0.002)
-        assert value(m, "sweeperd_sweep_duration_seconds_count", queue="q") == 1
-        assert value(m, "sweeperd_sweep_duration_seconds_sum", queue="q") == 0.002
-        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.005") == 1
-        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.001") == 0
-        m.record_tick("q", duration_s=0.001)
-        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="0.001") == 1
-        assert value(m, "sweeperd_sweep_duration_seconds_bucket", queue="q", le="+Inf") == 2
+    def test_record_failure(self, m: Metrics) -> None:
+        """A failure without a reply adds one sweep and one failure of its reason."""
+        m.record_failure(NODE, "q", Reason.CONNECTION)
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 1
+        assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="connection") == 1
 
     def test_record_success(self, m: Metrics) -> None:
-        """The last success is the time given, absent until then."""
+        """The last success is the time of the last call that succeeded, absent until then."""
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
-        m.record_success("q", 1_700_000_000.5)
+        m.record(NODE, "q", result(reply()), 1_700_000_000.5)
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") == 1_700_000_000.5
 
-    def test_record_depths(self, m: Metrics) -> None:
+    def test_record_depths(self, full: Metrics) -> None:
         """Depths set one gauge per set, the failed count, the backlog and its oldest age."""
-        m.record_depths(
-            "q", depths(active=1, pending=2, dead=3, failed=4, expired=7, oldest_ms=2_500)
-        )
-        assert value(m, "sweeperd_queue_jobs", queue="q", set="active") == 1
-        assert value(m, "sweeperd_queue_jobs", queue="q", set="pending") == 2
-        assert value(m, "sweeperd_queue_jobs", queue="q", set="dead") == 3
-        assert value(m, "sweeperd_queue_failed_jobs", queue="q") == 4
+        after = depths(active=1, pending=2, dead=3, failed=4, expired=7, oldest_ms=2_500)
+        full.record(NODE, "q", result(reply(), after), 1.0)
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="active") == 1
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="pending") == 2
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="dead") == 3
+        assert value(full, "sweeperd_queue_failed_jobs", queue="q") == 4
+        assert value(full, "sweeperd_expired_leases", queue="q") == 7
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
+        full.record(NODE, "q", result(Reason.LANE, depths(oldest_ms=None)), 2.0)
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
+        assert value(full, "sweeperd_expired_leases", queue="q") == 0
+
+    def test_record_depths_basic(self, m: Metrics) -> None:
+        """The basic level keeps the backlog and its age, not the set sizes."""
+        m.record(NODE, "q", result(reply(), depths(active=1, expired=7, oldest_ms=2_500)), 1.0)
         assert value(m, "sweeperd_expired_leases", queue="q") == 7
         assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
-        m.record_depths("q", depths(oldest_ms=None))
-        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
-        assert value(m, "sweeperd_expired_leases", queue="q") == 0
+        assert value(m, "sweeperd_queue_jobs", queue="q", set="active") is None
+        assert value(m, "sweeperd_queue_failed_jobs", queue="q") is None
+
+    def test_record_round(self, full: Metrics) -> None:
+        """A tick's calls are each counted, and the round trip is each queue's duration."""
+        full.record_round(NODE, ["a", "b"], [result(reply(recovered=1)), result(Reason.LANE)],
+                          1.0, duration_s=0.002)  # fmt: skip
+        assert value(full, "sweeperd_recovered_total", queue="a") == 1
+        assert value(full, "sweeperd_sweep_failures_total", queue="b", reason="lane") == 1
+        for queue in ("a", "b"):
+            assert value(full, "sweeperd_sweeps_total", queue=queue) == 1
+            assert value(full, "sweeperd_sweep_duration_seconds_count", queue=queue) == 1
+            assert value(full, "sweeperd_sweep_duration_seconds_sum", queue=queue) == 0.002
+
+    def test_record_ticks_basic(self, m: Metrics) -> None:
+        """At the basic level a tick of n queues is n observations of the node's histogram."""
+        m.record_ticks(NODE, ["a", "b"], duration_s=0.002)
+        m.record_round(NODE, ["a"], [result(reply())], 1.0, duration_s=0.001)
+        assert value(m, "sweeperd_sweep_duration_seconds_count", node=NODE) == 3
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.001") == 1
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.005") == 3
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="+Inf") == 3
+        assert value(m, "sweeperd_sweep_duration_seconds_sum", node=NODE) == pytest.approx(0.005)
+        assert value(m, "sweeperd_sweep_duration_seconds_count", queue="a") is None
 
     def test_node_up(self, m: Metrics) -> None:
         """node_up sets 1 or 0 per node."""
@@ -172,48 +258,81 @@ class TestSharingSeries:
         assert value(m, "sweeperd_ownership_changes_total") == 0
 
 
-class TestQueueLifecycle:
-    def test_add_queue_precreates(self, m: Metrics) -> None:
-        """add_queue makes every per-queue series exist at 0 before anything happens."""
+class TestLevels:
+    def test_basic_series_per_queue(self, m: Metrics) -> None:
+        """basic: 6 series per queue, one more per failure reason seen."""
         m.add_queue("q")
+        m.record(NODE, "q", result(reply()), 1.0)
+        assert per_queue(m) == 6
+        m.record(NODE, "q", result(Reason.LANE), 2.0)
+        assert per_queue(m) == 7
+
+    def test_full_series_per_queue(self, full: Metrics) -> None:
+        """full: 22 series per queue, one more per failure reason seen."""
+        full.add_queue("q")
+        full.record(NODE, "q", result(reply()), 1.0)
+        assert per_queue(full) == 22
+        full.record(NODE, "q", result(Reason.LANE), 2.0)
+        assert per_queue(full) == 23
+
+    def test_basic_series_per_node(self, m: Metrics) -> None:
+        """basic: the node has 12 series for what full keeps per queue (sweeps, ghosts and
+        the duration histogram), however many queues it has."""
+        for queue in ("a", "b", "c"):
+            swept(m, queue)
+        by_node = [s for s in samples(m.registry.collect()) if ("node", NODE) in s[1]]
+        assert {name for name, _, _ in by_node} >= {
+            "sweeperd_sweeps_total", "sweeperd_ghosts_removed_total",
+            "sweeperd_sweep_duration_seconds_count",
+        }  # fmt: skip
+        assert len([s for s in by_node if not s[0].startswith("sweeperd_redis_")]) == 12
+
+    def test_full_has_no_node_totals(self, full: Metrics) -> None:
+        """full: sweeps, ghosts and durations are per queue only (sums stay exact)."""
+        swept(full)
+        by_node = {s[0] for s in samples(full.registry.collect()) if ("node", NODE) in s[1]}
+        assert by_node == set()
+
+
+class TestQueueLifecycle:
+    def test_add_queue_precreates(self, full: Metrics) -> None:
+        """add_queue makes every per-queue series exist at 0 before anything happens."""
+        full.add_queue("q")
         for name in ("recovered", "dead", "exempt", "ghosts_removed", "sweeps"):
-            assert value(m, f"sweeperd_{name}_total", queue="q") == 0
+            assert value(full, f"sweeperd_{name}_total", queue="q") == 0
         for reason in Reason:  # a reason's series appears when it first happens
-            assert value(m, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
-        assert value(m, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
-        assert value(m, "sweeperd_expired_leases", queue="q") == 0
-        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
+            assert value(full, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
+        assert value(full, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
+        assert value(full, "sweeperd_expired_leases", queue="q") == 0
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
         for name in ("active", "pending", "dead"):
-            assert value(m, "sweeperd_queue_jobs", queue="q", set=name) == 0
-        assert value(m, "sweeperd_queue_failed_jobs", queue="q") == 0
-        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
+            assert value(full, "sweeperd_queue_jobs", queue="q", set=name) == 0
+        assert value(full, "sweeperd_queue_failed_jobs", queue="q") == 0
+        assert value(full, "sweeperd_last_success_timestamp_seconds", queue="q") is None
 
     def test_add_queue_keeps_counts(self, m: Metrics) -> None:
         """Adding a queue again does not reset what it counted."""
-        m.record_call("q", reply(recovered=2))
+        m.record(NODE, "q", result(reply(recovered=2)), 1.0)
         m.add_queue("q")
         assert value(m, "sweeperd_recovered_total", queue="q") == 2
 
-    def test_forget_queue(self, m: Metrics) -> None:
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_forget_queue(self, level: QueueMetrics) -> None:
         """forget_queue removes every series of the queue and no other queue's."""
+        m = Metrics(CollectorRegistry(), version="1", level=level)
         for queue in ("gone", "kept"):
-            m.add_queue(queue)
-            m.record_call(queue, reply(recovered=1, dead=1, exempt=1, ghosts=1))
-            m.record_failure(queue, Reason.OTHER)
-            m.record_tick(queue, duration_s=0.01)
-            m.record_success(queue, 5.0)
-            m.record_depths(queue, depths(active=1, pending=1, dead=1, failed=1, expired=1))
+            swept(m, queue)
         m.forget_queue("gone")
         text = generate_latest(m.registry).decode()
         assert 'queue="gone"' not in text
         assert 'queue="kept"' in text
-        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 1.7e9
 
     def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
         """keep_queues removes the series of queues not named, as a late call left them."""
         for queue in ("kept", "given-away"):
             m.add_queue(queue)
-            m.record_success(queue, 5.0)
+            m.record(NODE, queue, result(reply()), 5.0)
         m.keep_queues({"kept", "never-seen"})
         text = generate_latest(m.registry).decode()
         assert 'queue="given-away"' not in text
@@ -225,34 +344,63 @@ class TestQueueLifecycle:
         m.forget_queue("never")
 
 
+def every_kind(m: Metrics) -> Metrics:
+    """Every series present: two queues swept (one with a name to escape), a node's events."""
+    swept(m)
+    swept(m, 'odd"\\name')
+    m.node_up(NODE, True)
+    m.server_restarted(NODE)
+    m.server_info(NODE, "abc", "native")
+    m.schedule_lag(0.01)
+    m.set_ready(True)
+    return m
+
+
 class TestExposition:
-    def test_promtool_check_metrics(self, m: Metrics) -> None:
-        """The exposition, every series present, passes `promtool check metrics`."""
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_promtool_check_metrics(self, level: QueueMetrics) -> None:
+        """A scrape's text, every series present, passes `promtool check metrics`."""
         promtool = shutil.which("promtool")
         assert promtool, "promtool is missing: install Debian's prometheus package"
-        m.add_queue("q")
-        m.record_call("q", reply(recovered=1, dead=1, ghosts=1))
-        m.record_failure("q", Reason.CONNECTION)
-        m.record_tick("q", duration_s=0.004)
-        m.record_success("q", 1.0)
-        m.record_depths("q", depths(pending=1, dead=1, failed=1, expired=2, oldest_ms=5))
-        m.node_up("h:6379", True)
-        m.server_restarted("h:6379")
-        m.server_info("h:6379", "abc", "native")
-        m.schedule_lag(0.01)
-        m.set_ready(True)
-        exposition = generate_latest(m.registry)
+        body, content_type = every_kind(Metrics(version="1", level=level)).exposition(None)
+        assert content_type.startswith("text/plain; version=0.0.4")
         checked = subprocess.run(
-            [promtool, "check", "metrics"], input=exposition, capture_output=True, timeout=30
+            [promtool, "check", "metrics"], input=body, capture_output=True, timeout=30
         )
         assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
         assert checked.stdout.decode() + checked.stderr.decode() == ""
 
-    def test_help_texts(self, m: Metrics) -> None:
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_same_as_the_library(self, level: QueueMetrics) -> None:
+        """A scrape holds exactly the samples prometheus_client renders from the registry."""
+        m = every_kind(Metrics(version="1", level=level))
+        body, _ = m.exposition(None)
+        library = generate_latest(m.registry).decode()
+        assert samples(text_string_to_metric_families(body.decode())) == samples(
+            text_string_to_metric_families(library)
+        )
+
+    def test_openmetrics(self) -> None:
+        """Asked for OpenMetrics, a scrape parses as OpenMetrics with the same samples."""
+        m = every_kind(Metrics(version="1", level=QueueMetrics.FULL))
+        body, content_type = m.exposition(OPENMETRICS)
+        assert content_type.startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
+        text, _ = m.exposition(None)
+        parsed = samples(openmetrics_families(body.decode()))  # type: ignore[no-untyped-call]
+        plain = samples(text_string_to_metric_families(text.decode()))
+        assert without_created(parsed) == without_created(plain)
+
+    def test_escaped_queue_names(self, m: Metrics) -> None:
+        """A queue name with a quote and a backslash comes back as it was."""
+        every_kind(m)
+        assert value(m, "sweeperd_recovered_total", queue='odd"\\name') == 2
+
+    def test_help_texts(self, full: Metrics) -> None:
         """Every sweeperd metric has a HELP text."""
         helps = {
             metric.name: metric.documentation
-            for metric in m.registry.collect()
+            for metric in every_kind(full).registry.collect()
             if metric.name.startswith("sweeperd_")
         }
         assert len(helps) == 22

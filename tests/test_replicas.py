@@ -77,7 +77,7 @@ def server_ms(client: redis.Redis) -> int:
 
 
 def calls(daemons: list[DaemonProcess]) -> float:
-    return sum(sum(per_queue(d, "sweeperd_sweeps_total").values()) for d in daemons)
+    return sum(d.total("sweeperd_sweeps_total") for d in daemons)  # per node or per queue
 
 
 def settle(daemons: list[DaemonProcess], members: int) -> None:

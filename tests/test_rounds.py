@@ -7,10 +7,11 @@ from dataclasses import dataclass
 import pytest
 import redis
 
+from sweeperd.connection import connect
 from sweeperd.executors import NATIVE, SCRIPT, Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import Call, Depths, SweepReply, keeps_draining, sweep_round
+from sweeperd.rounds import Call, Depths, SweepReply, keeps_draining, packed, resp, sweep_round
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 
 A, B = QueueKeys("a"), QueueKeys("b")
@@ -141,3 +142,60 @@ class TestSweepRound:
             Reason.WRONGTYPE,
             "WRONGTYPE Operation against a key holding the wrong kind of value",
         )
+
+
+def due(r: redis.Redis, keys: QueueKeys, count: int) -> None:
+    """`count` expired leases of jobs with rows on the queue."""
+    for n in range(count):
+        lease(r, keys, f"j{n}".encode(), attempts="1")
+
+
+class TestPackedRound:
+    def test_resp_is_the_wire_format(self) -> None:
+        """A command packs as RESP's array of bulk strings; numbers as text, bytes as they are."""
+        packed_command = resp(["EVALSHA", "ab", 4, b"k\xff"])
+        assert packed_command == b"*4\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n4\r\n$2\r\nk\xff\r\n"
+
+    def test_a_changed_call_is_packed_anew(self, r: redis.Redis) -> None:
+        """A queue's command is packed once while its call stays the same; a new limit is
+        packed again, and each round takes what its calls say."""
+        due(r, A, 5)
+        due(r, B, 5)
+        first = [Call(A, 2, 1), Call(B, 2, 1)]
+        assert packed(NATIVE, first[0]) is packed(NATIVE, Call(A, 2, 1))
+        assert [len(x.reply.recovered) for x in sweep_round(r, NATIVE, first)] == [1, 1]  # type: ignore[union-attr]
+        again = [Call(A, 2, 3), Call(B, 2, 3)]
+        assert packed(NATIVE, again[0]) != packed(NATIVE, first[0])
+        results = sweep_round(r, NATIVE, again)
+        assert [len(x.reply.recovered) for x in results] == [3, 3]  # type: ignore[union-attr]
+        assert [x.expired_left for x in results] == [1, 1]
+
+    def test_a_lost_sweep_script_in_a_round(self, r: redis.Redis) -> None:
+        """A round whose script the server lost is loaded and sent again: each verb runs once."""
+        due(r, A, 1)
+        due(r, B, 1)
+        r.script_flush()
+        r.config_resetstat()
+        results = sweep_round(r, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])
+        assert [x.reply for x in results] == [SweepReply((b"j0",), ())] * 2
+        assert commands_called(r, "emq.stalled.check") == 2
+        assert commands_called(r, "evalsha") == 4
+
+    def test_the_connection_serves_the_next_round(self, r: redis.Redis) -> None:
+        """After a round with an error reply the pooled connection answers the next round."""
+        due(r, A, 1)
+        r.hset(A.job(b"j0"), "group", "g")
+        due(r, B, 1)
+        [refused, fine] = sweep_round(r, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])
+        assert isinstance(refused.reply, SweepError) and fine.reply == SweepReply((b"j0",), ())
+        assert [x.reply for x in sweep_round(r, NATIVE, [Call(B, 2, 1), Call(B, 2, 1)])] == [
+            SweepReply(),
+            SweepReply(),
+        ]
+        assert r.ping()
+
+    def test_an_unreachable_server_raises(self) -> None:
+        """A round to a server that does not answer raises the connection error."""
+        client = connect("redis://127.0.0.1:1/0", socket_timeout=1.0)
+        with pytest.raises(redis.ConnectionError):
+            sweep_round(client, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])

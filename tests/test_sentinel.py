@@ -97,7 +97,7 @@ class TestSentinel:
         old_run_id = run_id_of(old)
         ids = seed(old, 5, now_ms() + FUTURE_OFFSET_MS, old_run_id)
         with daemon(tmp_path, fresh, executor) as d:
-            d.wait_value("sweeperd_sweeps_total", 1, queue=QUEUE)
+            d.wait_swept(QUEUE)
             fresh.failover()
             new = fresh.current()
             d.wait_value("sweeperd_server_restarts_total", 1, node=name(new))
@@ -120,7 +120,7 @@ class TestSentinel:
         """kill -9 of the primary: Sentinel promotes the replica, the daemon sweeps there
         within seconds, every lease back once and exempt."""
         with daemon(tmp_path, fresh, executor) as d:
-            d.wait_value("sweeperd_sweeps_total", 1, queue=QUEUE)
+            d.wait_swept(QUEUE)
             victim = fresh.current()
             ids = seed(victim, 6, now_ms() + 300, run_id_of(victim))
             killed_at = time.monotonic()

@@ -11,6 +11,7 @@ import pytest
 from sweeperd.constants import DEFAULT_LIMIT
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
+from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS
 from sweeperd.settings import ConfigError, QueueSettings, Settings, Shard, build_settings
 
@@ -58,6 +59,7 @@ class TestPrecedence:
         assert (s.connection.socket_timeout, s.jitter, s.discover) == (5.0, 0.1, 0.0)
         assert (s.call_target_ms, s.drain_share) == (2.0, 1.0)
         assert s.queues == (QueueSettings("q", 5.0, 1, DEFAULT_LIMIT),)
+        assert s.queue_metrics is QueueMetrics.BASIC
         assert s.config_path is None
 
     def test_file_beats_defaults(self, tmp_path: Path) -> None:
@@ -75,6 +77,7 @@ class TestPrecedence:
         """Env vars that arrive as text are read as numbers."""
         s = build(tmp_path, queues="q", interval="0.5", max_stalled="3", jitter="0", discover="30")
         assert (s.interval, s.max_stalled, s.jitter, s.discover) == (0.5, 3, 0.0, 30.0)
+        assert build(tmp_path, queues="q", queue_metrics="FULL").queue_metrics is QueueMetrics.FULL
 
     def test_every_key(self, tmp_path: Path) -> None:
         """Every top-level key of the file is read."""
@@ -83,7 +86,8 @@ class TestPrecedence:
             'redis_url = "rediss://h:6380/1"\nprefix_root = "jobs"\ninterval = 1.5\n'
             'max_stalled = 2\nlimit = 50\nexecutor = "native"\nmetrics_addr = "127.0.0.1:9000"\n'
             'log_format = "console"\nlog_level = "DEBUG"\ncall_target_ms = 0.5\n'
-            "drain_share = 0.25\nsocket_timeout = 0.25\njitter = 0.5\ndiscover = 60\n",
+            "drain_share = 0.25\nsocket_timeout = 0.25\njitter = 0.5\ndiscover = 60\n"
+            'queue_metrics = "full"\n',
         )
         assert s.connection.url == "rediss://h:6380/1"
         assert s.prefix_root == "jobs"
@@ -94,6 +98,7 @@ class TestPrecedence:
         assert s.log_level == "debug"
         assert (s.call_target_ms, s.drain_share) == (0.5, 0.25)
         assert (s.connection.socket_timeout, s.jitter, s.discover) == (0.25, 0.5, 60.0)
+        assert s.queue_metrics is QueueMetrics.FULL
         assert s.queues == ()
 
 
@@ -403,6 +408,7 @@ class TestValueErrors:
             ("jitter", 1.5, "must be a fraction between 0 and 1, not 1.5"),
             ("jitter", -0.1, "must be a fraction between 0 and 1, not -0.1"),
             ("executor", "lua", "must be one of auto, native, script, not 'lua'"),
+            ("queue_metrics", "all", "must be one of basic, full, not 'all'"),
             ("log_format", "xml", "must be one of json, console, auto, not 'xml'"),
             (
                 "log_level",

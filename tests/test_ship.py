@@ -62,6 +62,14 @@ HISTOGRAMS = frozenset({"sweeperd_sweep_duration_seconds", "sweeperd_schedule_la
 EXPORTED = COUNTERS_AND_GAUGES | {
     f"{name}{suffix}" for name in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
 }
+# Exported only with --queue-metrics full; the other names at the default level (basic) too.
+FULL_ONLY = frozenset({"sweeperd_queue_jobs", "sweeperd_queue_failed_jobs"})
+# Per node at the default level, per queue only with --queue-metrics full.
+PER_NODE_AT_BASIC = frozenset(
+    {"sweeperd_sweeps_total", "sweeperd_ghosts_removed_total"}
+    | {f"sweeperd_sweep_duration_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")}
+)
+FULL_LEVEL_NOTE = "--queue-metrics full"  # what a panel that needs full says
 STANDARD_PREFIXES = ("process_", "python_")  # client_python's default collectors
 SCRAPE_SERIES = frozenset({"up"})  # written by Prometheus itself for every target
 
@@ -95,6 +103,7 @@ CONFIG_KEYS = frozenset(
         "jitter",
         "socket_timeout",
         "discover",
+        "queue_metrics",
         "queues",
     }
 )
@@ -159,6 +168,13 @@ def unknown_metrics(expr: str) -> set[str]:
         and name not in SCRAPE_SERIES
         and not name.startswith(STANDARD_PREFIXES)
     }
+
+
+def needs_full(expr: str) -> bool:
+    """Whether the expression reads what only --queue-metrics full exports: a full-only metric,
+    or a per-node-at-basic metric selected or grouped by queue."""
+    named = metric_names(expr)
+    return bool(named & FULL_ONLY) or (bool(named & PER_NODE_AT_BASIC) and "queue" in expr)
 
 
 def dashboard() -> dict[str, Any]:
@@ -273,6 +289,11 @@ class TestAlertRules:
             assert metric_names(rule["expr"]), rule["alert"]
             assert unknown_metrics(rule["expr"]) == set(), rule["alert"]
 
+    def test_rules_need_only_the_default_level(self) -> None:
+        """Every alert works with the default --queue-metrics basic."""
+        for rule in rules():
+            assert not needs_full(rule["expr"]), rule["alert"]
+
     def test_prometheus_config_is_valid(self) -> None:
         """promtool accepts the example scrape config and the rules file it loads."""
         result = run(promtool(), "check", "config", str(PROMETHEUS_CONFIG))
@@ -316,7 +337,7 @@ class TestDashboard:
         (variable,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "queue"]
         assert variable["multi"] and variable["includeAll"]
         match = re.fullmatch(r"label_values\((\w+), queue\)", variable["definition"])
-        assert match is not None and match.group(1) in EXPORTED
+        assert match is not None and match.group(1) in EXPORTED - FULL_ONLY - PER_NODE_AT_BASIC
 
     def test_dashboard_names_only_exported_metrics(self) -> None:
         """Every panel query selects only metrics the daemon exports."""
@@ -325,6 +346,16 @@ class TestDashboard:
         for expr in exprs:
             assert metric_names(expr), expr
             assert unknown_metrics(expr) == set(), expr
+
+    def test_dashboard_says_which_panels_need_full(self) -> None:
+        """A panel reading what only --queue-metrics full exports says so; the queue variable
+        lists queues at the default level."""
+        for panel in dashboard_panels(dashboard()["panels"]):
+            exprs = [target["expr"] for target in panel.get("targets", [])]
+            if any(needs_full(expr) for expr in exprs):
+                assert FULL_LEVEL_NOTE in panel["description"], panel["title"]
+        (variable,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "queue"]
+        assert not needs_full(variable["definition"])
 
     def test_dashboard_shows_what_operators_need(self) -> None:
         """Each metric an operator watches (recoveries to schedule lag) has a panel."""
