@@ -39,6 +39,7 @@ class Option:
     flag: str = ""  # the flag, when not --<key-with-dashes>
     short: str = ""
     env: str = ""  # the env var, when not SWEEPERD_<KEY>
+    setting: bool = True  # False: one command's own value (top's --rows), in no Settings
 
     @property
     def flag_name(self) -> str:
@@ -55,8 +56,8 @@ class Option:
 
     @property
     def is_flag(self) -> bool:
-        """An on/off switch of one command (--json), not a setting (--cluster is a setting)."""
-        return self.is_switch and not self.toml
+        """A command's own option (--json, --rows), not a setting (--cluster is a setting)."""
+        return (self.is_switch and not self.toml) or not self.setting
 
     @property
     def default_text(self) -> str:
@@ -309,6 +310,7 @@ OPTIONS: dict[str, Option] = {
             1.0,
             toml=False,
             flag="--interval",
+            setting=False,
         ),
         Option(
             "rows",
@@ -319,6 +321,7 @@ OPTIONS: dict[str, Option] = {
             shown_default="the terminal's height",
             toml=False,
             env="SWEEPERD_TOP_ROWS",
+            setting=False,
         ),
         Option(
             "once",

@@ -76,10 +76,14 @@ def table(screen: Screen) -> Table:
     return grid
 
 
-def renderable(screen: Screen, interval: float) -> Group:
+def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
     clock = time.strftime("%H:%M:%S", time.localtime(screen.at))
-    title = Text(f"sweeperd top  {clock}  every {interval:g}s  (read only; Ctrl-C quits)",
-                 style="bold")  # fmt: skip
+    how = (
+        f"every {interval:g}s  (read only; Ctrl-C quits)"
+        if live
+        else (f"rates over {interval:g}s  (read only)")
+    )
+    title = Text(f"sweeperd top  {clock}  {how}", style="bold")
     return Group(title, *(server_line(s) for s in screen.servers), table(screen))
 
 
@@ -87,8 +91,8 @@ def plain_text(screen: Screen, interval: float, width: int) -> str:
     """The same view as text without colours, for a pipe or a log."""
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, force_terminal=False)
-    console.print(renderable(screen, interval))
-    return out.getvalue().rstrip("\n")
+    console.print(renderable(screen, interval, live=False))
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
 
 
 def _row_json(row: QueueRow) -> dict[str, object]:
