@@ -205,7 +205,10 @@ class Top:
             self.first_run_ids.setdefault(node, server.run_id)
             servers.append(server)
             rows += read
-        if failures:  # a failover or a reshard: find the primaries again next time
+        demoted = self.connection.topology.mode != "standalone" and any(
+            s.role not in ("", "master") for s in servers
+        )
+        if failures or demoted:  # a failover or a reshard: find the primaries again next time
             self._forget()
         return Screen(now, tuple(servers), self._top(rows), len(rows), tuple(failures))
 
