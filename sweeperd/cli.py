@@ -1,4 +1,4 @@
-"""The command line: `run` (the daemon), `once`, `inspect` and `demo`."""
+"""The command line: `run` (the daemon), `once`, `inspect`, `top` and `demo`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sweeperd.executors import choose
 from sweeperd.failures import Failure, failure_of
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import configure_logging, redact_text
-from sweeperd.options import INSPECT, ONCE, OPTIONS, RUN, SETTING_KEYS
+from sweeperd.options import INSPECT, ONCE, OPTIONS, RUN, SETTING_KEYS, TOP
 from sweeperd.progress import drain_bar
 from sweeperd.reasons import SweepError
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings, queue_names
@@ -137,19 +137,19 @@ def _usage(message: str) -> Failure:
     return Failure(EXIT_USAGE, "usage", message)
 
 
-def _build(ctx: typer.Context) -> Settings:
+def _build(ctx: typer.Context, **fixed: str) -> Settings:
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
-    overrides = {key: ctx.params.get(key) or None for key in SETTING_KEYS}
+    overrides = {key: fixed.get(key) or ctx.params.get(key) or None for key in SETTING_KEYS}
     config = ctx.params.get("config")
     return build_settings(
         overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()
     )
 
 
-def _settings(ctx: typer.Context, reply: Reply) -> Settings:
+def _settings(ctx: typer.Context, reply: Reply, **fixed: str) -> Settings:
     """The settings, or the command ends: one line, exit 2."""
     try:
-        return _build(ctx)
+        return _build(ctx, **fixed)
     except ConfigError as exc:
         reply.fail(_usage(str(exc)))
 
@@ -260,6 +260,36 @@ def inspect_command(ctx: typer.Context, **_given: object) -> None:
     except redis.RedisError as exc:
         reply.fail(failure_of(exc, connection))
     reply.print(report.census_json(seen) if reply.json else report.census_text(seen))
+
+
+@app.command("top")
+@_options_of(TOP)
+def top_command(ctx: typer.Context, **_given: object) -> None:
+    """A live view of every queue for the person on call: expired leases, pending, dead, and the
+    rates they drain at, most expired first; each server's run_id, uptime, role and verb.
+
+    It writes nothing: each refresh is one pipelined round trip of reads per primary (INFO,
+    COMMAND INFO, a ZCOUNT per queue to rank them, five counts per row shown). recovered/s is
+    how fast the pending set grew since the last read (recoveries, and producers, less what
+    workers took); dead/s how fast the metrics:failed count grew (jobs that died for any
+    reason). A server whose run_id changed since the view started is marked RESTARTED.
+
+    Off a terminal, or with --once, it prints the view once (plain text, or --json) from two
+    reads --interval apart and exits. Exit codes as `inspect`; Ctrl-C leaves the live view, 0.
+    """
+    from sweeperd import topview  # rich's live view: loaded for `top` only
+
+    reply = Reply(ctx.params["json"])
+    settings = _settings(ctx, reply, discover="1")  # no queue given: discovery finds them
+    try:
+        view = topview.options_of(ctx.params, sys.stdout.isatty())
+    except ValueError as exc:
+        reply.fail(_usage(str(exc)))
+    try:
+        code = topview.run(settings, view, reply.print)
+    except redis.RedisError as exc:
+        reply.fail(failure_of(exc, settings.connection))
+    raise typer.Exit(code)
 
 
 @app.command("run")

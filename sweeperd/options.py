@@ -1,4 +1,4 @@
-"""Every option of `run`, `once` and `inspect` in one table: flag, env var, TOML key, default."""
+"""Every option of the commands in one table: flag, env var, TOML key, default."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from sweeperd.logs import LogFormat
 from sweeperd.metrics import QueueMetrics
 
 ENV_PREFIX = "SWEEPERD_"
-RUN, ONCE, INSPECT = "run", "once", "inspect"
-ALL = (RUN, ONCE, INSPECT)
+RUN, ONCE, INSPECT, TOP = "run", "once", "inspect", "top"
+ALL = (RUN, ONCE, INSPECT, TOP)
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class Option:
     flag: str = ""  # the flag, when not --<key-with-dashes>
     short: str = ""
     env: str = ""  # the env var, when not SWEEPERD_<KEY>
+    setting: bool = True  # False: one command's own value (top's --rows), in no Settings
 
     @property
     def flag_name(self) -> str:
@@ -56,8 +57,8 @@ class Option:
 
     @property
     def is_flag(self) -> bool:
-        """An on/off switch of one command (--json), not a setting (--cluster is a setting)."""
-        return self.is_switch and not self.toml
+        """A command's own option (--json, --rows), not a setting (--cluster is a setting)."""
+        return (self.is_switch and not self.toml) or not self.setting
 
     @property
     def default_text(self) -> str:
@@ -91,7 +92,7 @@ OPTIONS: dict[str, Option] = {
             "NAME",
             ALL,
             "A queue (repeat the flag, or separate names by commas or spaces); "
-            "once and inspect take exactly one.",
+            "once and inspect take exactly one; top without it shows every queue it discovers.",
             flag="--queue",
             short="-q",
         ),
@@ -310,9 +311,39 @@ OPTIONS: dict[str, Option] = {
             toml=False,
         ),
         Option(
+            "top_interval",
+            "SECONDS",
+            (TOP,),
+            "top: seconds between two refreshes (each one pipelined round trip per primary), "
+            "0.1 to 3600; with --once, between the two reads its rates come from.",
+            1.0,
+            toml=False,
+            flag="--interval",
+            setting=False,
+        ),
+        Option(
+            "rows",
+            "N",
+            (TOP,),
+            "top: show the N queues with the most expired leases; every queue's expired count "
+            "is read (one ZCOUNT each) to rank them, the other counts for the N shown only.",
+            shown_default="the terminal's height",
+            toml=False,
+            env="SWEEPERD_TOP_ROWS",
+            setting=False,
+        ),
+        Option(
+            "once",
+            "",
+            (TOP,),
+            "top: print the view once (two reads --interval apart) and exit; also off a terminal.",
+            False,
+            toml=False,
+        ),
+        Option(
             "json",
             "",
-            (ONCE, INSPECT),
+            (ONCE, INSPECT, TOP),
             "Print one JSON object (with an `error` field on any failure).",
             False,
             toml=False,
@@ -328,7 +359,7 @@ REMOVED_KEYS = {
 
 
 def markdown_table() -> str:
-    """The README's table of every option of run, once and inspect."""
+    """The README's table of every option of run, once, inspect and top."""
     rows = [
         "| flag | env | TOML key | default | commands | meaning |",
         "|---|---|---|---|---|---|",

@@ -297,3 +297,21 @@ class TestOnce:
         done = subprocess.run(once, capture_output=True, check=True)
         assert sorted(json.loads(done.stdout)["recovered"]) == sorted(i.decode() for i in ids)
         assert keyspace(fresh, queue)["active"] == 0
+
+    def test_top_reads_every_primary(self, fresh: Cluster) -> None:
+        """top --cluster, given one node, shows a server row per primary and each queue's
+        backlog read on the primary that owns its slot; discovery finds them all."""
+        by_primary = spread(fresh, 1)
+        for n, queues in enumerate(by_primary.values()):
+            seed(fresh, queues[0], n + 1, PAST_MS)
+        any_node = f"redis://127.0.0.1:{next(iter(by_primary))}/0"
+        base = [sys.executable, "-m", "sweeperd", "top", "--cluster", "--redis-url", any_node]
+        shown = subprocess.run([*base, "--json", "--interval", "0.1"], capture_output=True)
+        assert shown.returncode == 0, shown.stderr
+        body = json.loads(shown.stdout)
+        assert {s["node"] for s in body["servers"]} == {f"127.0.0.1:{p}" for p in by_primary}
+        rows = {row["queue"]: (row["node"], row["expired"]) for row in body["rows"]}
+        assert rows == {
+            queues[0]: (f"127.0.0.1:{port}", n + 1)
+            for n, (port, queues) in enumerate(by_primary.items())
+        }

@@ -3,6 +3,9 @@ Sentinel names, and a failover is an epoch change: counted, logged, its leases e
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,3 +139,22 @@ class TestSentinel:
         active, pending, dead, rows = settled_keyspace(new)
         assert (active, pending, dead) == (0, sorted(ids), 0)
         assert all(b"stalled" not in row for row in rows)
+
+
+class TestTop:
+    def test_top_reads_the_primary_sentinel_names(self, fresh: SentinelGroup) -> None:
+        """top --sentinel shows the primary Sentinel names, its role and the queue's backlog;
+        the URL's host is not used."""
+        primary = fresh.current()
+        seed(primary, 3, PAST_MS, None)
+        argv = [
+            sys.executable, "-m", "sweeperd", "top", "--sentinel", fresh.addresses,
+            "--sentinel-master", MASTER, "--redis-url", "redis://127.0.0.1:1/0", "--json",
+            "--interval", "0.1",
+        ]  # fmt: skip
+        shown = subprocess.run(argv, capture_output=True, check=False)
+        assert shown.returncode == 0, shown.stderr
+        body = json.loads(shown.stdout)
+        [server] = body["servers"]
+        assert (server["node"], server["role"]) == (name(primary), "master")
+        assert [(r["queue"], r["expired"]) for r in body["rows"]] == [(QUEUE, 3)]

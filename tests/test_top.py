@@ -1,0 +1,291 @@
+"""`sweeperd top`: rows, rates and restarts read from a real server, nothing written."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from sweeperd import once
+from sweeperd.connection import Connection
+from sweeperd.executors import ExecutorChoice, choose
+from sweeperd.keyspace import QueueKeys
+from sweeperd.top import Screen, Top
+from tests.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
+from tests.server import RedisServer
+from tests.test_cli_usage import Ran, sweeperd
+
+BACKLOGS = {"reports": 7, "mail": 3, "idle": 0}  # expired leases per queue
+READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
+    "info", "command|info", "zcount", "zcard", "zrange", "hget", "scan", "ping",
+    "client|setinfo", "hello", "select", "config|resetstat",
+}  # fmt: skip
+ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][A-Z0-9]|[=>])")
+LIVE_TIMEOUT_S = 20.0
+
+
+class FakeClock:
+    """Seconds since the epoch, moved only by the test."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def populate(r: redis.Redis) -> None:
+    """BACKLOGS expired leases per queue, one live lease, 2 pending, 1 dead, count 5 each."""
+    for queue, expired in BACKLOGS.items():
+        keys = QueueKeys(queue)
+        for n in range(expired):
+            lease(r, keys, f"j{n}".encode(), now_ms() - 60_000 - n, attempts=1)
+        lease(r, keys, b"live", now_ms() + FUTURE_OFFSET_MS, attempts=1)
+        r.zadd(keys.pending, {"p0": 0, "p1": 0})
+        r.zadd(keys.dead, {"d": 0})
+        r.hset(keys.metrics_failed, "count", 5)
+
+
+def viewer(server: RedisServer, queues: tuple[str, ...] = (), rows: int = 10) -> Top:
+    connection = Connection.checked(server.url, None, 5.0)
+    return Top(connection, "emq", queues, rows, FakeClock())
+
+
+def top(server: RedisServer, *args: str) -> Ran:
+    return sweeperd("top", "--redis-url", server.url, "--interval", "0.1", *args)
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test alone: it is restarted."""
+    with RedisServer(tmp_path) as server:
+        yield server
+
+
+class TestTopRows:
+    """The rows: what the keyspace holds, most expired first, capped to --rows."""
+
+    def test_rows_match_the_keyspace(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Discovery finds every queue, and each row's counts are its keys' counts."""
+        populate(r)
+        screen = viewer(redis_server).refresh()
+        assert [row.queue for row in screen.rows] == ["reports", "mail", "idle"]
+        for row in screen.rows:
+            expired = BACKLOGS[row.queue]
+            assert (row.expired, row.active, row.pending, row.dead, row.failed) == (
+                expired, expired + 1, 2, 1, 5,
+            )  # fmt: skip
+            assert (row.oldest_overdue_s is None) == (expired == 0)
+        assert screen.queues == 3
+        assert screen.rows[0].oldest_overdue_s is not None
+        assert 60 <= screen.rows[0].oldest_overdue_s < 70
+
+    def test_capped_rows(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """--rows 2 shows the two queues with the most expired leases, of the 3 read."""
+        populate(r)
+        body = top(redis_server, "--json", "--rows", "2").json()
+        assert [row["queue"] for row in body["rows"]] == ["reports", "mail"]
+        assert body["queues"] == 3
+
+    def test_given_queues_only(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """With --queue only the queues named are read, a missing one as zeros."""
+        populate(r)
+        screen = viewer(redis_server, ("mail", "nowhere")).refresh()
+        assert {row.queue: (row.expired, row.active) for row in screen.rows} == {
+            "mail": (3, 4),
+            "nowhere": (0, 0),
+        }
+
+
+class TestTopRates:
+    """recovered/s and dead/s: growth of pending and metrics:failed between two reads."""
+
+    def test_known_drain(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """6 recoveries and 4 deaths in 2 seconds read as 3.0 recovered/s and 2.0 dead/s."""
+        keys = QueueKeys("q")
+        epoch = run_id(r)
+        for n in range(6):
+            lease(r, keys, f"ok{n}".encode(), attempts=1, stalled=0, lease_epoch=epoch)
+        for n in range(4):
+            lease(r, keys, f"die{n}".encode(), attempts=1, stalled=2, lease_epoch=epoch)
+        view = viewer(redis_server, ("q",))
+        clock = view.clock
+        assert isinstance(clock, FakeClock)
+        first = view.refresh().rows[0]
+        assert (first.expired, first.recovered_per_s, first.dead_per_s) == (10, None, None)
+        client = view.connection.client()  # as sweeperd connects: raw replies
+        result = once.sweep(
+            client, choose(client, ExecutorChoice.AUTO), keys, max_stalled=3, limit=100,
+            drain=True,
+        )  # fmt: skip
+        client.close()
+        assert (len(result.recovered), len(result.dead)) == (6, 4)
+        clock.now += 2.0
+        row = view.refresh().rows[0]
+        assert (row.expired, row.pending, row.failed) == (0, 6, 4)
+        assert (row.recovered_per_s, row.dead_per_s) == (3.0, 2.0)
+
+    def test_once_has_rates(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """--once reads twice, so its rows carry rates (zero on a still queue)."""
+        populate(r)
+        body = top(redis_server, "--json", "--queue", "mail").json()
+        assert (body["rows"][0]["recovered_per_s"], body["rows"][0]["dead_per_s"]) == (0.0, 0.0)
+
+
+class TestTopRestart:
+    """A server whose run_id changed since the view started is marked."""
+
+    def test_restart_marker(self, own_server: RedisServer) -> None:
+        """After a restart the server row keeps the first run_id and says it restarted."""
+        view = viewer(own_server, ("q",))
+        before = view.refresh().servers[0]
+        assert not before.restarted
+        own_server.restart()
+        screens: list[Screen] = [view.refresh() for _ in range(2)]  # the first sees it go
+        after = screens[-1].servers[0]
+        assert (after.first_run_id, after.restarted) == (before.run_id, True)
+        assert after.run_id != before.run_id
+        view.close()
+
+    def test_unreachable_is_one_line(self, own_server: RedisServer) -> None:
+        """--once against a stopped server: one line on stderr, exit 3, as inspect."""
+        own_server.stop()
+        ran = top(own_server, "--once", "--queue", "q")
+        assert ran.code == 3
+        assert len(ran.err_lines) == 1 and ran.err.startswith("sweeperd: ")
+        own_server.start()
+
+
+class TestTopJson:
+    """`top --json`: the documented object (README, sweeperd top)."""
+
+    def test_schema(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Every field named in the README is there with its type; the server is identified."""
+        populate(r)
+        ran = top(redis_server, "--json")
+        assert (ran.code, ran.err) == (0, "")
+        body = ran.json()
+        assert set(body) == {"schema", "at", "interval_s", "queues", "servers", "rows"}
+        assert (body["schema"], body["interval_s"], body["queues"]) == (1, 0.1, 3)
+        [server] = body["servers"]
+        assert server == {
+            "node": f"127.0.0.1:{redis_server.port}",
+            "run_id": run_id(r).decode(),
+            "uptime_s": server["uptime_s"],
+            "role": "master",
+            "verb_loaded": True,
+            "first_run_id": run_id(r).decode(),
+            "error": None,
+            "restarted": False,
+        }
+        assert set(body["rows"][0]) == {
+            "queue", "node", "expired", "active", "oldest_overdue_s", "pending", "dead",
+            "failed", "recovered_per_s", "dead_per_s",
+        }  # fmt: skip
+
+    def test_plain_text_off_a_terminal(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Off a terminal it prints the table once and exits 0, the server line first."""
+        populate(r)
+        ran = top(redis_server)
+        assert (ran.code, ran.err) == (0, "")
+        lines = ran.out.splitlines()
+        assert lines[1].startswith(f"127.0.0.1:{redis_server.port}  run_id ")
+        assert "verb loaded" in lines[1]
+        assert [
+            line.split()[1] for line in lines if line.split()[1:2] in (["reports"], ["mail"])
+        ] == [
+            "reports",
+            "mail",
+        ]
+
+
+class TestTopReadOnly:
+    """It never writes."""
+
+    def test_nothing_written(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """The keyspace's DUMPs are unchanged and the server ran only read commands."""
+        populate(r)
+        before = dump_all(r)
+        r.config_resetstat()
+        ran = top(redis_server, "--once")
+        assert ran.code == 0
+        stats = r.info("commandstats")
+        ran_commands = {name.removeprefix("cmdstat_") for name in stats}
+        assert ran_commands <= READ_COMMANDS, ran_commands - READ_COMMANDS
+        assert dump_all(r) == before
+
+
+class TestTopUsage:
+    """Bad options: one line, exit 2."""
+
+    @pytest.mark.parametrize(
+        ("args", "named"),
+        [(("--interval", "0"), "--interval"), (("--interval", "x"), "--interval"),
+         (("--rows", "0"), "--rows"), (("--rows", "two"), "--rows")],
+    )  # fmt: skip
+    def test_bad_option(self, args: tuple[str, ...], named: str) -> None:
+        """A refresh out of range or rows below 1 is named on one line, exit 2."""
+        ran = sweeperd("top", "--once", *args)
+        assert ran.code == 2
+        assert len(ran.err_lines) == 1 and named in ran.err
+
+
+def _screen_of(process: subprocess.Popen[bytes], master: int, wanted: list[str]) -> str:
+    """What the terminal received, read until every wanted text shows (or the time is up)."""
+    received = b""
+    deadline = time.monotonic() + LIVE_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            received += os.read(master, 65536)
+        text = ANSI.sub("", received.decode(errors="replace"))
+        if all(w in text for w in wanted):
+            return text
+    return ANSI.sub("", received.decode(errors="replace"))
+
+
+class TestTopLive:
+    """The live view in a pseudo-terminal."""
+
+    def test_live_screen(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """On a terminal the view refreshes in place with the rows and the server; Ctrl-C ends
+        it with exit 0."""
+        populate(r)
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPERD_")}
+        env.update(TERM="xterm-256color", COLUMNS="110", LINES="30")
+        env.pop("NO_COLOR", None)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sweeperd", "top", "--redis-url", redis_server.url,
+             "--interval", "0.2"],
+            stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+        )  # fmt: skip
+        os.close(slave)
+        try:
+            first = _screen_of(process, master, ["reports", "recovered/s", "verb loaded"])
+            r.zadd(QueueKeys("mail").active, {f"more{n}": 1000 for n in range(40)})
+            text = _screen_of(process, master, ["43"])  # mail's backlog grew: 3 + 40
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=LIVE_TIMEOUT_S)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            os.close(master)
+        assert code == 0
+        assert all(w in first for w in ["reports", "recovered/s", "verb loaded"]), first
+        assert "43" in text
+        assert "top 3 of 3 queues by expired leases" in text
