@@ -15,6 +15,7 @@ import structlog
 from sweeperd.connection import UNREACHABLE
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
+from sweeperd.logs import ID_CAP
 from sweeperd.node import Node
 from sweeperd.reasons import SweepError
 from sweeperd.rounds import Call, keeps_draining, sweep_round
@@ -114,7 +115,7 @@ class Drainer:
             self.forget(backlog.queue.name)
             return 0.0
         size = self.node.sizer.next(backlog.queue.limit)
-        call = Call(backlog.keys, backlog.queue.max_stalled, size)
+        call = Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
         started = self.clock()
         try:
             [result] = sweep_round(self.node.client, executor, [call])

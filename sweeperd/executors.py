@@ -26,18 +26,28 @@ class Executor:
     name: str
     script: LuaScript
 
-    def args(self, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int) -> list[object]:
-        """EVALSHA of the sweep script for `keys`; `bound_ms` bounds the expired count."""
+    def args(
+        self, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int, listed: int = 0
+    ) -> list[object]:
+        """EVALSHA of the sweep script for `keys`; `bound_ms` bounds the expired count, `listed`
+        the ids the reply lists (0: all)."""
         return [
             "EVALSHA", self.script.sha, 4, keys.active, keys.pending, keys.dead,
-            keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms,
+            keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms, listed,
         ]  # fmt: skip
 
     def send(
-        self, client: redis.Redis, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int
+        self,
+        client: redis.Redis,
+        keys: QueueKeys,
+        max_stalled: int,
+        limit: int,
+        bound_ms: int,
+        listed: int = 0,
     ) -> object:
         """One sweep of `keys` on its own; an error reply raises."""
-        return client.execute_command(*self.args(keys, max_stalled, limit, bound_ms))  # type: ignore[no-untyped-call]
+        args = self.args(keys, max_stalled, limit, bound_ms, listed)
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
     def prepare(self, client: redis.Redis) -> None:
         """Load the sweep script on the node (again after a restart or SCRIPT FLUSH)."""

@@ -55,13 +55,14 @@ class Ledger:
             return None
         self.recovered(queue)
         if reply.taken and (level >= logging.INFO or logging.getLogger(LOGGER).isEnabledFor(level)):
+            recovered, dead, exempt = reply.sizes
             log.log(
                 level,
                 "sweep",
                 queue=queue,
-                recovered=len(reply.recovered),
-                dead=len(reply.dead),
-                exempt=len(reply.exempt),
+                recovered=recovered,
+                dead=dead,
+                exempt=exempt,
                 ghosts=reply.ghosts,
                 recovered_ids=cap_ids(reply.recovered),
                 dead_ids=cap_ids(reply.dead),

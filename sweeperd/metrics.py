@@ -273,9 +273,10 @@ def _count(q: QueueSeries, n: NodeSeries, result: CallResult, at: float) -> None
     reply = result.reply
     if isinstance(reply, SweepReply):
         if reply.taken:
-            q.recovered += len(reply.recovered)
-            q.dead += len(reply.dead)
-            q.exempt += len(reply.exempt)
+            recovered, dead, exempt = reply.sizes
+            q.recovered += recovered
+            q.dead += dead
+            q.exempt += exempt
             q.ghosts += reply.ghosts
             n.ghosts += reply.ghosts
         q.last_success = at

@@ -17,37 +17,50 @@ from sweeperd.reasons import Reason, SweepError
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One sweep of one queue; `bound_ms` (server clock, 0 = the call's now) bounds `expired`."""
+    """One sweep of one queue; `bound_ms` (server clock, 0 = the call's now) bounds `expired`;
+    `listed` caps the ids the reply lists (0 = every id; the counts stay whole)."""
 
     keys: QueueKeys
     max_stalled: int
     limit: int
     bound_ms: int = 0
+    listed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class SweepReply:
     """What one call did: recovered ids (exempt included) and dead ids in selection order, the
-    recovered ids whose lease predates the server's run_id, and ids removed that had no row."""
+    recovered ids whose lease predates the server's run_id, and ids removed that had no row.
+    A call that listed only its first ids (Call.listed) carries the whole counts in `counts`."""
 
     recovered: tuple[bytes, ...] = ()
     dead: tuple[bytes, ...] = ()
     exempt: tuple[bytes, ...] = ()
     ghosts: int = 0
+    counts: tuple[int, int, int] | None = None  # recovered, dead, exempt when the lists are cut
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        """How many were recovered, dead and exempt, listed or not."""
+        if self.counts is not None:
+            return self.counts
+        return len(self.recovered), len(self.dead), len(self.exempt)
 
     @property
     def taken(self) -> int:
         """Leases the call removed from active."""
-        return len(self.recovered) + len(self.dead) + self.ghosts
+        recovered, dead, _ = self.sizes
+        return recovered + dead + self.ghosts
 
     @classmethod
     def parse(cls, raw: object) -> SweepReply:
         if raw == NOTHING_RAW:  # most calls: nothing was due
             return NOTHING
-        if not (isinstance(raw, list) and len(raw) == 4 and isinstance(raw[3], int)):
-            raise ValueError(f"the sweep replied {raw!r}, not its four parts")
-        recovered, dead, exempt, ghosts = raw
-        return cls(tuple(recovered), tuple(dead), tuple(exempt), ghosts)
+        if not (isinstance(raw, list) and len(raw) in (4, 7) and isinstance(raw[3], int)):
+            raise ValueError(f"the sweep replied {raw!r}, not its four or seven parts")
+        recovered, dead, exempt, ghosts, *counts = raw
+        whole = (counts[0], counts[1], counts[2]) if counts else None
+        return cls(tuple(recovered), tuple(dead), tuple(exempt), ghosts, whole)
 
 
 NOTHING = SweepReply()
@@ -148,7 +161,9 @@ def packed(executor: Executor, call: Call) -> bytes:
     found = _packed.get(key)
     if found is not None and found[0] == call:
         return found[1]
-    command = resp(executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms))
+    command = resp(
+        executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
+    )
     if len(_packed) >= PACKED_MAX:
         _packed.clear()
     _packed[key] = (call, command)
@@ -177,7 +192,8 @@ def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> lis
     if len(calls) == 1:  # a drain's call: a pipeline costs more than the command itself
         call = calls[0]
         try:
-            return [executor.send(client, call.keys, call.max_stalled, call.limit, call.bound_ms)]
+            c = call
+            return [executor.send(client, c.keys, c.max_stalled, c.limit, c.bound_ms, c.listed)]
         except redis.ResponseError as exc:
             return [exc]
     commands = b"".join([packed(executor, call) for call in calls])

@@ -8,10 +8,13 @@
 -- ARGV[2]  max_stalled: the stall budget, passed to the verb as given
 -- ARGV[3]  limit: leases the call takes at most, passed to the verb as given
 -- ARGV[4]  bound: ms; `expired` counts leases with a deadline at or before it; 0 = now
+-- ARGV[5]  listed: ids listed at most per list when the call took more (0 = every id)
 -- Replies {verdict, stats}:
 --   verdict  the verb's error reply unchanged, or {recovered, dead, exempt, ghosts}: the
 --            verb's two lists, the recovered ids whose lease_epoch is not the run_id, and
---            how many ids it removed from active that had no row
+--            how many ids it removed from active that had no row; when the call took more
+--            than `listed`, each list cut to its first `listed` ids and the three full
+--            counts after the ghosts: {recovered, dead, exempt, ghosts, #rec, #dead, #exempt}
 --   stats    {run_id, now, expired, active, pending, dead, failed count, oldest deadline,
 --            server time}: read after the verb; a count of a key of the wrong type is false,
 --            and so is the oldest deadline when no lease is expired; the server time is the
@@ -31,6 +34,12 @@ local function count(command, key, ...)
   local n = read(command, key, ...)
   if type(n) == 'table' then return false end
   return n
+end
+
+local function first(ids, n)
+  local out = {}
+  for i = 1, math.min(n, #ids) do out[i] = ids[i] end
+  return out
 end
 
 local function micros()
@@ -68,6 +77,11 @@ if not verdict['err'] then
   end
   local ghosts = before - redis.call('ZCARD', active) - #recovered - #died
   verdict = {recovered, died, exempt, ghosts}
+  local listed = tonumber(ARGV[5])
+  if listed > 0 and #recovered + #died > listed then  -- counts, and the first ids only
+    verdict = {first(recovered, listed), first(died, listed), first(exempt, listed), ghosts,
+               #recovered, #died, #exempt}
+  end
 end
 
 local bound = ARGV[4] == '0' and now or ARGV[4]

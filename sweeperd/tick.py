@@ -13,6 +13,7 @@ from sweeperd.connection import UNREACHABLE
 from sweeperd.drain import Drainer
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
+from sweeperd.logs import ID_CAP
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node, NotPrimary
 from sweeperd.reasons import Reason, SweepError
@@ -69,7 +70,12 @@ class Tick:
         """The node's call size shared out: the round stays about one call's target long."""
         share = max(1, self.node.sizer.size // max(1, len(queues)))
         return [
-            Call(QueueKeys(q.name, self.prefix_root), q.max_stalled, min(q.limit, share))
+            Call(
+                QueueKeys(q.name, self.prefix_root),
+                q.max_stalled,
+                min(q.limit, share),
+                listed=ID_CAP,  # the log's ids: the counts are whole
+            )
             for q in queues
         ]
 

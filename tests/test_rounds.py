@@ -91,6 +91,19 @@ class TestSweepRound:
         assert result.depths.oldest_expired_age_s == (result.depths.now_ms - PAST_MS - 2) / 1000
         assert keeps_draining(result)
 
+    def test_a_listed_cap_keeps_the_counts_whole(self, on: Target) -> None:
+        """With `listed` 2, a call that took 5 lists its first 2 ids of each list and carries
+        the whole counts: 4 recovered (1 exempt, the last), 1 dead."""
+        c, executor = on.client, on.executor
+        for n in range(4):
+            epoch = "an-earlier-run" if n == 3 else run_id(c).decode()
+            lease(c, A, f"j{n}".encode(), PAST_MS + n, attempts="1", lease_epoch=epoch)
+        lease(c, A, b"dies", PAST_MS + 9, attempts="1", stalled="4")
+        [result] = sweep_round(c, executor, [Call(A, 5, 100, listed=2)])
+        assert result.reply == SweepReply((b"j0", b"j1"), (b"dies",), (b"j3",), 0, (4, 1, 1))
+        assert isinstance(result.reply, SweepReply)
+        assert (result.reply.sizes, result.reply.taken) == ((4, 1, 1), 5)
+
     def test_a_bound_counts_only_what_was_due_by_then(self, r: redis.Redis) -> None:
         """With a bound, `expired` counts leases due by it, not those due since."""
         lease(r, A, b"early", PAST_MS, attempts="1")
