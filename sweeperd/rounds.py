@@ -186,13 +186,13 @@ def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> lis
     """Each call's reply, or the error it got, in call order; one round trip.
 
     A round is what redis-py's pipeline does (one write, the replies read in order, the
-    connection's retries on a connection failure) without its per-command packing and
-    bookkeeping, a third of a tick's time: each queue's command is packed once.
+    connection's retry policy on a connection failure: none, as connection.connect sets it, so
+    a sweep is never sent twice) without its per-command packing and bookkeeping, a third of a
+    tick's time: each queue's command is packed once.
     """
     if len(calls) == 1:  # a drain's call: a pipeline costs more than the command itself
-        call = calls[0]
+        c = calls[0]
         try:
-            c = call
             return [executor.send(client, c.keys, c.max_stalled, c.limit, c.bound_ms, c.listed)]
         except redis.ResponseError as exc:
             return [exc]
