@@ -36,17 +36,22 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     pipe.zcard(keys.dead)
     pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
     active, expired, oldest, pending, dead, failed = pipe.execute()
-    overdue = None
-    if oldest and oldest[0][1] <= info.time_ms:  # a -inf deadline counts from 1970
-        overdue = (info.time_ms - max(oldest[0][1], 0)) / 1000
     return Census(
         queue=keys.queue,
         active=active,
         expired=expired,
-        oldest_overdue_s=overdue,
+        oldest_overdue_s=overdue_s(oldest, info.time_ms),
         pending=pending,
         dead=dead,
         failed=string2ll(failed) if failed is not None else 0,
         run_id=info.run_id.decode(),
         verb_available=has_verb(client),
     )
+
+
+def overdue_s(oldest: object, now_ms: int) -> float | None:
+    """How long the lease of `ZRANGE active 0 0 WITHSCORES` has been overdue at `now_ms`; None
+    when there is none or it is not due. A -inf deadline counts from 1970."""
+    if not (isinstance(oldest, list) and oldest and oldest[0][1] <= now_ms):
+        return None
+    return float(now_ms - max(oldest[0][1], 0)) / 1000

@@ -47,5 +47,9 @@ def read_server_info(client: redis.Redis) -> ServerInfo:
 
 def has_verb(client: redis.Redis) -> bool:
     """Whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
-    reply = client.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
-    return bool(reply) and reply[0] is not None
+    return verb_in(client.execute_command("COMMAND", "INFO", VERB))  # type: ignore[no-untyped-call]
+
+
+def verb_in(command_info: object) -> bool:
+    """Whether a raw `COMMAND INFO EMQ.STALLED.CHECK` reply describes the verb (nil: unknown)."""
+    return isinstance(command_info, list) and bool(command_info) and command_info[0] is not None

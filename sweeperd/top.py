@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 
 import redis
 
+from sweeperd.census import overdue_s
 from sweeperd.connection import Connection
 from sweeperd.constants import METRICS_FAILED_FIELD, VERB
 from sweeperd.discovery import discover_queues
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
-from sweeperd.serverinfo import parse_info
+from sweeperd.serverinfo import parse_info, verb_in
 from sweeperd.topology import Layout, slot_of, source_of
 
 Clock = Callable[[], float]  # seconds since the epoch: time.time, or a test's own
@@ -121,9 +122,7 @@ class NodeReader:
     def _server(self, info: Mapping[str, str], command_info: object) -> ServerRow:
         run_id = info.get("run_id", "")
         self.first_run_id = self.first_run_id or run_id
-        loaded = (
-            isinstance(command_info, list) and bool(command_info) and command_info[0] is not None
-        )
+        loaded = verb_in(command_info)
         return ServerRow(
             node=self.node,
             run_id=run_id,
@@ -139,9 +138,7 @@ class NodeReader:
         active, oldest, pending, dead, raw_failed = counts
         assert isinstance(active, int) and isinstance(pending, int) and isinstance(dead, int)
         failed = string2ll(raw_failed) if isinstance(raw_failed, bytes) else 0
-        overdue = None
-        if isinstance(oldest, list) and oldest and oldest[0][1] <= server_ms:
-            overdue = (server_ms - max(oldest[0][1], 0)) / 1000
+        overdue = overdue_s(oldest, server_ms)
         before = self.seen.get(row.queue)
         self.seen[row.queue] = _Seen(now, run_id, pending, failed)
         recovered = dead_rate = None
