@@ -17,7 +17,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
 from sweeperd.logs import ID_CAP
 from sweeperd.node import Node
-from sweeperd.reasons import SweepError
+from sweeperd.reasons import Reason, SweepError
 from sweeperd.rounds import Call, keeps_draining, sweep_round
 from sweeperd.settings import QueueSettings
 
@@ -183,10 +183,26 @@ class Drainer:
         if names:
             log.info("drain_stopped", queues=len(names), reason=why)
 
+    def broke(self, exc: Exception) -> None:
+        """An unexpected error in a drain step: each held queue fails with reason `other`, and
+        every one goes back to its ticks."""
+        log.exception("drain_failed", node=self.node.name)
+        with self.wake:
+            names = list(self.backlogs)
+        error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
+        for name in names:
+            self.ledger.fail(name, error)
+        self.drop_all("error")
+
     def run_forever(self) -> None:
         """The drain thread: a call whenever a queue is backlogged, until stopped."""
         while not self.stopped.is_set():
-            pause = self.step()
+            try:
+                pause = self.step()
+            except Exception as exc:  # a bug must not leave held queues unswept: ticks retake them
+                self.broke(exc)
+                self.stopped.wait(IDLE_WAIT_S)  # and must not spin
+                continue
             if pause is None:
                 with self.wake:
                     if not self.backlogs and not self.stopped.is_set():

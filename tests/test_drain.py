@@ -289,6 +289,34 @@ class TestTicksDuringADrain:
         assert rig.value("sweeperd_sweeps_total", queue="small") == len(durations)
         assert sorted(durations)[len(durations) // 2] < 0.05, durations
 
+    def test_an_unexpected_error_gives_the_queues_back_to_their_ticks(
+        self, r: redis.Redis, rig: Rig, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A bug inside a drain step does not end the drain thread with queues held (their
+        ticks would skip them forever): each held queue fails with reason other and is let go,
+        and the thread goes on."""
+        for name in ("a", "b"):
+            seed(r, QueueKeys(name), 300)
+        rig.node.sizer.size = 100
+        rig.tick(queue("a"), queue("b"))
+        calls = iter([RuntimeError("a bug")])
+
+        def broken() -> float | None:
+            raise next(calls)
+
+        monkeypatch.setattr(rig.drainer, "step", broken)
+        rig.drainer.clock = time.monotonic
+        rig.drainer.start()
+        wait = time.monotonic() + 5
+        while (rig.drainer.holds("a") or rig.drainer.holds("b")) and time.monotonic() < wait:
+            time.sleep(0.01)
+        monkeypatch.undo()
+        assert not rig.drainer.holds("a") and not rig.drainer.holds("b")
+        assert rig.drainer.thread is not None and rig.drainer.thread.is_alive()
+        rig.drainer.stop(5.0)
+        for name in ("a", "b"):
+            assert rig.value("sweeperd_sweep_failures_total", queue=name, reason="other") == 1
+
     def test_stop_ends_the_thread_after_its_call(self, r: redis.Redis, rig: Rig) -> None:
         """stop() returns once the call in flight is done; the rest of the backlog stays."""
         seed(r, QueueKeys("q"), 20_000)
