@@ -18,7 +18,7 @@ from sweeperd.ledger import Ledger
 from sweeperd.logs import ID_CAP
 from sweeperd.node import Node
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import Call, keeps_draining, sweep_round
+from sweeperd.rounds import Call, CallResult, InFlight, SweepReply, keeps_draining
 from sweeperd.settings import QueueSettings
 
 log = structlog.get_logger("sweeperd.drain")
@@ -52,12 +52,23 @@ class Backlog:
         }
 
 
+@dataclass(frozen=True)
+class Sent:
+    """A drain call on its way: its queue, when it went (monotonic seconds), its reply to come."""
+
+    backlog: Backlog
+    started: float
+    flight: InFlight
+
+
 class Drainer:
     """Takes the queues a tick left with leases due and sweeps them until nothing is due.
 
     One call on the node at a time, each sized to the call target, so other clients (and the
     scheduled ticks of the other queues) get the server between two calls; queues with a
-    backlog take turns. `share` below 1 pauses between calls to leave the server that much.
+    backlog take turns. The next call is sent as soon as a reply is read, and the reply counted
+    while the server runs it. `share` below 1 pauses between calls to leave the server that much
+    (and then the next call waits for the pause).
     """
 
     def __init__(
@@ -82,6 +93,7 @@ class Drainer:
         self.wake = threading.Condition()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
+        self.in_flight: Sent | None = None  # the next call, sent while the last was counted
 
     def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
         """A queue with `left` leases still due joins the turns (once)."""
@@ -104,67 +116,81 @@ class Drainer:
             self.backlogs.pop(name, None)
 
     def step(self) -> float | None:
-        """One call on the queue whose turn it is: the pause owed before the next call, or
-        None when no queue is backlogged."""
-        with self.wake:
-            if not self.backlogs:
-                return None
-            backlog = next(iter(self.backlogs.values()))  # it stays held while its call runs
-        executor = self.node.executor
-        if executor is None:  # the node restarted and has not been looked at yet: the tick will
-            self.forget(backlog.queue.name)
-            return 0.0
-        size = self.node.sizer.next(backlog.queue.limit)
-        call = Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
-        started = self.clock()
+        """Read the reply of the call in flight (sending one first when none is) and count it.
+        Unless a pause is owed, the next call goes out before the counting, so the server runs
+        it meanwhile: still one call at a time. The pause owed, or None when nothing is due."""
+        sent, self.in_flight = self.in_flight or self.send(skip=None), None
+        if sent is None:
+            return None
+        name = sent.backlog.queue.name
         try:
-            [result] = sweep_round(self.node.client, executor, [call])
+            result = sent.flight.result()
         except UNREACHABLE as exc:
             self.node.failed(self.clock(), exc)
-            self.ledger.fail(backlog.queue.name, SweepError.of(exc))
+            self.ledger.fail(name, SweepError.of(exc))
             self.drop_all("redis_down")
             return None
         except redis.RedisError as exc:
-            self.forget(backlog.queue.name)
-            self.ledger.fail(backlog.queue.name, SweepError.of(exc))
+            self.forget(name)
+            self.ledger.fail(name, SweepError.of(exc))
             return 0.0
-        took = self.clock() - started
+        again = keeps_draining(result)
+        pause = 0.0
+        if isinstance(result.reply, SweepReply):
+            spent = result.seconds(self.clock() - sent.started)
+            self.node.sizer.observe(sent.flight.call.limit, result.reply.taken, spent)
+            pause = spent * (1 / self.share - 1)
+        if again:
+            self.to_the_back(name)
+        if pause <= 0 and not self.stopped.is_set():
+            self.in_flight = self.send(skip=None if again else name)
+        self.count(sent, result, again)
+        return pause
+
+    def send(self, skip: str | None) -> Sent | None:
+        """A call for the first backlogged queue but `skip`, sent; None when there is none."""
+        with self.wake:
+            backlog = next((b for n, b in self.backlogs.items() if n != skip), None)
+        if backlog is None:
+            return None
+        executor = self.node.executor
+        if executor is None:  # the node restarted and has not been looked at yet: the tick will
+            self.forget(backlog.queue.name)
+            return None
+        size = self.node.sizer.next(backlog.queue.limit)
+        call = Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
+        return Sent(backlog, self.clock(), InFlight(self.node.client, executor, call))
+
+    def to_the_back(self, name: str) -> None:
+        with self.wake:
+            if name in self.backlogs:  # not forgotten meanwhile
+                self.backlogs.move_to_end(name)
+
+    def count(self, sent: Sent, result: CallResult, again: bool) -> None:
+        """A drain call counted and logged; its queue leaves the turns when nothing is due."""
+        backlog = sent.backlog
+        name = backlog.queue.name
         if result.redirected:  # unrun: the queue's next tick goes where its slot is now
-            self.forget(backlog.queue.name)
+            self.forget(name)
             self.on_redirect()
-            return 0.0
-        reply = self.ledger.record(
-            backlog.queue.name, result, self.wall_clock(), level=logging.DEBUG
-        )
+            return
+        reply = self.ledger.record(name, result, self.wall_clock(), level=logging.DEBUG)
         if result.depths is not None and result.depths.run_id != self.node.run_id:
             self.restarted()
         if reply is None:
-            self.forget(backlog.queue.name)
-            return 0.0
+            self.forget(name)
+            return
         with self.node.lock:
             self.node.answered(self.clock())
-        spent = result.seconds(took)
-        self.node.sizer.observe(size, reply.taken, spent)
         backlog.done += reply.taken
         backlog.left = result.expired_left or 0
-        self.next_turn(backlog, keeps_draining(result))
-        return spent * (1 / self.share - 1)
-
-    def next_turn(self, backlog: Backlog, again: bool) -> None:
-        """To the back of the turns while leases are left, else out with a last word."""
         now = self.clock()
-        name = backlog.queue.name
-        with self.wake:
-            if name in self.backlogs:  # not forgotten meanwhile
-                if again:
-                    self.backlogs.move_to_end(name)
-                else:
-                    del self.backlogs[name]
         if again:
             if now - backlog.logged >= PROGRESS_LOG_S:
                 backlog.logged = now
                 log.info("drain_progress", **backlog.progress(now))
             return
+        self.forget(name)
         log.info("drain_finished", **backlog.progress(now))
 
     def restarted(self) -> None:
@@ -195,8 +221,9 @@ class Drainer:
         self.drop_all("error")
 
     def run_forever(self) -> None:
-        """The drain thread: a call whenever a queue is backlogged, until stopped."""
-        while not self.stopped.is_set():
+        """The drain thread: a call whenever a queue is backlogged, until stopped; a call in
+        flight then is still read and counted."""
+        while not self.stopped.is_set() or self.in_flight is not None:
             try:
                 pause = self.step()
             except Exception as exc:  # a bug must not leave held queues unswept: ticks retake them

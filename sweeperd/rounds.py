@@ -1,4 +1,5 @@
-"""One pipelined round trip to a node: a sweep per queue, each with its accounting and counts."""
+"""Sweeps sent to a node: a round of one call per queue in one round trip, or a drain's call
+whose reply is read once the call before it has been counted."""
 
 from __future__ import annotations
 
@@ -263,3 +264,51 @@ def sweep_round(client: redis.Redis, executor: Executor, calls: Sequence[Call]) 
     return [
         _named(_result(call, reply), executor) for call, reply in zip(calls, replies, strict=True)
     ]
+
+
+class InFlight:
+    """One call sent on a connection of its own, its reply read later: what the caller does
+    meanwhile (counting the call before) runs while the server runs this one.
+
+    A send that failed fails when the reply is read, as a read that fails does; the connection
+    goes back to the pool either way (closed first when its reply may be left unread).
+    """
+
+    def __init__(self, client: redis.Redis, executor: Executor, call: Call) -> None:
+        self.client = client
+        self.executor = executor
+        self.call = call
+        self.connection: Connection | None = None
+        self.error: Exception | None = None
+        args = executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
+        try:
+            self.connection = client.connection_pool.get_connection()
+            self.connection.send_command(*args)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # raised by result(), where a failed call is handled
+            self.error = exc
+
+    def result(self) -> CallResult:
+        """The call's result; a connection failure raises (the node is down), a NOSCRIPT is
+        answered by loading the script and sending the call again (it wrote nothing)."""
+        raw = self._reply()
+        if _lost(raw):
+            self.executor.prepare(self.client)
+            return sweep_round(self.client, self.executor, [self.call])[0]
+        return _named(_result(self.call, raw), self.executor)
+
+    def _reply(self) -> object:
+        connection = self.connection
+        try:
+            if self.error is not None or connection is None:
+                raise self.error or redis.ConnectionError("the call was never sent")
+            try:
+                return connection.read_response()
+            except redis.ResponseError as exc:
+                return exc
+        except BaseException:
+            if connection is not None:
+                connection.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            if connection is not None:
+                self.client.connection_pool.release(connection)

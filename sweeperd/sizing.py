@@ -7,11 +7,15 @@ from dataclasses import dataclass
 FIRST_SIZE = 100  # leases in a node's first call, before any call was timed
 MOST_GROWTH = 2.0  # a call is at most this many times the size of the last
 MOST_SHRINK = 0.25  # and at least this fraction of it
+# Calls aim at this fraction of the target: a call's time strays by a fifth or so around its
+# size's usual time (the server's caches, other clients), and the target is a ceiling.
+AIM = 0.75
 
 
 @dataclass
 class CallSizer:
-    """The size of the next call on one node, moved towards `target_s` by each full call timed.
+    """The size of the next call on one node, moved by each full call timed towards a call time
+    of AIM times `target_s`, so that calls stay under the target.
 
     A call's time is the server's own (the sweep script times itself), or its round trip where
     the server cannot say. Only a call that took all it was allowed says how long that many
@@ -29,7 +33,7 @@ class CallSizer:
         """A call asked for `asked` leases, took `taken`, and ran `seconds`."""
         if seconds <= 0:
             return
-        ratio = self.target_s / seconds
+        ratio = self.target_s * AIM / seconds
         if ratio < 1:
             self.size = max(1, round(asked * max(MOST_SHRINK, ratio)))
         elif taken >= asked:
