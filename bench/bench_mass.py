@@ -8,8 +8,10 @@ The backlog is seeded once and saved; each drain starts a fresh server from that
 (a) `sweeperd run` at its defaults, (b) `sweeperd once --drain` native, (c) the same with the
 script executor, and (d) a bare loop of EMQ.STALLED.CHECK at limit 1,000 with no accounting.
 For each: leases/s (from the first lease taken to the last), the ratio to the bare loop, the
-longest single command in SLOWLOG, another client's PING latency during the drain (its own
-process, its own connection) and the sweeper's CPU.
+longest single command in SLOWLOG and how many ran over 5 ms, how often the server process was
+preempted (its involuntary context switches: a call preempted runs longer with no more work),
+another client's PING latency during the drain (its own process, its own connection) and the
+sweeper's CPU.
 """
 
 from __future__ import annotations
@@ -46,7 +48,11 @@ BARE_LIMIT = 1_000
 ALL_RECOVER = 2**62  # a max_stalled no lease reaches
 POLL_S = 0.01
 SLOW_US = 500  # SLOWLOG keeps every command slower than this
+OVER_US = 5_000  # the longest a call may block the server
 BARE = "bare loop, limit 1000"
+RUN = "sweeperd run (defaults)"
+NATIVE = "sweeperd once --drain (native)"
+SCRIPT = "sweeperd once --drain (script)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class Drain:
     leases: int
     seconds: float
     longest_call_ms: float
+    calls_over: int  # commands that ran over OVER_US
+    preempted: int  # the server's involuntary context switches during the drain
     ping_ms: tuple[float, float, float]  # p50, p99, max
     cpu_percent: float | None  # of one core, the sweeper's process; None in-process
 
@@ -97,9 +105,18 @@ def fresh_server(rdb: Path) -> Iterator[RedisServer]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def longest_call_ms(client: redis.Redis) -> float:
-    entries = client.slowlog_get(1_000_000)
-    return max((int(e["duration"]) for e in entries), default=0) / 1000
+def slow_calls(client: redis.Redis) -> tuple[float, int]:
+    """The longest command in SLOWLOG (ms), and how many ran over OVER_US."""
+    durations = [int(e["duration"]) for e in client.slowlog_get(1_000_000)]
+    return max(durations, default=0) / 1000, sum(1 for d in durations if d > OVER_US)
+
+
+def involuntary_switches(pid: int) -> int:
+    """How often the process was preempted so far (/proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("nonvoluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
 
 
 @contextmanager
@@ -165,17 +182,38 @@ def sweeperd(*args: str, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def server_pid(server: RedisServer) -> int:
+    assert server.process is not None
+    return server.process.pid
+
+
+def drained(
+    name: str,
+    total: int,
+    seconds: float,
+    client: redis.Redis,
+    preempted: int,
+    pings: Callable[[], tuple[float, float, float]],
+    cpu: float | None,
+) -> Drain:
+    """What one drain did, read off the server once it is over."""
+    longest, over = slow_calls(client)
+    return Drain(name, total, seconds, longest, over, preempted, pings(), cpu)
+
+
 def drain_by_process(name: str, rdb: Path, total: int, *args: str) -> Drain:
     with fresh_server(rdb) as server, server.client() as client, pinger(server.port) as pings:
+        switches = involuntary_switches(server_pid(server))
         proc = sweeperd(*args, port=server.port)
         try:
             seconds, cpu = watch(client, total, proc.pid)
+            preempted = involuntary_switches(server_pid(server)) - switches
             if args[0] == "run":
                 check_recovered(args, total)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(20)
-        return Drain(name, total, seconds, longest_call_ms(client), pings(), cpu)
+        return drained(name, total, seconds, client, preempted, pings, cpu)
 
 
 def check_recovered(args: tuple[str, ...], total: int) -> None:
@@ -196,6 +234,7 @@ def check_recovered(args: tuple[str, ...], total: int) -> None:
 def drain_bare(rdb: Path, total: int) -> Drain:
     """EMQ.STALLED.CHECK at limit 1,000 in a loop, nothing counted: the server's own speed."""
     with fresh_server(rdb) as server, server.client() as client, pinger(server.port) as pings:
+        switches = involuntary_switches(server_pid(server))
         started = time.perf_counter()
         taken = 1
         while taken:
@@ -204,20 +243,24 @@ def drain_bare(rdb: Path, total: int) -> Drain:
             )
             taken = len(back) + len(died)
         seconds = time.perf_counter() - started
-        return Drain(BARE, total, seconds, longest_call_ms(client), pings(), None)
+        preempted = involuntary_switches(server_pid(server)) - switches
+        return drained(BARE, total, seconds, client, preempted, pings, None)
 
 
 def table(drains: list[Drain]) -> str:
     """The Markdown table of the README, every ratio against the bare loop of the same run."""
     bare = next(d for d in drains if d.name == BARE)
-    head = "| drain | leases/s | ratio to bare loop | longest call | PING p50 / p99 / max | CPU |"
-    rows = [head, "|---|---|---|---|---|---|"]
+    head = (
+        "| drain | leases/s | ratio to bare loop | longest call | calls > 5 ms "
+        "| server preempted | PING p50 / p99 / max | CPU |"
+    )
+    rows = [head, "|---|---|---|---|---|---|---|---|"]
     for d in drains:
         cpu = "—" if d.cpu_percent is None else f"{d.cpu_percent:.0f} %"
         p50, p99, most = d.ping_ms
         rows.append(
             f"| {d.name} | {d.rate:,.0f} | {d.rate / bare.rate:.2f} | {d.longest_call_ms:.1f} ms "
-            f"| {p50:.2f} / {p99:.2f} / {most:.2f} ms | {cpu} |"
+            f"| {d.calls_over} | {d.preempted:,} | {p50:.2f} / {p99:.2f} / {most:.2f} ms | {cpu} |"
         )
     return "\n".join(rows)
 
@@ -225,21 +268,33 @@ def table(drains: list[Drain]) -> str:
 Way = tuple[str, tuple[str, ...]]  # a drain's name and sweeperd's arguments; none: bare loop
 
 
-def rounds_of(
-    rdb: Path, leases: int, ways: list[Way], rounds: int
-) -> tuple[list[Drain], list[str]]:
+def rounds_of(rdb: Path, leases: int, ways: list[Way], rounds: int) -> list[list[Drain]]:
     """Each way drained `rounds` times, the ways taking turns so that a load on the machine
-    falls on all of them; the fastest round of each counts, and every round's rate is kept."""
-    seen: dict[str, list[Drain]] = {name: [] for name, _ in ways}
-    for _ in range(rounds):
-        for name, args in ways:
-            drained = (
-                drain_by_process(name, rdb, leases, *args) if args else drain_bare(rdb, leases)
-            )
-            seen[name].append(drained)
-    best = [max(runs, key=lambda d: d.rate) for runs in seen.values()]
-    notes = [f"{name}: " + ", ".join(f"{d.rate:,.0f}" for d in runs) for name, runs in seen.items()]
-    return best, notes
+    falls on all of them: a list of the ways' drains per round."""
+    return [
+        [
+            drain_by_process(name, rdb, leases, *args) if args else drain_bare(rdb, leases)
+            for name, args in ways
+        ]
+        for _ in range(rounds)
+    ]
+
+
+def every_round(turns: list[list[Drain]]) -> list[str]:
+    """A line per round: each way's leases/s, longest call and PING p99, and the ratios the
+    issue asks for as measured side by side in that round."""
+    lines = []
+    for number, drains in enumerate(turns, 1):
+        rate = {d.name: d.rate for d in drains}
+        ways = "; ".join(
+            f"{d.name}: {d.rate:,.0f}/s, {d.longest_call_ms:.1f} ms, p99 {d.ping_ms[1]:.2f} ms"
+            for d in drains
+        )
+        lines.append(
+            f"round {number}: run/bare {rate[RUN] / rate[BARE]:.2f}, "
+            f"script/native {rate[SCRIPT] / rate[NATIVE]:.2f} -- {ways}"
+        )
+    return lines
 
 
 def main() -> None:
@@ -251,22 +306,25 @@ def main() -> None:
     metrics = f"127.0.0.1:{free_port()}"
     ways: list[Way] = [
         (BARE, ()),
-        ("sweeperd run (defaults)", ("run", "--metrics-addr", metrics, "--log-format", "json")),
-        ("sweeperd once --drain (native)", ("once", "--drain")),
-        ("sweeperd once --drain (script)", ("once", "--drain", "--executor", "script")),
+        (RUN, ("run", "--metrics-addr", metrics, "--log-format", "json")),
+        (NATIVE, ("once", "--drain")),
+        (SCRIPT, ("once", "--drain", "--executor", "script")),
     ]
     try:
-        drains, notes = rounds_of(seed(seeded, args.leases), args.leases, ways, args.rounds)
+        turns = rounds_of(seed(seeded, args.leases), args.leases, ways, args.rounds)
     finally:
         shutil.rmtree(seeded, ignore_errors=True)
+    fastest = [max(runs, key=lambda d: d.rate) for runs in zip(*turns, strict=True)]
     print(
         f"{args.leases:,} expired leases in one queue, each drain on a fresh server, "
         f"fastest of {args.rounds} rounds taken in turns"
     )
-    print(table(drains))
-    print("leases/s of every round:")
-    for note in notes:
-        print(f"  {note}")
+    print(table(fastest))
+    rate = {d.name: d.rate for d in fastest}
+    print(f"fastest run/bare {rate[RUN] / rate[BARE]:.2f}, "
+          f"script/native {rate[SCRIPT] / rate[NATIVE]:.2f}; every round:")  # fmt: skip
+    for line in every_round(turns):
+        print(f"  {line}")
 
 
 if __name__ == "__main__":
