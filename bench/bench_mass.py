@@ -49,6 +49,9 @@ ALL_RECOVER = 2**62  # a max_stalled no lease reaches
 POLL_S = 0.01
 SLOW_US = 500  # SLOWLOG keeps every command slower than this
 OVER_US = 5_000  # the longest a call may block the server
+# Each drain starts on a server that loaded its million leases this long ago: the bare loop
+# would otherwise start at once, while a sweeperd process is still importing.
+SETTLE_S = 1.0
 BARE = "bare loop, limit 1000"
 RUN = "sweeperd run (defaults)"
 NATIVE = "sweeperd once --drain (native)"
@@ -91,7 +94,8 @@ def seed(path: Path, leases: int) -> Path:
 
 @contextmanager
 def fresh_server(rdb: Path) -> Iterator[RedisServer]:
-    """A module server loaded from the seeded RDB, its SLOWLOG catching every slow command."""
+    """A module server loaded from the seeded RDB, its SLOWLOG catching every slow command,
+    left to settle for SETTLE_S."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-mass-"))
     shutil.copy(rdb, workdir / "dump.rdb")
     server = RedisServer(workdir)
@@ -100,6 +104,7 @@ def fresh_server(rdb: Path) -> Iterator[RedisServer]:
             client.config_set("slowlog-log-slower-than", SLOW_US)
             client.config_set("slowlog-max-len", 1_000_000)
             client.slowlog_reset()
+            time.sleep(SETTLE_S)
             yield server
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -26,18 +26,19 @@ class LuaScript:
         client.script_load(self.source)
 
 
-def _text(file: str) -> str:
+def package_text(file: str) -> str:
+    """The text of a file shipped in the package (a Lua script)."""
     return resources.files("sweeperd").joinpath(file).read_text()
 
 
-def _as_verb(body: str) -> str:
+def as_verb(body: str) -> str:
     """`body`, a chunk that reads KEYS and ARGV, as the local function `verb` of a script."""
     return f"local function verb(KEYS, ARGV)\n{body}\nend\n"
 
 
 NATIVE_VERB = f"return redis.pcall('{VERB}', KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])"
 
-STALLED_CHECK = LuaScript(_text("stalled_check.lua"))  # the verb's Lua port, on its own
+STALLED_CHECK = LuaScript(package_text("stalled_check.lua"))  # the verb's Lua port, on its own
 # A sweep with its accounting, in one atomic call: by the module's verb, or by the Lua port.
-SWEEP_NATIVE = LuaScript(_as_verb(NATIVE_VERB) + _text("sweep.lua"))
-SWEEP_SCRIPT = LuaScript(_as_verb(STALLED_CHECK.source) + _text("sweep.lua"))
+SWEEP_NATIVE = LuaScript(as_verb(NATIVE_VERB) + package_text("sweep.lua"))
+SWEEP_SCRIPT = LuaScript(as_verb(STALLED_CHECK.source) + package_text("sweep.lua"))

@@ -20,6 +20,15 @@
 --            and so is the oldest deadline when no lease is expired; the server time is the
 --            microseconds this script ran
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
+-- Exempt is judged by each recovered id's lease_epoch, which the verb never writes. Where a call
+-- may recover most of what it takes (max_stalled above 1), one SORT_RO reads the epochs of
+-- active's first due leases in rank order before the verb; when the verb then took exactly its
+-- recovered ids (no ghost, no death) and no more than were read, its recovered list is those
+-- ranks in order and the i-th epoch is the i-th id's. Any other call reads each recovered id's
+-- epoch by its own HGET: the same result. The SORT_RO is not sent where it cannot serve: an
+-- active small enough to be a listpack (SORT would turn it into a skiplist for good), a user
+-- without +sort_ro and +object|encoding or who may not read every key (%R~*), a Redis 7.0
+-- Cluster (SORT's GET is refused there), a prefix holding SORT's '*'.
 
 -- a read of a key that may have the wrong type: false then; any other refusal (an ACL user
 -- without the command) fails the script, naming the command
@@ -40,6 +49,42 @@ local function first(ids, n)
   local out = {}
   for i = 1, math.min(n, #ids) do out[i] = ids[i] end
   return out
+end
+
+local EPOCHS_PAGE = 1000  -- epochs one SORT_RO reads at most: its reply is one Lua table
+local LLONG_MAX = '9223372036854775807'
+
+-- the limit as a number when the verb takes it (a positive 64-bit integer), else nil
+local function positive_limit(raw)
+  if not string.find(raw, '^[1-9][0-9]*$') then return nil end
+  if #raw > #LLONG_MAX or (#raw == #LLONG_MAX and raw > LLONG_MAX) then return nil end
+  return tonumber(raw)
+end
+
+-- redis.pcall(command...)'s reply, or nil where the user may not send it (checked first: a
+-- refused command would write the ACL LOG on every call), the server does not know it, or it
+-- refuses it
+local function allowed_read(command)
+  local checked, allowed = pcall(redis.acl_check_cmd, unpack(command))
+  if not (checked and allowed) then return nil end
+  local reply = redis.pcall(unpack(command))
+  if type(reply) == 'table' and reply['err'] then return nil end
+  return reply
+end
+
+-- the lease_epochs (false: none) of active's first leases due by `now_ms`, in rank order, as
+-- many as the verb will take and at most EPOCHS_PAGE; nil when not read
+local function epochs_by_rank(active, rows, max_stalled, limit, now_ms)
+  local wanted = positive_limit(limit)
+  if max_stalled == '1' or not (wanted and redis.acl_check_cmd) then return nil end
+  if string.find(rows, '*', 1, true) then return nil end
+  if allowed_read({'OBJECT', 'ENCODING', active}) ~= 'skiplist' then return nil end
+  local due = redis.pcall('ZCOUNT', active, '-inf', now_ms)
+  if type(due) ~= 'number' then return nil end
+  local n = math.min(wanted, due, EPOCHS_PAGE)
+  if n == 0 then return nil end
+  return allowed_read({'SORT_RO', active, 'BY', 'nosort', 'LIMIT', '0', string.format('%d', n),
+                       'GET', rows .. '*->lease_epoch'})
 end
 
 local function micros()
@@ -63,19 +108,28 @@ if redis.acl_check_cmd then
   end
 end
 local started = micros()
+local rows = ARGV[1] .. 'job:'
 local before = count('ZCARD', active)
+local epochs = epochs_by_rank(active, rows, ARGV[2], ARGV[3],
+                              string.format('%d', math.floor(started / 1000)))
 local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
 local run_id = string.match(call('INFO', 'server'), 'run_id:(%x+)')
 local now = math.floor(micros() / 1000)
 
 if not verdict['err'] then
   local recovered, died, exempt = verdict[1], verdict[2], {}
-  local rows = ARGV[1] .. 'job:'
+  local taken = before - redis.call('ZCARD', active)
+  local by_rank = epochs and #recovered == taken and taken <= #epochs
   for i = 1, #recovered do
-    local epoch = call('HGET', rows .. recovered[i], 'lease_epoch')
+    local epoch
+    if by_rank then
+      epoch = epochs[i]
+    else
+      epoch = call('HGET', rows .. recovered[i], 'lease_epoch')
+    end
     if epoch and epoch ~= run_id then exempt[#exempt + 1] = recovered[i] end
   end
-  local ghosts = before - redis.call('ZCARD', active) - #recovered - #died
+  local ghosts = taken - #recovered - #died
   verdict = {recovered, died, exempt, ghosts}
   local listed = tonumber(ARGV[5])
   if listed > 0 and #recovered + #died > listed then  -- counts, and the first ids only
