@@ -201,7 +201,7 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     Settings come as `run` takes them (defaults, --config, env vars, flags), and the queue's
     own [queues.<name>] table in the config file sets its max_stalled and limit.
 
-    With --drain, calls are sized to --call-target-ms, never above the limit; with --limit
+    With --drain, calls are sized to stay under --call-target-ms, at most the limit; with --limit
     given, every call takes that many (the batches --dry-run predicts). On a terminal a
     progress bar shows what is done and left; Ctrl-C stops after the call in flight, prints
     what was done and exits 130.

@@ -21,7 +21,7 @@ DEFAULT_LIMIT = 1000  # the most leases one call takes; calls are sized to the c
 DEFAULT_CALL_TARGET_MS = 2.0  # one call's time, server and round trip: the size adapts to it
 DEFAULT_DRAIN_SHARE = 1.0  # of the server's time a backlog drain may take; 1 = calls back to back
 DEFAULT_INTERVAL_S = 5.0
-DEFAULT_CALL_TARGET_MS = 2.0  # server time one verb call aims at; calls never exceed the limit
+DEFAULT_CALL_TARGET_MS = 2.0  # server time one call stays under (sizing.AIM); never above the limit
 DEFAULT_DRAIN_SHARE = 1.0  # most of the server's time a backlog drain may take; 1 = back to back
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 MAX_SOCKET_TIMEOUT_S = 3600.0  # beyond this a socket timeout is a mistake (1e12 overflows)

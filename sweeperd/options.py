@@ -191,8 +191,8 @@ OPTIONS: dict[str, Option] = {
             "call_target_ms",
             "MS",
             (RUN, ONCE),
-            "The server time one call aims at: calls are sized to stay under it, "
-            "never above --limit.",
+            "The server time one call stays under: calls are sized to take three quarters "
+            "of it, never above --limit.",
             DEFAULT_CALL_TARGET_MS,
         ),
         Option(

@@ -71,7 +71,7 @@ class Settings:
     interval: float  # seconds
     max_stalled: int
     limit: int
-    call_target_ms: float  # server time one verb call aims at; never more than `limit` leases
+    call_target_ms: float  # server time one call stays under; never more than `limit` leases
     drain_share: float  # most of the server's time a backlog drain may take, (0, 1]
     executor: ExecutorChoice
     metrics_host: str  # "" = every interface, IPv4 and IPv6
