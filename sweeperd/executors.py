@@ -36,19 +36,6 @@ class Executor:
             keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms, listed,
         ]  # fmt: skip
 
-    def send(
-        self,
-        client: redis.Redis,
-        keys: QueueKeys,
-        max_stalled: int,
-        limit: int,
-        bound_ms: int,
-        listed: int = 0,
-    ) -> object:
-        """One sweep of `keys` on its own; an error reply raises."""
-        args = self.args(keys, max_stalled, limit, bound_ms, listed)
-        return client.execute_command(*args)  # type: ignore[no-untyped-call]
-
     def prepare(self, client: redis.Redis) -> None:
         """Load the sweep script on the node (again after a restart or SCRIPT FLUSH)."""
         self.script.load(client)

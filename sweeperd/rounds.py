@@ -191,12 +191,8 @@ def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> lis
     a sweep is never sent twice) without its per-command packing and bookkeeping, a third of a
     tick's time: each queue's command is packed once.
     """
-    if len(calls) == 1:  # a drain's call: a pipeline costs more than the command itself
-        c = calls[0]
-        try:
-            return [executor.send(client, c.keys, c.max_stalled, c.limit, c.bound_ms, c.listed)]
-        except redis.ResponseError as exc:
-            return [exc]
+    if len(calls) == 1:  # a call on its own: a pipeline costs more than the command itself
+        return [InFlight(client, executor, calls[0]).reply()]
     commands = b"".join([packed(executor, call) for call in calls])
     pool = client.connection_pool
     connection = pool.get_connection()
@@ -290,13 +286,14 @@ class InFlight:
     def result(self) -> CallResult:
         """The call's result; a connection failure raises (the node is down), a NOSCRIPT is
         answered by loading the script and sending the call again (it wrote nothing)."""
-        raw = self._reply()
+        raw = self.reply()
         if _lost(raw):
             self.executor.prepare(self.client)
             return sweep_round(self.client, self.executor, [self.call])[0]
         return _named(_result(self.call, raw), self.executor)
 
-    def _reply(self) -> object:
+    def reply(self) -> object:
+        """The call's reply as read, or the error it got; a connection failure raises."""
         connection = self.connection
         try:
             if self.error is not None or connection is None:
