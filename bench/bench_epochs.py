@@ -76,10 +76,10 @@ def block(client: redis.Redis, tally: Tally, calls: int, limit: int, max_stalled
     took = 0
     for _ in range(calls):
         verdict, _stats = client.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", tally.script.sha, 4, QUEUE.active, QUEUE.pending, QUEUE.dead,
-            QUEUE.metrics_failed, QUEUE.prefix, max_stalled, limit, 0, LISTED,
+            "EVALSHA", tally.script.sha, 5, QUEUE.active, QUEUE.pending, QUEUE.dead,
+            QUEUE.metrics_failed, QUEUE.guard, QUEUE.prefix, max_stalled, limit, 0, LISTED,
         )  # fmt: skip
-        took += sum(verdict[4:6]) if len(verdict) == 7 else len(verdict[0]) + len(verdict[1])
+        took += sum(verdict[5:7]) if len(verdict) == 8 else len(verdict[0]) + len(verdict[1])
     tally.usec += evalsha_usec(client) - before
     tally.leases += took
     return took > 0

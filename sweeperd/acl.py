@@ -9,10 +9,11 @@ from sweeperd.constants import VERB
 # What sweeperd sends itself: the epoch (INFO), whether the verb is loaded (COMMAND INFO, for
 # auto and inspect), the sweep script loaded and sent.
 CALLER = ("info", "command|info", "script|load", "evalsha")
-# The reads of sweep.lua, the accounting around the verb, and of `inspect`. Left out on purpose:
+# The reads of sweep.lua, the accounting around the verb (zrangebyscore: the ids the verb will
+# take first, to name its ghosts), and of `inspect`. Left out on purpose:
 # %R~* with sort_ro and object|encoding, which let the sweep read a call's lease epochs in one
 # SORT_RO instead of one HGET per recovered id (sweep.lua says when); the result is the same.
-ACCOUNTING = ("time", "zcard", "zcount", "zrange", "hget")
+ACCOUNTING = ("time", "zcard", "zcount", "zrange", "zrangebyscore", "hget")
 NATIVE = (VERB.lower(),)  # the verb itself, called from the sweep script
 # The Lua port's reads and writes (stalled_check.lua).
 PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "zadd", "hincrby")
@@ -20,7 +21,8 @@ PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "
 # <root>:sweeperd:{members}, and leaving it on SIGTERM.
 SHARING = ("time", "zremrangebyscore", "zadd", "zrange", "pexpireat", "zrem")
 DISCOVER = ("scan",)  # --discover: SCAN for <root>:{*}:active
-DRY_RUN = ("type", "zrangebyscore", "hgetall")  # once --dry-run reads what the verb would
+# once --dry-run reads what the verb would, after an EXISTS that a migrating slot refuses
+DRY_RUN = ("exists", "type", "zrangebyscore", "hgetall")
 
 SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
 NAMED = re.compile(r"run the '([^']+)' command|\(([A-Za-z.|]+)\)$")  # Redis >= 7.2, sweep.lua

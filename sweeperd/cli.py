@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -155,7 +155,8 @@ def _settings(ctx: typer.Context, reply: Reply, **fixed: str) -> Settings:
 
 
 def _one_queue(ctx: typer.Context, reply: Reply) -> tuple[Settings, QueueSettings]:
-    """The one queue `once` or `inspect` works on, with its own table's budget and limit."""
+    """The one queue `once` or `inspect` works on, with its own table's budget and limit unless
+    a flag or env var gives one (flags beat the file, as everywhere)."""
     where = OPTIONS["queues"].where
     try:
         names = list(dict.fromkeys(queue_names(ctx.params.get("queues") or [])))
@@ -171,7 +172,8 @@ def _one_queue(ctx: typer.Context, reply: Reply) -> tuple[Settings, QueueSetting
         )
     reply.queue = names[0]
     settings = _settings(ctx, reply)
-    return settings, settings.for_queue(names[0])
+    typed = {k: getattr(settings, k) for k in ("max_stalled", "limit") if ctx.params.get(k)}
+    return settings, replace(settings.for_queue(names[0]), **typed)
 
 
 @app.callback(invoke_without_command=True)
@@ -234,6 +236,8 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
                 )  # fmt: skip
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, connection))
+    if result.error is not None:
+        result.error = once.refused(result, client, connection, keys)
     reply.print(report.once_json(result) if reply.json else report.once_text(result))
     if result.interrupted:
         typer.echo(f"sweeperd: interrupted after {result.calls} calls", err=True)
@@ -257,7 +261,7 @@ def inspect_command(ctx: typer.Context, **_given: object) -> None:
     keys = QueueKeys(queue.name, settings.prefix_root)
     try:
         seen = census.take_census(primary_client(connection, keys.active), keys)
-    except redis.RedisError as exc:
+    except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, connection))
     reply.print(report.census_json(seen) if reply.json else report.census_text(seen))
 
@@ -287,7 +291,7 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
         reply.fail(_usage(str(exc)))
     try:
         code = topview.run(settings, view, reply.print)
-    except redis.RedisError as exc:
+    except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)
 
@@ -314,6 +318,8 @@ def run_command(ctx: typer.Context, **_given: object) -> None:
         code = daemon.run(settings, load)
     except OSError as exc:  # the metrics port is taken, or cannot be bound
         reply.fail(_usage(f"{OPTIONS['metrics_addr'].where}: {exc}"))
+    except SweepError as exc:  # the servers are not the topology the options name
+        reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)
 
 

@@ -369,12 +369,19 @@ class Connection:
 
     def sentinel(self) -> Sentinel:
         """The library's Sentinel client: asked for the primary's address, nothing else."""
-        own = self.topology.sentinel_password
         return Sentinel(  # type: ignore[no-untyped-call]
-            list(self.topology.sentinels),
-            sentinel_kwargs={
-                "socket_timeout": self.socket_timeout,
-                "socket_connect_timeout": self.socket_timeout,
-                **({"password": own} if own is not None else {}),
-            },
+            list(self.topology.sentinels), sentinel_kwargs=self._sentinel_options()
         )
+
+    def sentinel_client(self, address: tuple[str, int]) -> redis.Redis:
+        """A plain client of one Sentinel (or of what answers at its address)."""
+        host, port = address
+        return redis.Redis(host=host, port=port, retry=no_retry(), **self._sentinel_options())  # type: ignore[arg-type]
+
+    def _sentinel_options(self) -> dict[str, object]:
+        own = self.topology.sentinel_password
+        return {
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_timeout,
+            **({"password": own} if own is not None else {}),
+        }

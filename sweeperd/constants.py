@@ -13,13 +13,14 @@ JOB = "job:"  # hash per job: "<prefix>job:<id>"
 LEASE_EPOCH = "lease_epoch"  # field of a job's row: run_id of the server that granted the lease
 METRICS_FAILED = "metrics:failed"  # hash, field "count": jobs that died, for any reason
 METRICS_FAILED_FIELD = "count"
+# Never written: the sweep declares it so that a Cluster refuses the sweep (TRYAGAIN, ASK) from
+# CLUSTER SETSLOT ... MIGRATING on, while a reshard moves the slot's keys one batch at a time.
+SWEEP_GUARD = "sweep-guard"
 
 # Defaults of the sweep.
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_MAX_STALLED = 1
 DEFAULT_LIMIT = 1000  # the most leases one call takes; calls are sized to the call target below it
-DEFAULT_CALL_TARGET_MS = 2.0  # one call's time, server and round trip: the size adapts to it
-DEFAULT_DRAIN_SHARE = 1.0  # of the server's time a backlog drain may take; 1 = calls back to back
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_CALL_TARGET_MS = 2.0  # server time one call stays under (sizing.AIM); never above the limit
 DEFAULT_DRAIN_SHARE = 1.0  # most of the server's time a backlog drain may take; 1 = back to back

@@ -36,6 +36,7 @@ READY_INTERVALS = 3  # ready while every node answered within this many interval
 STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
+LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
 RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
                     "instance_id", "web_config", "queue_metrics")  # fmt: skip
 
@@ -54,7 +55,7 @@ class Daemon:
         s = self.settings
         self.fleet = Fleet(
             s.connection, self.metrics, tuning(s), on_restart=self.restarted,
-            on_moved=self.restarted_all, clock=self.clock,
+            on_moved=self.restarted_all, on_retry=self.retry_soon, clock=self.clock,
         )  # fmt: skip
         # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
         # a live scheduler look dead to the liveness probe.
@@ -95,6 +96,11 @@ class Daemon:
     def restarted_all(self) -> None:
         """Slots changed hands: every queue at once, on the primary that holds it now."""
         self.schedule.sweep_now()
+
+    def retry_soon(self) -> None:
+        """A server is loading its dataset: every queue again shortly, so that the sweep that
+        brings back the previous run's leases comes as soon as it has loaded."""
+        self.schedule.sweep_soon(LOADING_RETRY_S)
 
     def queues(self) -> list[QueueSettings]:
         named = {q.name for q in self.settings.queues}
@@ -182,13 +188,14 @@ class Daemon:
         return self.scheduler.running and self.clock() - self.heartbeat <= 5 * HEARTBEAT_S
 
     def ready(self) -> bool:
-        """Every primary answered within the last three intervals."""
+        """Every primary that owns a swept queue (every primary, while none is swept) answered
+        within the last three intervals, and the servers are the topology the options name."""
         interval = self.schedule.shortest_interval() or max(
             self.settings.interval, self.settings.discover
         )
-        now, nodes = self.clock(), self.fleet.nodes()
+        now, nodes = self.clock(), self.fleet.holding(self.schedule.queue_names())
         ready = bool(nodes) and all(
-            n.answered_within(now, READY_INTERVALS * interval) for n in nodes
+            n.answered_within(now, READY_INTERVALS * interval) for n in nodes or ()
         )
         self.metrics.set_ready(ready)
         return ready
@@ -216,7 +223,10 @@ class Daemon:
         self.apply_queues()
 
     def start(self) -> None:
+        """The fleet first (servers that are not the topology named refuse the start), then
+        /metrics, the jobs and the scheduler."""
         s = self.settings
+        self.fleet.start()
         self.server = serve(
             s.metrics_host,
             s.metrics_port,
@@ -227,7 +237,6 @@ class Daemon:
             web=s.web_config,
             exposition=self.metrics.exposition,
         )
-        self.fleet.start()
         self.add_jobs()
         self.scheduler.start()
         log.info("started", version=__version__, **s.describe())

@@ -124,11 +124,12 @@ class Drainer:
             return None
         name = sent.backlog.queue.name
         try:
-            result = sent.flight.result()
+            [result] = self.node.judged([sent.flight.result()])
         except UNREACHABLE as exc:
+            error = SweepError.of(exc)
             self.node.failed(self.clock(), exc)
-            self.ledger.fail(name, SweepError.of(exc))
-            self.drop_all("redis_down")
+            self.ledger.fail(name, error)
+            self.drop_all("loading" if error.reason is Reason.LOADING else "redis_down")
             return None
         except redis.RedisError as exc:
             self.forget(name)
@@ -170,9 +171,11 @@ class Drainer:
         """A drain call counted and logged; its queue leaves the turns when nothing is due."""
         backlog = sent.backlog
         name = backlog.queue.name
-        if result.redirected:  # unrun: the queue's next tick goes where its slot is now
+        if result.redirect is not None:  # unrun: the queue's ticks go on, held or routed anew
             self.forget(name)
-            self.on_redirect()
+            self.ledger.hold(name, result.redirect)
+            if result.redirect is Reason.MOVED:
+                self.on_redirect()
             return
         reply = self.ledger.record(name, result, self.wall_clock(), level=logging.DEBUG)
         if result.depths is not None and result.depths.run_id != self.node.run_id:

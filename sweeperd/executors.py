@@ -32,8 +32,8 @@ class Executor:
         """EVALSHA of the sweep script for `keys`; `bound_ms` bounds the expired count, `listed`
         the ids the reply lists (0: all)."""
         return [
-            "EVALSHA", self.script.sha, 4, keys.active, keys.pending, keys.dead,
-            keys.metrics_failed, keys.prefix, max_stalled, limit, bound_ms, listed,
+            "EVALSHA", self.script.sha, 5, keys.active, keys.pending, keys.dead,
+            keys.metrics_failed, keys.guard, keys.prefix, max_stalled, limit, bound_ms, listed,
         ]  # fmt: skip
 
     def prepare(self, client: redis.Redis) -> None:

@@ -11,8 +11,18 @@ from sweeperd.connection import Connection
 from sweeperd.constants import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from sweeperd.options import OPTIONS
 from sweeperd.reasons import Reason, ReplyLost, SweepError, reason_of_text, server_text
+from sweeperd.topology import NoPrimary
 
-UNREACHABLE_REASONS = (Reason.CONNECTION, Reason.TIMEOUT, Reason.REPLY_LOST)
+# Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
+UNREACHABLE_REASONS = (
+    Reason.CONNECTION, Reason.TIMEOUT, Reason.REPLY_LOST, Reason.LOADING, Reason.CLUSTER_DOWN,
+    Reason.MOVED, Reason.TOPOLOGY,
+)  # fmt: skip
+# Replies that say the server is not where or how the call can run: their reason says it best.
+NOT_SERVED = (
+    redis.exceptions.BusyLoadingError, redis.exceptions.ClusterDownError,
+    redis.exceptions.AskError, redis.exceptions.TryAgainError,
+)  # fmt: skip
 TLS_TEXTS = ("SSL", "TLS", "certificate")  # in what ssl and redis-py say of a failed handshake
 PIPELINE_ERROR = " of pipeline caused error: "  # redis-py: "Command # 1 (ZCARD k) of pipeline …"
 PERMISSION_TEXT = "no permissions to run"  # NOPERM's text, once redis-py has dropped the code
@@ -42,7 +52,12 @@ def _auth(exc: redis.AuthenticationError, connection: Connection) -> Failure:
     return Failure(EXIT_REFUSED, "auth", message)
 
 
+PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
+
+
 def _permission(text: str) -> Failure:
+    if PERMISSION_ADVICE in text:  # named by the sweep (rounds._named): said once is enough
+        return Failure(EXIT_REFUSED, str(Reason.NOPERM), _one_line(text))
     return Failure(
         EXIT_REFUSED,
         str(Reason.NOPERM),
@@ -60,6 +75,8 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
             f"{connection.node}: the connection broke after the call was sent ({text}); it may "
             "have run: see `sweeperd inspect` before sending it again",
         )
+    if isinstance(exc, NoPrimary):  # the Sentinels' answers: the URL's host is not used
+        return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), text)
     if connection.url.startswith("rediss://") and any(t in text for t in TLS_TEXTS):
         files = ", ".join(OPTIONS[k].flag_name for k in connection.tls.by_key())
         return Failure(
@@ -90,6 +107,8 @@ def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
 
 def failure_of(exc: BaseException, connection: Connection) -> Failure:
     """The exit code, reason and message for an error from the server or the client."""
+    if isinstance(exc, NOT_SERVED):  # BusyLoadingError is a ConnectionError: tested first
+        exc = SweepError.of(exc)
     if isinstance(exc, redis.AuthenticationError):  # a ConnectionError: tested first
         return _auth(exc, connection)
     if isinstance(exc, redis.TimeoutError):

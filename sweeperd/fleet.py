@@ -3,9 +3,10 @@ to the primary that owns their slot, and the layout followed through failovers a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ import structlog
 from sweeperd.connection import UNREACHABLE, Connection
 from sweeperd.drain import Drainer
 from sweeperd.executors import ExecutorChoice
+from sweeperd.holds import Holds
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
 from sweeperd.membership import members_key
@@ -23,7 +25,14 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.settings import QueueSettings
 from sweeperd.sizing import CallSizer
 from sweeperd.tick import Tick
-from sweeperd.topology import Layout, Source, predecessor, slot_of, source_of
+from sweeperd.topology import (
+    Layout,
+    Source,
+    check_standalone,
+    predecessor,
+    slot_of,
+    source_of,
+)
 
 log = structlog.get_logger("sweeperd.fleet")
 
@@ -85,6 +94,7 @@ class Fleet:
         *,
         on_restart: Callable[[Node], None],
         on_moved: Callable[[], None] = lambda: None,
+        on_retry: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         source: Source | None = None,
     ) -> None:
@@ -93,6 +103,7 @@ class Fleet:
         self.tuning = tuning
         self.on_restart = on_restart
         self.on_moved = on_moved  # the layout changed: every queue's next tick at once
+        self.on_retry = on_retry  # a primary asks to be swept again soon (it was loading)
         self.clock = clock
         self.source = source if source is not None else source_of(connection)
         self.fan_out = connection.topology.cluster
@@ -106,11 +117,14 @@ class Fleet:
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
         self.unreachable: str | None = None  # the last failure to read the layout, logged once
+        self.wrong: SweepError | None = None  # the servers are not the topology the options say
         self.started = False
         self.lock = threading.RLock()  # the members and the layout
         self.reading = threading.Lock()  # one read of the layout at a time
         self.slots: dict[str, int] = {}
-        self.nowhere = Ledger(metrics, UNROUTED)
+        self.holds = Holds(clock)  # every primary's: a queue held on one resumes on another
+        metrics.add_collector(self.holds)
+        self.nowhere = Ledger(metrics, UNROUTED, self.holds)
 
     # The layout.
     def refresh(self) -> bool:
@@ -124,14 +138,21 @@ class Fleet:
         self.read_at = self.clock()
         try:
             layout = self.source.read()
+        except SweepError as exc:  # what answers is not the topology the options name
+            said = self.wrong is not None and self.wrong.message == exc.message
+            if self.started and not said:  # at the start, the refusal to start says it
+                log.error("topology_wrong", mode=self.mode, reason=str(exc.reason),
+                          error=exc.message)  # fmt: skip
+            self.wrong = exc
+            return False
         except UNREACHABLE as exc:
             if self.unreachable != str(exc):
                 log.warning("topology_unreachable", mode=self.mode, error=str(exc))
             self.unreachable = str(exc)
             return False
-        if self.unreachable is not None:
+        if self.unreachable is not None or self.wrong is not None:
             log.info("topology_reachable", mode=self.mode)
-        self.unreachable = None
+        self.unreachable = self.wrong = None
         with self.lock:
             return self.apply(layout)
 
@@ -179,8 +200,9 @@ class Fleet:
         node = Node(
             name, self.connection.client(address), t.executor, self.metrics,
             CallSizer(t.call_target_s), primary_only=self.mode != "standalone",
+            cluster=self.fan_out,
         )  # fmt: skip
-        ledger = Ledger(self.metrics, name)
+        ledger = Ledger(self.metrics, name, self.holds)
         drainer = Drainer(
             node, ledger, share=t.drain_share, on_restart=self.on_restart, on_redirect=self.doubt
         )
@@ -230,22 +252,43 @@ class Fleet:
             m.drainer.forget(queue)
             m.ledger.forget(queue)
         self.nowhere.forget(queue)
+        self.holds.forget(queue)
 
     # The sweep.
     def route(self, queues: Sequence[QueueSettings]) -> dict[str, list[QueueSettings]]:
         """The queues by the primary that owns their slot; those no primary serves are
-        counted as failed (a connection failure: nobody to send them to)."""
+        counted as failed (a connection failure: nobody to send them to, or the servers are
+        not the topology the options name)."""
         groups: dict[str, list[QueueSettings]] = {}
         with self.lock:
-            layout = self.layout
+            layout, wrong = self.layout, self.wrong
             for q in queues:
-                owner = layout.owner(self.slot(q.name)) if layout is not None else None
-                if owner is None or owner not in self.members:
+                owner = self.owner(q.name)
+                if wrong is not None or owner is None:
                     why = "no primary is known" if layout is None else "no primary serves its slot"
-                    self.nowhere.fail(q.name, SweepError(Reason.CONNECTION, f"{why} now"))
+                    self.nowhere.fail(q.name, wrong or SweepError(Reason.CONNECTION, f"{why} now"))
                     continue
                 groups.setdefault(owner, []).append(q)
         return groups
+
+    def owner(self, queue: str) -> str | None:
+        """The primary that owns the queue's slot now, when it is one of the members."""
+        layout = self.layout
+        owner = layout.owner(self.slot(queue)) if layout is not None else None
+        return owner if owner in self.members else None
+
+    def holding(self, queues: Collection[str]) -> list[Node] | None:
+        """The primaries that own some of the queues (every primary when there are none);
+        None when a queue has no owner or the servers are not the topology named."""
+        with self.lock:
+            if self.wrong is not None:
+                return None
+            if not queues:
+                return [m.node for m in self.members.values()]
+            owners = {self.owner(q) for q in queues}
+            if None in owners:
+                return None
+            return [self.members[name].node for name in owners if name is not None]
 
     def slot(self, queue: str) -> int:
         found = self.slots.get(queue)
@@ -280,7 +323,7 @@ class Fleet:
         try:
             redirected = Tick(
                 member.node, self.metrics, member.ledger, member.drainer, self.tuning.prefix_root,
-                on_restart=self.on_restart,
+                on_restart=self.on_restart, on_retry=self.on_retry,
             ).run(held)  # fmt: skip
         finally:
             member.release(held)
@@ -289,8 +332,15 @@ class Fleet:
 
     # The lifetime.
     def start(self) -> None:
-        """The first layout read now; the layout thread, when the layout can change."""
+        """The first layout read now; the layout thread, when the layout can change. Servers
+        that answer but are not the topology the options name are refused here (SweepError);
+        servers that do not answer yet are retried by the ticks."""
         self.refresh()
+        if self.wrong is not None:
+            raise self.wrong
+        if self.mode == "standalone":
+            with contextlib.suppress(*UNREACHABLE):
+                check_standalone(self.connection, self.connection.client())
         with self.lock:
             self.started = True
             for m in self.members.values():
@@ -308,3 +358,4 @@ class Fleet:
             m.drainer.stop(timeout_s / max(1, len(members)))
             if m.pool is not None:
                 m.pool.shutdown(wait=False, cancel_futures=True)
+        self.source.close()

@@ -11,6 +11,7 @@ from sweeperd.constants import (
     JOB,
     METRICS_FAILED,
     PENDING,
+    SWEEP_GUARD,
 )
 
 
@@ -50,6 +51,11 @@ class QueueKeys:
     @property
     def metrics_failed(self) -> str:
         return self.prefix + METRICS_FAILED
+
+    @property
+    def guard(self) -> str:
+        """A key of the queue's slot that nothing writes: see constants.SWEEP_GUARD."""
+        return self.prefix + SWEEP_GUARD
 
     def job(self, job_id: str | bytes) -> bytes:
         """The row key of a job; ids are bytes on the wire, kept byte for byte."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from sweeperd.holds import Holds
 from sweeperd.logs import cap_ids
 from sweeperd.metrics import Metrics
 from sweeperd.reasons import Reason, SweepError
@@ -20,10 +21,13 @@ log = structlog.get_logger(LOGGER)
 
 @dataclass
 class Ledger:
-    """Counts every call in the metrics; logs a failure once per change of reason per queue."""
+    """Counts every call in the metrics; logs a failure once per change of reason per queue,
+    and a call a Cluster held once per change (the holds are every node's: a queue held on one
+    primary resumes on another)."""
 
     metrics: Metrics
     node: str
+    holds: Holds = field(default_factory=Holds)
     failing: dict[str, Reason] = field(default_factory=dict)  # queue -> its failure's reason
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -33,6 +37,7 @@ class Ledger:
         """Count one call (its reply or its failure) and the numbers after it, at Unix time
         `at`; the reply when the call succeeded. `level` is the `sweep` event's log level."""
         self.metrics.record(self.node, queue, result, at)
+        self.holds.release(queue, self.node)
         return self.logged(queue, result, level)
 
     def record_round(
@@ -41,6 +46,8 @@ class Ledger:
         """A tick's calls, one per queue, counted together (the tick's round trip as each
         queue's duration) and each logged as record() logs it."""
         self.metrics.record_round(self.node, queues, results, at, duration_s=duration_s)
+        for queue in queues if self.holds.held else ():
+            self.holds.release(queue, self.node)
         for queue, result in zip(queues, results, strict=True):
             # A quiet success of a queue that was not failing has nothing to log (`failing` is
             # only read here: a queue failing meanwhile is logged by the call that failed).
@@ -48,12 +55,15 @@ class Ledger:
                 self.logged(queue, result, logging.INFO)
 
     def logged(self, queue: str, result: CallResult, level: int) -> SweepReply | None:
-        """What a counted call says in the log: its failure, its recovery, what it took."""
+        """What a counted call says in the log: its failure, its recovery, what it took (at
+        warning when it dropped ghosts: ids in active with no row, a job lost before the call)."""
         reply = result.reply
         if isinstance(reply, SweepError):
             self.failed(queue, reply)
             return None
         self.recovered(queue)
+        if reply.ghosts:
+            level = logging.WARNING
         if reply.taken and (level >= logging.INFO or logging.getLogger(LOGGER).isEnabledFor(level)):
             recovered, dead, exempt = reply.sizes
             log.log(
@@ -67,6 +77,7 @@ class Ledger:
                 recovered_ids=cap_ids(reply.recovered),
                 dead_ids=cap_ids(reply.dead),
                 exempt_ids=cap_ids(reply.exempt),
+                **({"ghost_ids": cap_ids(reply.ghost_ids)} if reply.ghosts else {}),
             )
         return reply
 
@@ -74,7 +85,13 @@ class Ledger:
         """A call that failed without a reply: always counted; logged when the queue's reason
         changes."""
         self.metrics.record_failure(self.node, queue, error.reason)
+        self.holds.release(queue, self.node)
         self.failed(queue, error)
+
+    def hold(self, queue: str, reason: Reason) -> None:
+        """A call this node held or sent elsewhere, unrun: no failure, nothing counted but the
+        hold (see Holds)."""
+        self.holds.hold(queue, self.node, reason)
 
     def failed(self, queue: str, error: SweepError) -> None:
         """A counted failure, logged when the queue's reason changes."""

@@ -55,7 +55,8 @@ HELP = {
     "sweeps": "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included; per node, "
     "or per queue with --queue-metrics full.",
     "failures": "Sweep calls that failed, by reason (lane, wrongtype, counter, arguments, "
-    "no_verb, connection, timeout, reply_lost, oom, noperm, other).",
+    "no_verb, connection, timeout, reply_lost, oom, noperm, moved, cluster_down, loading, "
+    "topology, other).",
     "duration": "Wall time of one scheduled tick of one queue (the drain's calls are not in it); "
     "per node, or per queue with --queue-metrics full.",
     "last_success": "Unix time of the queue's last successful call.",
@@ -358,6 +359,10 @@ class Metrics:
             registry=None,
         ))  # fmt: skip
         self.build.labels(version, platform.python_version()).set(1)
+
+    def add_collector(self, collector: Collector) -> None:
+        """A collector whose series are read at scrape time (exported by the library)."""
+        self._register(collector)
 
     def _register(self, collector: C) -> C:
         self.registry.register(collector)

@@ -1,4 +1,5 @@
-"""One server the daemon sweeps: its client, executor, epoch watch, liveness and backoff."""
+"""One server the daemon sweeps: its client, executor, epoch watch, liveness and backoff, and
+what its refusals mean where it stands in the topology."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import structlog
 
 from sweeperd.executors import Executor, ExecutorChoice, choose
 from sweeperd.metrics import Metrics
+from sweeperd.reasons import REDIRECTS, Reason, SweepError
+from sweeperd.rounds import CallResult
 from sweeperd.serverinfo import ServerInfo, read_server_info
 from sweeperd.sizing import CallSizer
+from sweeperd.topology import cluster_down, clustered_error
 
 log = structlog.get_logger("sweeperd.node")
 
@@ -44,6 +48,7 @@ class Node:
     run_id: bytes | None = None
     replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id, not this
     primary_only: bool = False  # a replica is refused (Cluster and Sentinel: it was demoted)
+    cluster: bool = False  # swept as a Cluster's primary (--cluster), not as one server
     predecessor: str | None = None  # the primary whose epoch this one took over, until looked at
     executor: Executor | None = None
     up: bool | None = None  # None until the first answer or failure
@@ -65,8 +70,15 @@ class Node:
 
     def look(self, now: float) -> Epoch:
         """Read run_id, master_replid and the clock; a change of either is a restart or a
-        failover, counted once, executor rechosen."""
+        failover, counted once, executor rechosen. A server still loading its dataset is not
+        looked at yet (its calls would be refused): the restart is seen once it has loaded."""
         info = read_server_info(self.client)
+        if info.loading:
+            raise SweepError(
+                Reason.LOADING, f"{self.name} is loading its dataset: its calls wait until it has"
+            )
+        if info.cluster and not self.cluster:
+            raise clustered_error(self.name)
         if self.primary_only and info.role != "master":
             raise NotPrimary(f"{self.name} is a {info.role} now, no longer a primary")
         with self.lock:
@@ -116,7 +128,10 @@ class Node:
         self.up = True
 
     def failed(self, now: float, error: BaseException) -> None:
-        """A connection failure: down, retried after a doubling backoff; logged once per change."""
+        """A connection failure: down, retried after a doubling backoff; logged once per change.
+        A server loading its dataset is up, not down: no backoff (its callers retry soon)."""
+        if isinstance(error, redis.exceptions.BusyLoadingError):
+            return
         with self.lock:
             if self.up is not False:
                 log.warning("redis_down", node=self.name, error=str(error))
@@ -124,6 +139,22 @@ class Node:
             self.up = False
             self.retry_at = now + self.backoff_s
             self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
+
+    def judged(self, results: list[CallResult]) -> list[CallResult]:
+        """The calls' results as this node's place makes them: outside --cluster a redirect is
+        no routing but a failure (this is a Cluster node), and CLUSTERDOWN names the failed
+        nodes (read once for the round)."""
+        down: SweepError | None = None
+        judged = []
+        for result in results:
+            error = result.reply
+            if isinstance(error, SweepError) and error.reason in REDIRECTS and not self.cluster:
+                result = CallResult(result.call, clustered_error(self.name), result.depths)
+            elif isinstance(error, SweepError) and error.reason is Reason.CLUSTER_DOWN:
+                down = down or cluster_down(error, self.client)
+                result = CallResult(result.call, down, result.depths)
+            judged.append(result)
+        return judged
 
     def answered_within(self, now: float, seconds: float) -> bool:
         return self.last_answer is not None and now - self.last_answer <= seconds

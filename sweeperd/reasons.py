@@ -18,7 +18,15 @@ class Reason(StrEnum):
     REPLY_LOST = "reply_lost"  # the call was sent whole, the connection broke before its reply
     OOM = "oom"  # maxmemory reached: the verb (deny-oom) refused, nothing written
     NOPERM = "noperm"  # the ACL user may not run a command the sweep needs
+    MOVED = "moved"  # a Cluster node serves the queue's slot elsewhere (MOVED): unrun
+    MIGRATING = "migrating"  # the queue's slot is migrating (TRYAGAIN, ASK): held, unrun
+    CLUSTER_DOWN = "cluster_down"  # the Cluster is down (a primary failed, none took over)
+    LOADING = "loading"  # the server is loading its dataset: the call did not run
+    TOPOLOGY = "topology"  # the server is not what the options say (a Cluster, a Sentinel)
     OTHER = "other"
+
+
+REDIRECTS = (Reason.MOVED, Reason.MIGRATING)  # a Cluster sent the call elsewhere, unrun
 
 
 COUNTER_TEXTS = ("hash value is not an integer", "increment or decrement would overflow")
@@ -26,12 +34,22 @@ ARGUMENT_TEXTS = ("must be a positive integer", "wrong number of arguments")
 NOPERM_TEXTS = ("NOPERM", "no permissions to run", "can't run this command or subcommand")
 
 
+CODES = {  # error codes that name their reason
+    "EMQLANE": Reason.LANE,
+    "OOM": Reason.OOM,
+    "MOVED": Reason.MOVED,
+    "ASK": Reason.MIGRATING,
+    "TRYAGAIN": Reason.MIGRATING,
+    "CLUSTERDOWN": Reason.CLUSTER_DOWN,
+    "LOADING": Reason.LOADING,
+}
+
+
 def reason_of_text(text: str) -> Reason:
     """The reason for a server error reply, by its text."""
-    if text.startswith("EMQLANE"):
-        return Reason.LANE
-    if text.startswith("OOM"):
-        return Reason.OOM
+    coded = CODES.get(text.split(" ", 1)[0])
+    if coded is not None:
+        return coded
     if any(t in text for t in NOPERM_TEXTS):
         return Reason.NOPERM
     if text.startswith("WRONGTYPE"):
@@ -45,19 +63,25 @@ def reason_of_text(text: str) -> Reason:
     return Reason.OTHER
 
 
-# redis-py drops the code of these error replies and names them by their class instead.
-STRIPPED_CODES: tuple[tuple[type[redis.ResponseError], str], ...] = (
+# redis-py drops the code of these error replies and names them by their class instead (its
+# status_code, where the version has one, says it too).
+STRIPPED_CODES: tuple[tuple[type[redis.RedisError], str], ...] = (
     (redis.exceptions.OutOfMemoryError, "OOM"),
     (redis.exceptions.NoPermissionError, "NOPERM"),
+    (redis.exceptions.MovedError, "MOVED"),  # an AskError: tested first
+    (redis.exceptions.AskError, "ASK"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+    (redis.exceptions.BusyLoadingError, "LOADING"),
 )
 
 
-def server_text(exc: redis.ResponseError) -> str:
+def server_text(exc: redis.RedisError) -> str:
     """The error reply as the server sent it: redis-py strips the `ERR ` code, put it back."""
     text = str(exc)
     for kind, stripped in STRIPPED_CODES:
-        if isinstance(exc, kind) and not text.startswith(stripped):
-            return f"{stripped} {text}"
+        if isinstance(exc, kind):
+            return text if text.startswith(stripped) else f"{stripped} {text}"
     code = text.split(" ", 1)[0]
     return text if code.isupper() and code.isalpha() else f"ERR {text}"
 
@@ -68,6 +92,8 @@ def reason_of(exc: BaseException) -> Reason:
         return exc.reason
     if isinstance(exc, redis.TimeoutError):
         return Reason.TIMEOUT
+    if isinstance(exc, redis.exceptions.BusyLoadingError):  # a ConnectionError: the call never ran
+        return Reason.LOADING
     if isinstance(exc, ReplyLost):
         return Reason.REPLY_LOST
     if isinstance(exc, redis.ConnectionError):
@@ -96,6 +122,6 @@ class SweepError(Exception):
     def of(cls, exc: BaseException) -> SweepError:
         if isinstance(exc, SweepError):
             return exc
-        if isinstance(exc, redis.ResponseError):
+        if isinstance(exc, redis.ResponseError | redis.exceptions.BusyLoadingError):
             return cls(reason_of(exc), server_text(exc))
         return cls(reason_of(exc), str(exc) or type(exc).__name__)

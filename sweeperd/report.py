@@ -23,8 +23,12 @@ def once_json(result: OnceResult) -> str:
         "dead": [job_id_text(i) for i in result.dead],
         "exempt": [job_id_text(i) for i in result.exempt],
         "ghosts": result.ghosts,
+        "ghost_ids": [job_id_text(i) for i in result.ghost_ids],
         "calls": result.calls,
         "dry_run": result.dry_run,
+        "max_stalled": result.max_stalled,
+        "limit": result.limit,
+        "left": result.left if result.left_read else None,
     }
     if result.error is not None:
         body["error"] = {"reason": str(result.error.reason), "message": result.error.message}
@@ -44,7 +48,8 @@ def once_text(result: OnceResult) -> str:
     room = max(3, (screen - FRAME_LINES) // 3)
     verb = "would recover" if result.dry_run else "recovered"
     lines = [
-        f"queue {result.queue}  executor {result.executor}  run_id {result.run_id[:12]}…"
+        f"queue {result.queue}  executor {result.executor}  run_id {result.run_id[:12]}…  "
+        f"max_stalled {result.max_stalled}  limit {result.limit}"
         + ("  (dry run: nothing written)" if result.dry_run else ""),
         f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "
         f"earlier server run)  dead {len(result.dead)}  ghosts {result.ghosts}  "
@@ -54,10 +59,13 @@ def once_text(result: OnceResult) -> str:
         ("recovered", result.recovered),
         ("exempt", result.exempt),
         ("dead", result.dead),
+        ("ghosts (ids in active with no row: removed)", result.ghost_ids),
     ):
         if ids:
             lines += [f"{title}:", abbreviated(ids, room)]
-    if not (result.recovered or result.dead or result.ghosts):
+    if result.error is not None:
+        lines.append(f"{result.refusal} ({result.error.reason}), {result.still_due}")
+    elif not (result.recovered or result.dead or result.ghosts):
         lines.append("nothing was due")
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ from sweeperd.acl import refused_command
 from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
-from sweeperd.reasons import Reason, SweepError
+from sweeperd.reasons import REDIRECTS, Reason, SweepError
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,7 @@ class SweepReply:
     exempt: tuple[bytes, ...] = ()
     ghosts: int = 0
     counts: tuple[int, int, int] | None = None  # recovered, dead, exempt when the lists are cut
+    ghost_ids: tuple[bytes, ...] = ()  # the ghosts among the first `listed` ids the call took
 
     @property
     def sizes(self) -> tuple[int, int, int]:
@@ -57,15 +58,15 @@ class SweepReply:
     def parse(cls, raw: object) -> SweepReply:
         if raw == NOTHING_RAW:  # most calls: nothing was due
             return NOTHING
-        if not (isinstance(raw, list) and len(raw) in (4, 7) and isinstance(raw[3], int)):
-            raise ValueError(f"the sweep replied {raw!r}, not its four or seven parts")
-        recovered, dead, exempt, ghosts, *counts = raw
+        if not (isinstance(raw, list) and len(raw) in (5, 8) and isinstance(raw[3], int)):
+            raise ValueError(f"the sweep replied {raw!r}, not its five or eight parts")
+        recovered, dead, exempt, ghosts, ghost_ids, *counts = raw
         whole = (counts[0], counts[1], counts[2]) if counts else None
-        return cls(tuple(recovered), tuple(dead), tuple(exempt), ghosts, whole)
+        return cls(tuple(recovered), tuple(dead), tuple(exempt), ghosts, whole, tuple(ghost_ids))
 
 
 NOTHING = SweepReply()
-NOTHING_RAW = [[], [], [], 0]  # the sweep's reply when it took nothing
+NOTHING_RAW = [[], [], [], 0, []]  # the sweep's reply when it took nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,13 @@ class CallResult:
     call: Call
     reply: SweepReply | SweepError
     depths: Depths | None = None
-    redirected: bool = False  # a cluster node sent it elsewhere (MOVED, ASK, TRYAGAIN), unrun
+
+    @property
+    def redirect(self) -> Reason | None:
+        """MOVED: a Cluster node serves the queue's slot elsewhere; MIGRATING: it holds the call
+        while the slot migrates (TRYAGAIN, ASK). Either way the call never ran, wrote nothing."""
+        reply = self.reply
+        return reply.reason if isinstance(reply, SweepError) and reply.reason in REDIRECTS else None
 
     @property
     def expired_left(self) -> int | None:
@@ -171,6 +178,10 @@ def packed(executor: Executor, call: Call) -> bytes:
     return command
 
 
+# A call's error reply: its result, not a broken connection (redis-py makes -LOADING one).
+ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
+
+
 def _exchange(connection: Connection, commands: bytes, count: int) -> list[object]:
     """Send the packed commands, read their `count` replies; an error reply is its reply."""
     connection.send_packed_command([commands])  # type: ignore[no-untyped-call]
@@ -178,7 +189,7 @@ def _exchange(connection: Connection, commands: bytes, count: int) -> list[objec
     for _ in range(count):
         try:
             replies.append(connection.read_response())
-        except redis.ResponseError as exc:
+        except ERROR_REPLIES as exc:
             replies.append(exc)
     return replies
 
@@ -208,14 +219,9 @@ def _send(client: redis.Redis, executor: Executor, calls: Sequence[Call]) -> lis
         pool.release(connection)
 
 
-# Refused by a cluster node before the call ran: the queue's slot is served elsewhere, or is
-# moving. Nothing was written; the call is the topology's to route again, not a failure.
-REDIRECTS = (redis.exceptions.AskError, redis.exceptions.TryAgainError)  # MOVED is an AskError
-
-
 def _result(call: Call, raw: object) -> CallResult:
     if isinstance(raw, BaseException):
-        return CallResult(call, SweepError.of(raw), redirected=isinstance(raw, REDIRECTS))
+        return CallResult(call, SweepError.of(raw))
     if not (isinstance(raw, list) and len(raw) == 2):
         return CallResult(call, SweepError.of(ValueError(f"the sweep replied {raw!r}")))
     verdict, stats = raw
@@ -300,7 +306,7 @@ class InFlight:
                 raise self.error or redis.ConnectionError("the call was never sent")
             try:
                 return connection.read_response()
-            except redis.ResponseError as exc:
+            except ERROR_REPLIES as exc:
                 return exc
         except BaseException:
             if connection is not None:

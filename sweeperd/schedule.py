@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 from apscheduler.events import (
@@ -112,6 +112,13 @@ class Schedule:
         with self.lock:
             for job_id in self.batches.keys() - self.running:
                 self.scheduler.modify_job(job_id, next_run_time=now)
+
+    def sweep_soon(self, delay_s: float) -> None:
+        """Every batch due again in `delay_s` (one sweeping now is done by then, or skipped)."""
+        at = datetime.now(UTC) + timedelta(seconds=delay_s)
+        with self.lock:
+            for job_id in self.batches:
+                self.scheduler.modify_job(job_id, next_run_time=at)
 
     def queue_names(self) -> set[str]:
         return {q.name for batch in self.batches.values() for q in batch}

@@ -1,4 +1,5 @@
-"""The server's run_id (the lease epoch), its role, its clock and whether it knows the verb."""
+"""The server's run_id (the lease epoch), its role, its clock, whether it is a Cluster node or
+still loading its dataset, and whether it knows the verb."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import redis
 
 from sweeperd.constants import VERB
 
+INFO_SECTIONS = ("server", "replication", "cluster", "persistence")
+
 
 @dataclass(frozen=True)
 class ServerInfo:
@@ -16,6 +19,8 @@ class ServerInfo:
     version: str
     role: str = "master"  # master or slave, as INFO replication says
     replid: bytes = b""  # master_replid: changes when a server takes or leaves the primary role
+    cluster: bool = False  # cluster_enabled: a Cluster node
+    loading: bool = False  # loading its dataset (an RDB or the AOF): keyed calls are refused
 
 
 def parse_info(raw: bytes | str) -> dict[str, str]:
@@ -37,12 +42,16 @@ def server_info_of(raw: bytes | str) -> ServerInfo:
         version=fields.get("valkey_version") or fields.get("redis_version", "unknown"),
         role=fields.get("role", "master"),
         replid=fields.get("master_replid", "").encode(),
+        cluster=fields.get("cluster_enabled") == "1",
+        loading=fields.get("loading") == "1",
     )
 
 
 def read_server_info(client: redis.Redis) -> ServerInfo:
-    """INFO server and replication in one reply, read raw (see connection.connect)."""
-    return server_info_of(client.execute_command("INFO", "server", "replication"))  # type: ignore[no-untyped-call]
+    """INFO server, replication, cluster and persistence in one reply, read raw (see
+    connection.connect)."""
+    raw = client.execute_command("INFO", *INFO_SECTIONS)  # type: ignore[no-untyped-call]
+    return server_info_of(raw)
 
 
 def has_verb(client: redis.Redis) -> bool:

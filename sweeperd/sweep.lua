@@ -4,17 +4,25 @@
 -- KEYS[2]  pending: zset
 -- KEYS[3]  dead: zset
 -- KEYS[4]  metrics:failed: hash, field count
+-- KEYS[5]  sweep-guard: never read or written. A key of the queue's slot that never exists, so
+--          that from CLUSTER SETSLOT <slot> MIGRATING on the server refuses the whole script
+--          (TRYAGAIN while the slot's keys are split between the two nodes, ASK once none is
+--          left here) instead of running it on the source while a reshard moves the queue's
+--          rows: the verb opens rows without the cluster's check, and a row already moved
+--          would read as missing and its lease be dropped as a ghost.
 -- ARGV[1]  prefix: the queue's key prefix; rows are <prefix>job:<id>
 -- ARGV[2]  max_stalled: the stall budget, passed to the verb as given
 -- ARGV[3]  limit: leases the call takes at most, passed to the verb as given
 -- ARGV[4]  bound: ms; `expired` counts leases with a deadline at or before it; 0 = now
 -- ARGV[5]  listed: ids listed at most per list when the call took more (0 = every id)
 -- Replies {verdict, stats}:
---   verdict  the verb's error reply unchanged, or {recovered, dead, exempt, ghosts}: the
---            verb's two lists, the recovered ids whose lease_epoch is not the run_id, and
---            how many ids it removed from active that had no row; when the call took more
---            than `listed`, each list cut to its first `listed` ids and the three full
---            counts after the ghosts: {recovered, dead, exempt, ghosts, #rec, #dead, #exempt}
+--   verdict  the verb's error reply unchanged, or {recovered, dead, exempt, ghosts, ghost_ids}:
+--            the verb's two lists, the recovered ids whose lease_epoch is not the run_id, how
+--            many ids it removed from active that had no row, and those of them among the first
+--            `listed` ids it selected (the verb lists ghosts nowhere: they are found as the ids
+--            of the selection's head, read before it, that neither list holds); when the call
+--            took more than `listed`, each list cut to its first `listed` ids and the three
+--            full counts after: {recovered, dead, exempt, ghosts, ghost_ids, #rec, #dead, #exempt}
 --   stats    {run_id, now, expired, active, pending, dead, failed count, oldest deadline,
 --            server time}: read after the verb; a count of a key of the wrong type is false,
 --            and so is the oldest deadline when no lease is expired; the server time is the
@@ -48,6 +56,19 @@ end
 local function first(ids, n)
   local out = {}
   for i = 1, math.min(n, #ids) do out[i] = ids[i] end
+  return out
+end
+
+-- the ids of `head` (the selection's first ids, in order) that neither verdict list holds: as
+-- the lists keep the selection's order, a head id the verb did not drop as a ghost is among
+-- their first #head ids
+local function dropped(head, recovered, died)
+  local kept, out = {}, {}
+  for i = 1, math.min(#head, #recovered) do kept[recovered[i]] = true end
+  for i = 1, math.min(#head, #died) do kept[died[i]] = true end
+  for i = 1, #head do
+    if not kept[head[i]] then out[#out + 1] = head[i] end
+  end
   return out
 end
 
@@ -99,6 +120,7 @@ if redis.acl_check_cmd then
   local checks = {
     {'INFO', 'server'}, {'HGET', KEYS[4], 'count'}, {'HGET', ARGV[1] .. 'job:', 'lease_epoch'},
     {'ZCOUNT', active, '0', '0'}, {'ZRANGE', active, '0', '0'}, {'ZCARD', KEYS[2]},
+    {'ZRANGEBYSCORE', active, '0', '0'},
   }
   for _, check in ipairs(checks) do
     if not redis.acl_check_cmd(unpack(check)) then
@@ -108,10 +130,17 @@ if redis.acl_check_cmd then
   end
 end
 local started = micros()
+local started_ms = string.format('%d', math.floor(started / 1000))
 local rows = ARGV[1] .. 'job:'
 local before = count('ZCARD', active)
-local epochs = epochs_by_rank(active, rows, ARGV[2], ARGV[3],
-                              string.format('%d', math.floor(started / 1000)))
+local epochs = epochs_by_rank(active, rows, ARGV[2], ARGV[3], started_ms)
+local listed = tonumber(ARGV[5])
+local head = {}  -- the first ids the verb will select: its ghosts among them are named
+local wanted = positive_limit(ARGV[3])
+if before and before > 0 and wanted then
+  head = call('ZRANGEBYSCORE', active, '-inf', started_ms, 'LIMIT', 0,
+              math.min(wanted, listed > 0 and listed or wanted))
+end
 local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
 local run_id = string.match(call('INFO', 'server'), 'run_id:(%x+)')
 local now = math.floor(micros() / 1000)
@@ -130,11 +159,11 @@ if not verdict['err'] then
     if epoch and epoch ~= run_id then exempt[#exempt + 1] = recovered[i] end
   end
   local ghosts = taken - #recovered - #died
-  verdict = {recovered, died, exempt, ghosts}
-  local listed = tonumber(ARGV[5])
+  local ghost_ids = ghosts > 0 and dropped(head, recovered, died) or {}
+  verdict = {recovered, died, exempt, ghosts, ghost_ids}
   if listed > 0 and #recovered + #died > listed then  -- counts, and the first ids only
     verdict = {first(recovered, listed), first(died, listed), first(exempt, listed), ghosts,
-               #recovered, #died, #exempt}
+               ghost_ids, #recovered, #died, #exempt}
   end
 end
 

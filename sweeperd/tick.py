@@ -33,19 +33,21 @@ class Tick:
     drainer: Drainer
     prefix_root: str
     on_restart: Callable[[Node], None] = lambda node: None
+    on_retry: Callable[[], None] = lambda: None  # the node asks to be tried again soon (loading)
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
 
     def run(self, batch: Sequence[QueueSettings]) -> list[QueueSettings]:
         """The epoch, then one call per queue not already draining; a queue left with leases
-        due drains on. The queues the node sent elsewhere (a cluster's MOVED or ASK, or a
-        primary demoted) are returned uncounted, for the topology to route again."""
+        due drains on. A call a Cluster held (its slot migrating) or sent elsewhere is counted
+        as held, not as a failure; the queues sent elsewhere (MOVED, or a primary demoted) are
+        returned, for the topology to route again."""
         started = self.clock()
         if not self.node.may_try(started):
             return []
         queues = [q for q in batch if not self.drainer.holds(q.name)]
         try:
-            results = self.send(self.calls(queues), started)
+            results = self.node.judged(self.send(self.calls(queues), started))
         except NotPrimary:
             return queues
         except Exception as exc:  # whatever it was, every queue of the batch failed
@@ -56,15 +58,17 @@ class Tick:
             self.node.sizer.observe(results[0].call.limit, results[0].reply.taken,
                                     results[0].seconds(took))  # fmt: skip
         at = self.wall_clock()
-        redirected = [q for q, result in zip(queues, results, strict=True) if result.redirected]
-        swept = [(q, r) for q, r in zip(queues, results, strict=True) if not r.redirected]
+        held = [(q, r.redirect) for q, r in zip(queues, results, strict=True) if r.redirect]
+        swept = [(q, r) for q, r in zip(queues, results, strict=True) if not r.redirect]
         self.ledger.record_round(
             [q.name for q, _ in swept], [r for _, r in swept], at, duration_s=took
         )
+        for q, reason in held:
+            self.ledger.hold(q.name, reason)
         for q, result in swept:
             if isinstance(result.reply, SweepReply) and result.expired_left:
                 self.drainer.add(q, result.call.keys, result.expired_left)
-        return redirected
+        return [q for q, reason in held if reason is Reason.MOVED]
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
         """The node's call size shared out: the round stays about one call's target long."""
@@ -86,10 +90,13 @@ class Tick:
         return sweep_round(self.node.client, epoch.executor, calls)
 
     def fail_all(self, queues: Sequence[QueueSettings], exc: Exception, started: float) -> None:
-        """The node is down, refused INFO or the verb's choice, or the tick itself broke."""
+        """The node is down or loading, refused INFO or the verb's choice, is no primary of the
+        kind the options say, or the tick itself broke."""
+        error = SweepError.of(exc)
+        if error.reason is Reason.LOADING:  # up, but not yet: again soon, not after a backoff
+            self.on_retry()
         if isinstance(exc, UNREACHABLE):
             self.node.failed(self.clock(), exc)
-        error = SweepError.of(exc)
         if not isinstance(exc, SweepError | redis.RedisError):
             log.exception("tick_failed", node=self.node.name)
             error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")

@@ -1,4 +1,5 @@
-"""Where the primaries are: the URL's one server, a Cluster's slot owners, or Sentinel's answer."""
+"""Where the primaries are: the URL's one server, a Cluster's slot owners, or Sentinel's answer;
+and what to say when the servers are not the topology the options name."""
 
 from __future__ import annotations
 
@@ -10,11 +11,36 @@ import redis
 from redis.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import RedisClusterException
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
-from sweeperd.connection import Connection
+from sweeperd.connection import UNREACHABLE, Connection
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.serverinfo import read_server_info
 
 Address = tuple[str, int]
+CLUSTER_FLAG = "--cluster (SWEEPERD_CLUSTER=true)"
+NOT_CLUSTER_ENABLED = "Cluster mode is not enabled"  # redis-py, of a seed that is no Cluster node
+
+
+class NoPrimary(redis.ConnectionError):
+    """No Sentinel named the primary; the message says what each one answered, in a few words."""
+
+
+def clustered_error(node: str) -> SweepError:
+    """What a Cluster node swept as one server is: every call a failure, reason moved."""
+    return SweepError(
+        Reason.MOVED,
+        f"{node} is a Cluster node: this is a Cluster, add {CLUSTER_FLAG} so that each queue "
+        "is swept on the primary that owns its slot",
+    )
+
+
+def unclustered_error(node: str) -> SweepError:
+    return SweepError(
+        Reason.TOPOLOGY,
+        f"{node} is not a Cluster node (cluster_enabled:0): drop --cluster, or give the URL of "
+        "a node of the Cluster",
+    )
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,8 @@ class Source(Protocol):
 
     def read(self) -> Layout: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass
 class Standalone:
@@ -73,6 +101,9 @@ class Standalone:
 
     def read(self) -> Layout:
         return Layout({self.connection.node: None})
+
+    def close(self) -> None:
+        """Nothing held open."""
 
 
 class ClusterSlots:
@@ -89,6 +120,8 @@ class ClusterSlots:
             else:
                 self.cluster.nodes_manager.initialize()
         except RedisClusterException as exc:
+            if NOT_CLUSTER_ENABLED in str(exc):
+                raise unclustered_error(self.connection.node) from None
             raise redis.ConnectionError(f"no cluster node answered CLUSTER SLOTS: {exc}") from None
         owners: list[str | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
         primaries: dict[str, Address | None] = {}
@@ -102,6 +135,7 @@ class ClusterSlots:
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.close()
+            self.cluster = None
 
 
 class SentinelPrimary:
@@ -113,9 +147,123 @@ class SentinelPrimary:
         self.sentinel: Sentinel = connection.sentinel()
 
     def read(self) -> Layout:
-        host, port = self.sentinel.discover_master(self.master)  # type: ignore[no-untyped-call]
+        try:
+            host, port = self.sentinel.discover_master(self.master)  # type: ignore[no-untyped-call]
+        except (MasterNotFoundError, redis.ResponseError):
+            raise self.diagnosis() from None
         address = (str(host), int(port))
         return Layout({name_of(address): address})
+
+    def close(self) -> None:
+        for client in self.sentinel.sentinels:
+            client.close()
+
+    def diagnosis(self) -> Exception:
+        """Why no Sentinel named the primary, one short clause per Sentinel: a server that is no
+        Sentinel is a wrong topology; otherwise the Sentinels cannot be reached or do not know
+        the primary (a connection failure)."""
+        said, plain = [], []
+        for address in self.connection.topology.sentinels:
+            name = name_of(address)
+            try:
+                with self.connection.sentinel_client(address) as client:
+                    mode = client.info("server").get("redis_mode")
+                    if mode != "sentinel":
+                        plain.append(name)
+                        continue
+                    known = client.execute_command(
+                        "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master
+                    )
+                said.append(f"{name} does not know {self.master!r}" if known is None else
+                            f"{name} sees {self.master!r} down")  # fmt: skip
+            except UNREACHABLE as exc:
+                said.append(f"{name}: {_short(exc)}")
+            except redis.RedisError as exc:
+                said.append(f"{name}: {_short(exc)}")
+        if plain:
+            return SweepError(
+                Reason.TOPOLOGY,
+                f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} not a Sentinel (a "
+                "Redis server answers there): give Sentinel addresses in --sentinel, or drop it",
+            )
+        return NoPrimary(f"no Sentinel named a primary for {self.master!r}: {'; '.join(said)}")
+
+
+def _short(exc: BaseException) -> str:
+    """An error in a few words: redis-py's connection errors carry the address and a repr."""
+    text = " ".join(str(exc).split())
+    cause = text.rsplit(". ", 1)[-1] if text.startswith("Error ") else text
+    return cause.rstrip(".").lower() or type(exc).__name__
+
+
+def cluster_nodes(client: redis.Redis) -> list[list[str]]:
+    """CLUSTER NODES, a list of fields per node (id, address, flags, primary, ..., slots)."""
+    raw = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def _address(fields: list[str]) -> str:
+    return fields[1].split("@", 1)[0]
+
+
+def failed_nodes(client: redis.Redis) -> list[str]:
+    """The nodes the Cluster marks failed (fail, not fail?), as host:port."""
+    return sorted(_address(f) for f in cluster_nodes(client) if "fail" in f[2].split(","))
+
+
+def cluster_down(error: SweepError, client: redis.Redis) -> SweepError:
+    """CLUSTERDOWN, with the nodes whose failure took the Cluster down when the node says."""
+    try:
+        failed = failed_nodes(client)
+    except redis.RedisError:
+        failed = []
+    which = f": {', '.join(failed)} failed, and no replica took over" if failed else ""
+    return SweepError(Reason.CLUSTER_DOWN, f"the cluster is down ({error.message}){which}")
+
+
+def migrating_to(client: redis.Redis, slot: int) -> str | None:
+    """Where the node `client` speaks to is migrating `slot` (its `[slot->-id]`), or None (not
+    migrating, or not said)."""
+    try:
+        nodes = cluster_nodes(client)
+    except redis.RedisError:
+        return None
+    mine = next((f for f in nodes if "myself" in f[2].split(",")), None)
+    marker = f"[{slot}->-"
+    target = next((s[len(marker) : -1] for s in (mine or [])[8:] if s.startswith(marker)), None)
+    return next((_address(f) for f in nodes if f[0] == target), None)
+
+
+def node_of(client: redis.Redis) -> str:
+    """The `node` name of the server a client speaks to: host:port, or the socket's path."""
+    options = client.connection_pool.connection_kwargs
+    if "path" in options:
+        return str(options["path"])
+    return name_of((str(options.get("host", "localhost")), int(options.get("port", 6379))))
+
+
+def due_count(connection: Connection, client: redis.Redis, key: str, bound_ms: int) -> int | None:
+    """How many leases of the active set `key` are due by `bound_ms`, read where the key is
+    now (a migrating slot's ASK followed once, with ASKING); None when it cannot be read."""
+    try:
+        try:
+            return int(client.zcount(key, "-inf", bound_ms))
+        except redis.exceptions.AskError as exc:  # MovedError is one too
+            with connection.client(exc.node_addr) as there:
+                pipe = there.pipeline(transaction=False)
+                if not isinstance(exc, redis.exceptions.MovedError):
+                    pipe.execute_command("ASKING")
+                pipe.zcount(key, "-inf", bound_ms)
+                return int(pipe.execute()[-1])
+    except redis.RedisError:
+        return None
+
+
+def check_standalone(connection: Connection, client: redis.Redis) -> None:
+    """A server named by the URL alone must not be a Cluster node: refused, naming the fix."""
+    if read_server_info(client).cluster:
+        raise clustered_error(connection.node)
 
 
 def source_of(connection: Connection) -> Source:
@@ -134,4 +282,7 @@ def primary_client(connection: Connection, key: str) -> redis.Redis:
     if name is None:
         raise redis.ConnectionError(f"no primary serves the slot of {key} now: try again")
     address = layout.primaries[name]
-    return connection.client(address)
+    client = connection.client(address)
+    if connection.topology.mode == "standalone":
+        check_standalone(connection, client)
+    return client

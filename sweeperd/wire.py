@@ -45,6 +45,8 @@ class _TellsLostReplies:
         except redis.ConnectionError as exc:
             if self._handshaking or isinstance(exc, redis.AuthenticationError | ReplyLost):
                 raise
+            if isinstance(exc, redis.exceptions.BusyLoadingError):  # an error reply: it never ran
+                raise
             raise ReplyLost(f"the connection broke before the reply came: {exc}") from exc
 
 

@@ -42,6 +42,7 @@ class Backlog:
             tuple(i for i, kind in chosen if kind == "dead"),
             tuple(i for i, kind in chosen if kind == "exempt"),
             sum(kind == "ghost" for _, kind in chosen),
+            ghost_ids=tuple(i for i, kind in chosen if kind == "ghost"),
         )
 
     def ranks(self, kind: str) -> list[int]:

@@ -47,8 +47,12 @@ class Target:
             "dead": [],
             "exempt": [],
             "ghosts": 0,
+            "ghost_ids": [],
             "calls": 1,
             "dry_run": False,
+            "max_stalled": 1,
+            "limit": 1000,
+            "left": 0,
         }
         return {**body, **fields}
 
@@ -145,7 +149,7 @@ class TestSpecTable:
         lease(target.r, Q, b"j", attempts=4, failures=2, stalled=1, lease_epoch=epoch)
         ran = target.once("--json", "--max-stalled", "3")
         assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect(recovered=["j"])
+        assert ran.json() == target.expect(recovered=["j"], max_stalled=3)
         assert keyspace(target.r) == {
             row("j"): {
                 b"attempts": b"4",
@@ -164,7 +168,7 @@ class TestSpecTable:
         lease(target.r, Q, b"later", later, attempts=1)
         ran = target.once("--json")
         assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect(ghosts=1)
+        assert ran.json() == target.expect(ghosts=1, ghost_ids=["ghost"])
         assert keyspace(target.r) == {
             ACTIVE: [(b"later", float(later))],
             row("later"): {b"attempts": b"1"},
@@ -178,10 +182,9 @@ class TestSpecTable:
         before = dump_all(target.r)
         ran = target.once("--json")
         assert ran.code == 1
-        assert ran.err_lines == ["sweeperd: EMQLANE job lane is a lane row"]
-        assert ran.json() == target.expect(
-            error={"reason": "lane", "message": "EMQLANE job lane is a lane row"}
-        )
+        said = "EMQLANE job lane is a lane row: refused, nothing written, 3 leases still due"
+        assert ran.err_lines == [f"sweeperd: {said}"]
+        assert ran.json() == target.expect(error={"reason": "lane", "message": said}, left=3)
         assert dump_all(target.r) == before
 
     def test_stalled_not_an_integer_refused(self, target: Target) -> None:
@@ -191,10 +194,11 @@ class TestSpecTable:
         before = dump_all(target.r)
         ran = target.once("--json")
         assert ran.code == 1
-        assert ran.err_lines == ["sweeperd: ERR hash value is not an integer"]
+        said = "ERR hash value is not an integer: refused, nothing written, 2 leases still due"
+        assert ran.err_lines == [f"sweeperd: {said}"]
         assert ran.json()["error"] == {
             "reason": "counter",
-            "message": "ERR hash value is not an integer",
+            "message": said,
         }
         assert dump_all(target.r) == before
 
@@ -249,7 +253,7 @@ class TestDrain:
         lease(target.r, Q, b"later", now_ms() + FUTURE_OFFSET_MS, attempts=1)
         ran = target.once("--json", "--drain", "--limit", "100", "--max-stalled", "5")
         assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect(recovered=ids, calls=3)
+        assert ran.json() == target.expect(recovered=ids, calls=3, max_stalled=5, limit=100)
         assert expired(target.r) == 0
         assert target.r.zrange(Q.active, 0, -1) == [b"later"]
         assert target.r.zcard(Q.pending) == 250
@@ -265,7 +269,7 @@ class TestDrain:
         ids = backlog(target.r, 250)
         ran = target.once("--json", "--limit", "100")
         assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect(dead=ids[:100])
+        assert ran.json() == target.expect(dead=ids[:100], limit=100, left=150)
         assert expired(target.r) == 150
         assert target.r.zrange(Q.active, 0, 0) == [ids[100].encode()]
         assert target.r.hget(Q.metrics_failed, "count") == b"100"
@@ -323,7 +327,9 @@ class TestDryRun:
         before = dump_all(target.r)
         dry = target.once("--json", "--dry-run", "--max-stalled", "3")
         assert dry.code == 1
-        assert dry.err_lines == ["sweeperd: EMQLANE job lane is a lane row"]
+        assert dry.err_lines == [
+            "sweeperd: EMQLANE job lane is a lane row: refused, nothing written, 7 leases still due"
+        ]
         assert dump_all(target.r) == before
         real = target.once("--json", "--max-stalled", "3")
         assert (real.code, real.err) == (1, dry.err)
@@ -346,7 +352,14 @@ class TestDryRun:
             dead=["dead"],
             exempt=["exempt"],
             calls=2,
-            error={"reason": "lane", "message": "EMQLANE job lane is a lane row"},
+            error={
+                "reason": "lane",
+                "message": "EMQLANE job lane is a lane row: call 2 refused, nothing written by "
+                "it, 5 leases still due",
+            },
+            max_stalled=3,
+            limit=2,
+            left=5,
         )
         assert dry.json() == {**real.json(), "dry_run": True}
 
@@ -359,7 +372,8 @@ class TestDryRun:
         assert (dry.code, real.code) == (1, 1)
         assert dry.err == real.err
         assert real.err_lines == [
-            "sweeperd: WRONGTYPE Operation against a key holding the wrong kind of value"
+            "sweeperd: WRONGTYPE Operation against a key holding the wrong kind of value: "
+            "refused, nothing written, what is due unreadable"
         ]
         assert dry.json() == {**real.json(), "dry_run": True}
         assert dump_all(native.r) == before
@@ -454,7 +468,9 @@ class TestText:
         ran = native.once("--max-stalled", "3")
         assert (ran.code, ran.err) == (0, "")
         lines = ran.out.splitlines()
-        assert lines[0] == f"queue q  executor native  run_id {native.run_id[:12]}…"
+        assert lines[0] == (
+            f"queue q  executor native  run_id {native.run_id[:12]}…  max_stalled 3  limit 1000"
+        )
         assert lines[1] == (
             "recovered 3 (of which 1 exempt: lease from an earlier server run)  dead 2  ghosts 1  "
             "calls 1"
@@ -469,6 +485,8 @@ class TestText:
             "dead:",
             "  dead",
             "  dead2",
+            "ghosts (ids in active with no row: removed):",
+            "  ghost",
         ]
 
     def test_long_lists_abbreviated(self, native: Target) -> None:

@@ -76,8 +76,17 @@ class TestSweepRound:
         lease(c, A, b"j", attempts="1")
         lease(c, A, b"later", deadline_ms=now_ms() + FUTURE_OFFSET_MS)
         [result] = sweep_round(c, executor, [Call(A, 5, 100)])
-        assert result.reply == SweepReply((b"j",), (), (), ghosts=2)
+        assert result.reply == SweepReply((b"j",), (), (), ghosts=2, ghost_ids=(b"g1", b"g2"))
         assert isinstance(result.reply, SweepReply) and result.reply.taken == 3
+
+    def test_ghost_ids_among_the_first_listed(self, on: Target) -> None:
+        """With `listed` 3, the ghosts named are those among the first 3 ids the call took; the
+        count is whole."""
+        c, executor = on.client, on.executor
+        for n, job in enumerate([b"j0", b"g0", b"j1", b"g1", b"g2"]):
+            lease(c, A, job, n + 1, **({} if job.startswith(b"g") else {"attempts": "1"}))
+        [result] = sweep_round(c, executor, [Call(A, 5, 100, listed=3)])
+        assert result.reply == SweepReply((b"j0", b"j1"), (), (), ghosts=3, ghost_ids=(b"g0",))
 
     def test_the_limit_and_what_is_left(self, on: Target) -> None:
         """A call takes `limit` leases; the rest stay counted as expired, the oldest's age given."""

@@ -241,6 +241,27 @@ class TestLeastPrivilege:
             assert admin.zcard(Q.active) == 1, command  # refused before any write
             admin.flushall()
 
+    @pytest.mark.parametrize("executor", ["native", "script"])
+    def test_a_dry_run_needs_its_own_reads(
+        self, admin: redis.Redis, acl_server: RedisServer, executor: str
+    ) -> None:
+        """once --dry-run by the README's user alone: exit 1, reason noperm, the read it lacks
+        named (never a wrongtype verdict); with the README's dry-run grants it predicts."""
+        line = acl.setuser_line(executor, password=PASSWORD)
+        set_user(admin, line)
+        expired(admin, b"a")
+        args = ["once", "--redis-url", user_url(acl_server), "--queue", "q", "--dry-run",
+                "--executor", executor, "--json"]  # fmt: skip
+        ran = sweeperd(*args)
+        assert ran.code == 1, ran.err
+        error = ran.json()["error"]
+        lacked = "exists" if executor == "native" else "hgetall"
+        assert error["reason"] == "noperm" and f"'{lacked}'" in error["message"], error
+        set_user(admin, f"{line} {' '.join(f'+{c}' for c in acl.DRY_RUN)}")
+        ran = sweeperd(*args)
+        assert ran.code == 0, ran.err
+        assert ran.json()["dead"] == ["a"]
+
 
 class TestSecrets:
     def test_the_password_is_never_shown(

@@ -62,3 +62,23 @@ class TestTickFailures:
             ("sweep_recovered", "b"),
         ]
         assert rig.value("sweeperd_recovered_total", queue="a") == 1
+
+
+class TestTickGhosts:
+    def test_ghosts_are_logged_at_warning_with_their_ids(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A tick that removes ids without a row logs its `sweep` at warning, naming them, and
+        counts them on the node; a tick without ghosts logs at info and names none."""
+        rig = Rig(redis_server.url)
+        lease(r, QueueKeys("a"), b"lost-1")
+        lease(r, QueueKeys("a"), b"fine", attempts="1")
+        lease(r, QueueKeys("a"), b"lost-2")
+        lease(r, QueueKeys("b"), b"ok", attempts="1")
+        with capture_logs() as logs:
+            rig.tick(queue("a"), queue("b"))
+        swept = {e["queue"]: e for e in logs if e["event"] == "sweep"}
+        assert (swept["a"]["log_level"], swept["a"]["ghosts"]) == ("warning", 2)
+        assert swept["a"]["ghost_ids"] == ["lost-1", "lost-2"]
+        assert swept["b"]["log_level"] == "info" and "ghost_ids" not in swept["b"]
+        assert rig.value("sweeperd_ghosts_removed_total", queue="a") == 2  # full: per queue
