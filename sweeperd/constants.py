@@ -29,6 +29,7 @@ MAX_SOCKET_TIMEOUT_S = 3600.0  # beyond this a socket timeout is a mistake (1e12
 MAX_INTERVAL_S = 86400.0  # a day: the longest interval (and discovery period) taken
 DEFAULT_METRICS_ADDR = "0.0.0.0:9787"
 DEFAULT_JITTER_FRACTION = 0.1  # of the interval
+DEFAULT_TOP_RATE_WINDOW_S = 15.0  # top's rates: a multiple of a 1, 3, 5 or 15 s sweep interval
 
 # Several replicas (SPEC §7): sweeperd's own keys live under "<root>:sweeperd:", never a queue's.
 # One sorted set, member id -> heartbeat deadline (ms, server clock); its hash tag is fixed, so

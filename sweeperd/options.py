@@ -16,6 +16,7 @@ from sweeperd.constants import (
     DEFAULT_PREFIX_ROOT,
     DEFAULT_REDIS_URL,
     DEFAULT_SOCKET_TIMEOUT_S,
+    DEFAULT_TOP_RATE_WINDOW_S,
 )
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
@@ -319,6 +320,17 @@ OPTIONS: dict[str, Option] = {
             1.0,
             toml=False,
             flag="--interval",
+            setting=False,
+        ),
+        Option(
+            "top_rate_window",
+            "SECONDS",
+            (TOP,),
+            "top: recovered/s and dead/s are the growth over the reads of the last SECONDS "
+            "(0.1 to 3600); a multiple of the daemon's --interval reads as a steady rate.",
+            DEFAULT_TOP_RATE_WINDOW_S,
+            toml=False,
+            flag="--rate-window",
             setting=False,
         ),
         Option(

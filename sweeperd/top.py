@@ -1,186 +1,87 @@
-"""`sweeperd top`: every queue's backlog and drain rates, read from the servers without writing."""
+"""`sweeperd top`: every queue's backlog and drain rates, read from the servers without writing;
+what cannot be read now keeps its last numbers, said to be so."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 
 import redis
 
-from sweeperd.census import overdue_s
 from sweeperd.connection import Connection
-from sweeperd.constants import METRICS_FAILED_FIELD, VERB
-from sweeperd.discovery import discover_queues
+from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S
 from sweeperd.keyspace import QueueKeys
-from sweeperd.model import string2ll
-from sweeperd.serverinfo import parse_info, verb_in
-from sweeperd.topology import Layout, slot_of, source_of
+from sweeperd.membership import members_key
+from sweeperd.ownership import owner
+from sweeperd.toplayout import Map, MapSource, find_queues
+from sweeperd.topology import Layout, slot_of
+from sweeperd.toprates import RateWindow, Sample
+from sweeperd.topread import (
+    KEPT,
+    MOVED,
+    STALE,
+    NodeRead,
+    NodeReader,
+    QueueRow,
+    ServerRow,
+    said,
+)
 
 Clock = Callable[[], float]  # seconds since the epoch: time.time, or a test's own
-DETAIL_COMMANDS = 5  # per row shown: ZCARD, ZRANGE 0 0 WITHSCORES, ZCARD, ZCARD, HGET
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    """One queue as the last read saw it; None: not read in detail this time, or no rate yet."""
-
-    queue: str
-    node: str
-    expired: int  # leases whose deadline has passed, on the server's clock
-    active: int | None = None
-    oldest_overdue_s: float | None = None
-    pending: int | None = None
-    dead: int | None = None
-    failed: int | None = None  # metrics:failed count
-    recovered_per_s: float | None = None  # growth of pending per second since the last read
-    dead_per_s: float | None = None  # growth of metrics:failed count per second
-
-
-@dataclass(frozen=True)
-class ServerRow:
-    """One primary's identity as the last read saw it, or why it could not be read."""
-
-    node: str
-    run_id: str = ""
-    uptime_s: int = 0
-    role: str = ""
-    verb_loaded: bool = False
-    first_run_id: str = ""  # the run_id when the view started: another one means a restart
-    error: str | None = None
-
-    @property
-    def restarted(self) -> bool:
-        return bool(self.run_id and self.first_run_id and self.run_id != self.first_run_id)
+__all__ = ["Clock", "QueueRow", "Screen", "ServerRow", "Top", "wall_clock"]
 
 
 @dataclass(frozen=True)
 class Screen:
-    """What one refresh shows: the servers, and the rows with the most expired leases."""
+    """What one refresh shows: the servers, the live members, the rows with the most expired
+    leases."""
 
     at: float
     servers: tuple[ServerRow, ...]
     rows: tuple[QueueRow, ...]
-    queues: int  # queues read, of which `rows` shows the most backlogged
-    failures: tuple[redis.RedisError, ...] = ()
-
-
-@dataclass
-class _Seen:
-    at: float
-    run_id: str
-    pending: int
-    failed: int | None
-
-
-@dataclass
-class NodeReader:
-    """One primary: its queues, read in one pipeline per refresh."""
-
-    node: str
-    client: redis.Redis
-    queues: list[str]
-    root: str
-    first_run_id: str = ""
-    offset_ms: float | None = None  # the server's clock minus ours, as the last read saw it
-    seen: dict[str, _Seen] = field(default_factory=dict)
-
-    def read(self, detail: set[str], now: float) -> tuple[ServerRow, list[QueueRow]]:
-        """INFO, COMMAND INFO, a ZCOUNT of expired leases per queue and the counts of the
-        queues in `detail`: one round trip, read-only commands only."""
-        if self.offset_ms is None:  # once, at the start: the server's clock bounds "expired"
-            self.offset_ms = _server_ms(self._info()) - now * 1000
-        due = int(now * 1000 + self.offset_ms)
-        shown = [q for q in self.queues if q in detail]
-        pipe = self.client.pipeline(transaction=False)
-        pipe.execute_command("INFO", "server", "replication")  # type: ignore[no-untyped-call]
-        pipe.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
-        for queue in self.queues:
-            pipe.zcount(QueueKeys(queue, self.root).active, "-inf", due)
-        for queue in shown:
-            keys = QueueKeys(queue, self.root)
-            pipe.zcard(keys.active)
-            pipe.zrange(keys.active, 0, 0, withscores=True)
-            pipe.zcard(keys.pending)
-            pipe.zcard(keys.dead)
-            pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
-        replies = pipe.execute()
-        info = parse_info(replies[0])
-        self.offset_ms = _server_ms(info) - now * 1000
-        server = self._server(info, replies[1])
-        expired = dict(zip(self.queues, replies[2 : 2 + len(self.queues)], strict=True))
-        rows = {q: QueueRow(q, self.node, int(n)) for q, n in expired.items()}
-        counts = replies[2 + len(self.queues) :]
-        for n, queue in enumerate(shown):
-            chunk = counts[n * DETAIL_COMMANDS : (n + 1) * DETAIL_COMMANDS]
-            rows[queue] = self._detailed(rows[queue], chunk, _server_ms(info), server.run_id, now)
-        return server, list(rows.values())
-
-    def _info(self) -> Mapping[str, str]:
-        return parse_info(self.client.execute_command("INFO", "server"))  # type: ignore[no-untyped-call]
-
-    def _server(self, info: Mapping[str, str], command_info: object) -> ServerRow:
-        run_id = info.get("run_id", "")
-        self.first_run_id = self.first_run_id or run_id
-        loaded = verb_in(command_info)
-        return ServerRow(
-            node=self.node,
-            run_id=run_id,
-            uptime_s=int(info.get("uptime_in_seconds", "0")),
-            role=info.get("role", "master"),
-            verb_loaded=loaded,
-            first_run_id=self.first_run_id,
-        )
-
-    def _detailed(
-        self, row: QueueRow, counts: Sequence[object], server_ms: int, run_id: str, now: float
-    ) -> QueueRow:
-        active, oldest, pending, dead, raw_failed = counts
-        assert isinstance(active, int) and isinstance(pending, int) and isinstance(dead, int)
-        failed = string2ll(raw_failed) if isinstance(raw_failed, bytes) else 0
-        overdue = overdue_s(oldest, server_ms)
-        before = self.seen.get(row.queue)
-        self.seen[row.queue] = _Seen(now, run_id, pending, failed)
-        recovered = dead_rate = None
-        if before is not None and before.run_id == run_id and now > before.at:
-            elapsed = now - before.at
-            recovered = (pending - before.pending) / elapsed
-            if failed is not None and before.failed is not None:
-                dead_rate = (failed - before.failed) / elapsed
-        return QueueRow(
-            row.queue, row.node, row.expired, active, overdue, pending, dead, failed,
-            recovered, dead_rate,
-        )  # fmt: skip
-
-
-def _server_ms(info: Mapping[str, str]) -> int:
-    return int(info.get("server_time_usec", "0")) // 1000
+    queues: int  # queues the view knows, of which `rows` shows the most backlogged
+    failures: tuple[redis.RedisError, ...] = ()  # why a server's queues could not be read
+    members: tuple[str, ...] = ()  # the replicas' live members, by id; (): no sharing
+    members_error: str | None = None  # why the members could not be read
+    window_s: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
 
 
 class Top:
-    """The readers of every primary, and the rows a refresh shows (capped to `rows`)."""
+    """The readers of every primary, the last row of every queue, and the rows a refresh shows
+    (capped to `rows`)."""
 
     def __init__(
-        self, connection: Connection, root: str, queues: Sequence[str], rows: int, clock: Clock
+        self,
+        connection: Connection,
+        root: str,
+        queues: Sequence[str],
+        rows: int,
+        clock: Clock,
+        window: float = DEFAULT_TOP_RATE_WINDOW_S,
     ) -> None:
         self.connection = connection
         self.root = root
-        self.given = list(queues)  # empty: every queue discovery finds on each primary
+        self.discover = not queues  # no queue given: those found on each primary
+        self.queues: set[str] = set(queues)  # every queue the view has known: they stay
         self.rows = rows
         self.clock = clock
+        self.rates = RateWindow(window)
+        self.source: MapSource | None = None
+        self.map: Map | None = None  # the layout as last read
+        self.remap = True  # read the layout before the next read: it may have changed
+        self.routes: dict[str | None, list[str]] = {}  # primary -> its queues; None: no primary
         self.readers: dict[str, NodeReader] = {}
+        self.searched: set[str] = set()  # the primaries discovery has looked at
+        self.servers: dict[str, ServerRow] = {}  # every server shown, in the order first seen
         self.first_run_ids: dict[str, str] = {}
+        self.last: dict[str, QueueRow] = {}
+        self.members: tuple[str, ...] = ()
         self.detail: set[str] | None = None  # the queues shown last time: read in detail now
 
     def refresh(self) -> Screen:
         """One read of every primary: one round trip each (two on the first refresh, whose
-        first pass finds which queues to show)."""
-        if not self.readers:
-            try:
-                self._find()
-            except redis.RedisError as exc:
-                down = ServerRow(self.connection.node, error=str(exc))
-                return Screen(self.clock(), (down,), (), 0, (exc,))
+        first pass finds which queues to show), and the layout first when it may have changed."""
         if self.detail is None:
             self.detail = {row.queue for row in self._read_all(set()).rows}
         screen = self._read_all(self.detail)
@@ -189,53 +90,148 @@ class Top:
 
     def _read_all(self, detail: set[str]) -> Screen:
         now = self.clock()
-        servers: list[ServerRow] = []
-        rows: list[QueueRow] = []
         failures: list[redis.RedisError] = []
-        for node, reader in self.readers.items():
+        members_error = None
+        rows: list[QueueRow] = []
+        if self.remap:
             try:
-                server, read = reader.read(detail, now)
+                self._find()
             except redis.RedisError as exc:
                 failures.append(exc)
-                servers.append(ServerRow(node, first_run_id=reader.first_run_id, error=str(exc)))
-                continue
-            self.first_run_ids.setdefault(node, server.run_id)
-            servers.append(server)
-            rows += read
-        demoted = self.connection.topology.mode != "standalone" and any(
-            s.role not in ("", "master") for s in servers
-        )
-        if failures or demoted:  # a failover or a reshard: find the primaries again next time
-            self._forget()
-        return Screen(now, tuple(servers), self._top(rows), len(rows), tuple(failures))
+                self._unreadable(said(exc))
+        members_at = self._members_node()
+        for node, reader in self.readers.items():
+            wanted = members_key(self.root) if node == members_at else None
+            try:
+                read = reader.read(self.routes.get(node, []), detail, now, wanted)
+            except redis.RedisError as exc:
+                read = self._down(reader, exc)
+            if read.failure is not None:
+                failures.append(read.failure)
+            if wanted is not None and read.failure is None:
+                self.members = read.members or ()
+                members_error = read.members_error
+            self.servers[node] = read.server
+            rows += (self._row(row, read.server.run_id, now) for row in read.rows)
+        rows += self._orphans()
+        self.remap = bool(failures) or self._layout_may_have_changed(rows)
+        shown = tuple(replace(r, owner=owner(r.queue, self.members)) for r in rows)
+        return Screen(
+            now, tuple(self.servers.values()), self._top(shown), len(shown), tuple(failures),
+            self.members, members_error, self.rates.window_s,
+        )  # fmt: skip
 
-    def _top(self, rows: Iterable[QueueRow]) -> tuple[QueueRow, ...]:
-        return tuple(sorted(rows, key=lambda r: (-r.expired, r.queue))[: self.rows])
+    def _row(self, read: QueueRow, run_id: str, now: float) -> QueueRow:
+        """A read row with its rates, or the last numbers when it could not be read now."""
+        if read.state in KEPT:
+            return self._kept(read.queue, read.node, read.state, read.error)
+        row = read
+        if read.pending is not None:
+            sample = Sample(now, read.pending, read.failed)
+            recovered, dead = self.rates.add(read.queue, (read.node, run_id), sample)
+            row = replace(read, recovered_per_s=recovered, dead_per_s=dead)
+        self.last[read.queue] = row
+        return row
 
-    def _find(self) -> None:
-        """The primaries and their queues: those given, routed by slot, or those discovered."""
-        layout = source_of(self.connection).read()
-        for name, address in layout.primaries.items():
-            client = self.connection.client(address)
-            queues = (
-                self._routed(layout, name) if self.given else discover_queues(client, self.root)
-            )
-            reader = NodeReader(name, client, sorted(queues), self.root)
-            reader.first_run_id = self.first_run_ids.get(name, "")
-            self.readers[name] = reader
+    def _kept(self, queue: str, node: str | None, state: str, error: str | None) -> QueueRow:
+        before = self.last.get(queue) or QueueRow(queue, node or "", None)
+        return replace(before, node=node or before.node, state=state, error=error)
 
-    def _routed(self, layout: Layout, name: str) -> list[str]:
+    def _down(self, reader: NodeReader, exc: redis.RedisError) -> NodeRead:
+        """A server that cannot be read: its line says why, its queues keep their last rows."""
+        server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=said(exc))
+        stale = [
+            QueueRow(q, reader.node, None, state=STALE) for q in self.routes.get(reader.node, [])
+        ]
+        return NodeRead(server, stale, failure=exc)
+
+    def _unreadable(self, error: str) -> None:
+        """No layout to read by: the URL's server (or each one known) says why."""
+        if not self.readers:
+            for node in self.servers or [self.connection.node]:
+                self.servers[node] = ServerRow(node, error=error)
+
+    def _orphans(self) -> list[QueueRow]:
+        """The queues no primary serves: their slot's owner is being chosen, or no layout was
+        ever read (the URL's server says why)."""
+        if self.map is None:
+            return [self._kept(q, None, STALE, None) for q in sorted(self.queues)]
         return [
-            q for q in self.given if layout.owner(slot_of(QueueKeys(q, self.root).active)) == name
+            self._kept(q, None, STALE, "no primary serves its slot")
+            for q in self.routes.get(None, [])
         ]
 
-    def _forget(self) -> None:
+    def _layout_may_have_changed(self, rows: Iterable[QueueRow]) -> bool:
+        """A slot moved, a primary demoted, or a gone server's line shown: read the layout."""
+        standalone = self.connection.topology.mode == "standalone"
+        return (
+            any(row.state == MOVED for row in rows)
+            or (not standalone and any(s.role not in ("", "master") for s in self.servers.values()))
+            or any(s.replaced for s in self.servers.values())
+            or bool(self.routes.get(None))
+        )
+
+    def _top(self, rows: Iterable[QueueRow]) -> tuple[QueueRow, ...]:
+        """Most expired first; a row whose expired count is unknown first of all."""
+        ranked = sorted(rows, key=lambda r: (r.expired is not None, -(r.expired or 0), r.queue))
+        return tuple(ranked[: self.rows])
+
+    def _members_node(self) -> str | None:
+        """The primary that holds the replicas' members key."""
+        if self.map is None:
+            return None
+        return self.map.layout.owner(slot_of(members_key(self.root)))
+
+    def _find(self) -> None:
+        """The layout now: a reader per primary, the queues each one serves, the lines of the
+        servers that left it."""
+        if self.source is None:
+            self.source = MapSource(self.connection)
+        found = self.source.read()
+        self._readers(found.layout)
+        self._forget(found)
+        self.routes = {}
+        for queue in sorted(self.queues):
+            at = found.layout.owner(slot_of(QueueKeys(queue, self.root).active))
+            self.routes.setdefault(at, []).append(queue)
+        self.map = found
+        self.remap = False
+
+    def _readers(self, layout: Layout) -> None:
+        """A reader for each primary new to the view, and its queues discovered."""
+        for name, address in layout.primaries.items():
+            if name not in self.readers:
+                self.readers[name] = NodeReader(name, self.connection.client(address), self.root)
+                self.readers[name].first_run_id = self.first_run_ids.get(name, "")
+            if self.discover and name not in self.searched:
+                try:
+                    self.queues |= find_queues(self.readers[name].client, self.root)
+                    self.searched.add(name)
+                except redis.RedisError:
+                    pass  # its read says why; discovery is tried again at the next layout
+
+    def _forget(self, found: Map) -> None:
+        """The servers that are primaries no more: their readers closed, their lines dropped,
+        but for one unreachable and nowhere in the layout (replaced), until it is back."""
+        primaries = found.layout.primaries
+        for name in [n for n in self.readers if n not in primaries]:
+            reader = self.readers.pop(name)
+            reader.client.close()
+            self.first_run_ids[name] = reader.first_run_id
+        for name, server in list(self.servers.items()):
+            if name in primaries:
+                continue
+            if server.error is not None and name not in found.replicas:
+                self.servers[name] = replace(server, replaced=True)
+            else:
+                del self.servers[name]
+
+    def close(self) -> None:
         for reader in self.readers.values():
             reader.client.close()
         self.readers = {}
-
-    def close(self) -> None:
-        self._forget()
+        if self.source is not None:
+            self.source.close()
 
 
 def wall_clock() -> float:

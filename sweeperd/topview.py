@@ -1,102 +1,25 @@
-"""How `sweeperd top` shows a refresh: a rich table, plain text, or one JSON object."""
+"""`sweeperd top`'s options and loop: a live view, or one refresh as plain text or JSON."""
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
-from sweeperd.constants import EXIT_OK
+from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
 from sweeperd.options import OPTIONS
 from sweeperd.settings import Settings
-from sweeperd.top import Clock, QueueRow, Screen, ServerRow, Top, wall_clock
+from sweeperd.top import Clock, Screen, ServerRow, Top, wall_clock
+from sweeperd.topscreen import plain_text, renderable
 
-HEADER_LINES = 5  # the title, the table's head and borders, besides one line per server
+HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
-JSON_SCHEMA = 1  # `schema` in --json: raised when a field changes meaning or goes
-
-
-def _count(value: int | None) -> str:
-    return "…" if value is None else f"{value:,}"
-
-
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def _uptime(seconds: int) -> str:
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    return (f"{days}d" if days else "") + f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
-
-
-def server_line(s: ServerRow) -> Text:
-    """One server: run_id, uptime, role and the verb, or why it could not be read."""
-    if s.error is not None:
-        return Text(f"{s.node}  UNREACHABLE: {s.error}", style="bold red")
-    verb = "verb loaded" if s.verb_loaded else "verb NOT loaded (script executor)"
-    line = Text(f"{s.node}  run_id {s.run_id[:12]}…  up {_uptime(s.uptime_s)}  {s.role}  {verb}")
-    if s.restarted:
-        line.append(f"  RESTARTED since the view started (run_id was {s.first_run_id[:12]}…)",
-                    style="bold red")  # fmt: skip
-    return line
-
-
-def table(screen: Screen) -> Table:
-    """The rows, most expired leases first."""
-    shown = f"top {len(screen.rows)} of {screen.queues} queues by expired leases"
-    grid = Table(title=None, caption=shown, caption_justify="left", expand=False)
-    for name in ("queue", "expired", "oldest overdue", "active", "pending", "dead",
-                 "recovered/s", "dead/s"):  # fmt: skip
-        grid.add_column(name, justify="left" if name == "queue" else "right", no_wrap=True)
-    for row in screen.rows:
-        grid.add_row(
-            row.queue, _count(row.expired), _age(row.oldest_overdue_s), _count(row.active),
-            _count(row.pending), _count(row.dead), _rate(row.recovered_per_s),
-            _rate(row.dead_per_s),
-        )  # fmt: skip
-    return grid
-
-
-def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
-    clock = time.strftime("%H:%M:%S", time.localtime(screen.at))
-    how = (
-        f"every {interval:g}s  (read only; Ctrl-C quits)"
-        if live
-        else (f"rates over {interval:g}s  (read only)")
-    )
-    title = Text(f"sweeperd top  {clock}  {how}", style="bold")
-    return Group(title, *(server_line(s) for s in screen.servers), table(screen))
-
-
-def plain_text(screen: Screen, interval: float, width: int) -> str:
-    """The same view as text without colours, for a pipe or a log."""
-    out = io.StringIO()
-    console = Console(file=out, width=width, color_system=None, force_terminal=False)
-    console.print(renderable(screen, interval, live=False))
-    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
-
-
-def _row_json(row: QueueRow) -> dict[str, object]:
-    return asdict(row)
+JSON_SCHEMA = 2  # `schema` in --json: raised when a field changes meaning or goes
 
 
 def _server_json(s: ServerRow) -> dict[str, object]:
@@ -109,9 +32,11 @@ def as_json(screen: Screen, interval: float) -> str:
         "schema": JSON_SCHEMA,
         "at": screen.at,
         "interval_s": interval,
+        "rate_window_s": screen.window_s,
         "queues": screen.queues,
+        "members": list(screen.members),
         "servers": [_server_json(s) for s in screen.servers],
-        "rows": [_row_json(r) for r in screen.rows],
+        "rows": [asdict(r) for r in screen.rows],
     }
     return json.dumps(body, allow_nan=False)
 
@@ -127,6 +52,7 @@ class ViewOptions:
     rows: int
     once: bool  # print once and exit: --once, or stdout is no terminal
     json: bool
+    window: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
 
 
 def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int]) -> float:
@@ -138,14 +64,23 @@ def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int
         raise ValueError(f"{where} must be {noun}, not {params[key]!r}") from None
 
 
+def _seconds(params: Mapping[str, object], key: str) -> float:
+    """A number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's default."""
+    if not params[key]:
+        return float(str(OPTIONS[key].default))
+    seconds = _number(params, key, float)
+    if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:
+        raise ValueError(
+            f"{OPTIONS[key].where} must be between {MIN_INTERVAL_S:g} and "
+            f"{MAX_INTERVAL_S:g} seconds, not {seconds:g}"
+        )
+    return seconds
+
+
 def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     """top's own options, checked: a ValueError names the bad one and its range."""
-    interval = _number(params, "top_interval", float) if params["top_interval"] else 1.0
-    if not MIN_INTERVAL_S <= interval <= MAX_INTERVAL_S:
-        raise ValueError(
-            f"{OPTIONS['top_interval'].where} must be between {MIN_INTERVAL_S:g} and "
-            f"{MAX_INTERVAL_S:g} seconds, not {interval:g}"
-        )
+    interval = _seconds(params, "top_interval")
+    window = _seconds(params, "top_rate_window")
     if params["rows"]:
         rows = int(_number(params, "rows", int))
         if rows < 1:
@@ -153,7 +88,7 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     else:
         rows = rows_fitting(shutil.get_terminal_size((100, 40)).lines, 1)
     once = bool(params["once"]) or not isatty or bool(params["json"])
-    return ViewOptions(interval, rows, once, bool(params["json"]))
+    return ViewOptions(interval, rows, once, bool(params["json"]), window)
 
 
 def run(
@@ -163,7 +98,7 @@ def run(
     with its failure (raised), and shows in red in the live view."""
     top = Top(
         settings.connection, settings.prefix_root, [q.name for q in settings.queues],
-        view.rows, clock,
+        view.rows, clock, view.window,
     )  # fmt: skip
     try:
         if view.once:

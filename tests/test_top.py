@@ -22,14 +22,17 @@ from sweeperd import once
 from sweeperd.connection import Connection
 from sweeperd.executors import ExecutorChoice, choose
 from sweeperd.keyspace import QueueKeys
+from sweeperd.membership import members_key
+from sweeperd.ownership import owner
 from sweeperd.top import Screen, Top
+from sweeperd.topscreen import plain_text
 from tests.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer
 from tests.test_cli_usage import Ran, sweeperd
 
 BACKLOGS = {"reports": 7, "mail": 3, "idle": 0}  # expired leases per queue
 READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
-    "info", "command|info", "zcount", "zcard", "zrange", "hget", "scan", "ping",
+    "info", "command|info", "zcount", "zcard", "zrange", "zrangebyscore", "hget", "scan", "ping",
     "client|setinfo", "hello", "select", "config|resetstat",
 }  # fmt: skip
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][A-Z0-9]|[=>])")
@@ -58,9 +61,38 @@ def populate(r: redis.Redis) -> None:
         r.hset(keys.metrics_failed, "count", 5)
 
 
-def viewer(server: RedisServer, queues: tuple[str, ...] = (), rows: int = 10) -> Top:
+def viewer(
+    server: RedisServer, queues: tuple[str, ...] = (), rows: int = 10, **options: float
+) -> Top:
     connection = Connection.checked(server.url, None, 5.0)
-    return Top(connection, "emq", queues, rows, FakeClock())
+    return Top(connection, "emq", queues, rows, FakeClock(), **options)
+
+
+def rows_of(screen: Screen) -> dict[str, tuple[object, ...]]:
+    """Each row's state and counts, by queue."""
+    return {
+        row.queue: (row.state, row.expired, row.active, row.pending, row.dead, row.failed)
+        for row in screen.rows
+    }
+
+
+def bursts(r: redis.Redis, view: Top, seconds: int) -> list[float | None]:
+    """queue q's recovered/s read every second while a daemon recovers 921 leases every 3 s."""
+    clock = view.clock
+    assert isinstance(clock, FakeClock)
+    rates = []
+    for second in range(seconds):
+        if second and second % 3 == 0:
+            r.zadd(QueueKeys("q").pending, {f"s{second}-{n}": 0 for n in range(921)})
+        rates.append(view.refresh().rows[0].recovered_per_s)
+        clock.now += 1.0
+    return rates
+
+
+def live_members(r: redis.Redis, *ids: str, gone: tuple[str, ...] = ()) -> None:
+    """Members as the daemon's heartbeats leave them: `ids` live a minute more, `gone` expired."""
+    deadlines = {m: now_ms() + 60_000 for m in ids} | {m: now_ms() - 1_000 for m in gone}
+    r.zadd(members_key("emq"), deadlines)
 
 
 def top(server: RedisServer, *args: str) -> Ran:
@@ -109,6 +141,31 @@ class TestTopRows:
         }
 
 
+class TestTopDiscovery:
+    """Without --queue: every queue with leases, pending work or dead jobs; never sweeperd's own
+    keys."""
+
+    def test_queue_with_pending_work_only(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A queue with jobs waiting and no active set yet, or only dead jobs, is shown."""
+        populate(r)
+        r.zadd(QueueKeys("waiting").pending, {"p0": 0, "p1": 0, "p2": 0})
+        r.zadd(QueueKeys("buried").dead, {"d0": 0})
+        r.zadd(QueueKeys("b:ü").pending, {"p0": 0})
+        screen = viewer(redis_server).refresh()
+        rows = rows_of(screen)
+        assert set(rows) == {*BACKLOGS, "waiting", "buried", "b:ü"}
+        assert rows["waiting"] == ("ok", 0, 0, 3, 0, 0)
+        assert rows["buried"] == ("ok", 0, 0, 0, 1, 0)
+
+    def test_own_keys_are_no_queues(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """The replicas' membership set and other keys under <root>:sweeperd: are not queues."""
+        populate(r)
+        live_members(r, "web-1:11")
+        r.zadd("emq:sweeperd:{x}:pending", {"m": 0})
+        r.zadd("emq:sweeperd:{x}:active", {"m": 0})
+        assert set(rows_of(viewer(redis_server).refresh())) == set(BACKLOGS)
+
+
 class TestTopRates:
     """recovered/s and dead/s: growth of pending and metrics:failed between two reads."""
 
@@ -136,6 +193,19 @@ class TestTopRates:
         row = view.refresh().rows[0]
         assert (row.expired, row.pending, row.failed) == (0, 6, 4)
         assert (row.recovered_per_s, row.dead_per_s) == (3.0, 2.0)
+
+    def test_steady_over_the_window(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A daemon recovering 921 leases every 3 s, read every second, reads as a steady
+        307.0/s once the default window (15 s) is full, never 0 between its sweeps."""
+        rates = bursts(r, viewer(redis_server, ("q",)), 31)
+        assert rates[0] is None
+        assert rates[15:] == [307.0] * 16
+        assert all(rate is not None and rate > 0 for rate in rates[3:])
+
+    def test_window_option(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A 6 s window is full after 6 reads: the same sweeps read as 307.0/s from then on."""
+        rates = bursts(r, viewer(redis_server, ("q",), window=6.0), 13)
+        assert rates[6:] == [307.0] * 7
 
     def test_once_has_rates(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """--once reads twice, so its rows carry rates (zero on a still queue)."""
@@ -168,17 +238,157 @@ class TestTopRestart:
         own_server.start()
 
 
+class TestTopOutage:
+    """A server or a key that cannot be read: the last known rows stay, said to be so."""
+
+    def test_unreachable_server_keeps_its_rows(
+        self, own_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """A stopped server's rows stay with their last numbers, marked stale, and its line
+        says UNREACHABLE with the error, naming the server."""
+        with own_server.client() as c:
+            populate(c)
+        view = viewer(own_server)
+        before = rows_of(view.refresh())
+        own_server.stop()
+        screen = view.refresh()
+        [server] = screen.servers
+        assert server.node == f"127.0.0.1:{own_server.port}"
+        assert server.error is not None and "refused" in server.error.lower()
+        assert {q: row[1:] for q, row in rows_of(screen).items()} == {
+            q: row[1:] for q, row in before.items()
+        }
+        assert {row.state for row in screen.rows} == {"stale"}
+        text = plain_text(screen, 1.0, 100)
+        assert f"127.0.0.1:{own_server.port}  UNREACHABLE: " in text
+        assert all(f"~{queue}" in text for queue in BACKLOGS), text
+        view.close()
+
+    def test_wrong_type_is_its_rows_error(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A queue whose key has the wrong type carries the error in its own row; the server
+        and the other queues are read as usual."""
+        populate(r)
+        r.delete(QueueKeys("mail").pending)
+        r.set(QueueKeys("mail").pending, "not a zset")
+        r.delete(QueueKeys("idle").active)
+        r.hset(QueueKeys("idle").active, "not", "a zset")
+        screen = viewer(redis_server, ("reports", "mail", "idle")).refresh()
+        assert [s.error for s in screen.servers] == [None]
+        rows = {row.queue: row for row in screen.rows}
+        assert rows_of(screen)["reports"] == ("ok", 7, 8, 2, 1, 5)
+        assert rows_of(screen)["mail"] == ("error", 3, 4, None, 1, 5)
+        assert rows_of(screen)["idle"][:3] == ("error", None, None)
+        for queue in ("mail", "idle"):
+            assert (rows[queue].error or "").startswith("WRONGTYPE"), rows[queue].error
+        assert screen.failures == ()
+        text = plain_text(screen, 1.0, 100)
+        assert "!mail" in text and "!idle" in text and "UNREACHABLE" not in text
+        assert "mail: WRONGTYPE" in text
+
+    def test_restart_keeps_the_rows(self, own_server: RedisServer) -> None:
+        """A server restarted (its keyspace lost) keeps its rows: stale while it is down, then
+        read again (zeros), their rates started again, the server marked RESTARTED."""
+        with own_server.client() as c:
+            populate(c)
+        view = viewer(own_server)
+        view.refresh()
+        clock = view.clock
+        assert isinstance(clock, FakeClock)
+        own_server.stop()
+        clock.now += 1.0
+        assert {row.state for row in view.refresh().rows} == {"stale"}
+        own_server.start()
+        clock.now += 1.0
+        screen = view.refresh()
+        assert rows_of(screen) == {q: ("ok", 0, 0, 0, 0, 0) for q in BACKLOGS}
+        assert [row.recovered_per_s for row in screen.rows] == [None] * 3
+        assert screen.servers[0].restarted
+        clock.now += 1.0
+        assert [row.recovered_per_s for row in view.refresh().rows] == [0.0] * 3
+        view.close()
+
+
+class TestTopOwners:
+    """The node and owner columns: where each queue lives and which replica sweeps it."""
+
+    def test_owner_is_the_rendezvous_winner(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Each row's owner is the live member with the highest rendezvous hash; an expired
+        member owns nothing."""
+        populate(r)
+        live_members(r, "web-1:11", "web-2:22", "web-3:33", gone=("dead-4:44",))
+        screen = viewer(redis_server).refresh()
+        live = ("web-1:11", "web-2:22", "web-3:33")
+        assert screen.members == live
+        assert {row.queue: row.owner for row in screen.rows} == {
+            q: owner(q, live) for q in BACKLOGS
+        }
+        assert {row.node for row in screen.rows} == {f"127.0.0.1:{redis_server.port}"}
+        text = plain_text(screen, 1.0, 100)
+        header = next(line for line in text.splitlines() if line.startswith("queue"))
+        assert header.split()[:3] == ["queue", "node", "owner"]
+        labels = dict(zip(live, "abc", strict=True))
+        assert "replicas: a web-1:11  b web-2:22  c web-3:33" in text
+        reports = next(line for line in text.splitlines() if line.startswith("reports"))
+        assert reports.split()[1:3] == ["1", labels[owner("reports", live) or ""]]
+
+    def test_no_members_no_owner_column(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """With no live member (sharing off, or every heartbeat expired) there is no owner."""
+        populate(r)
+        live_members(r, gone=("dead-4:44",))
+        screen = viewer(redis_server).refresh()
+        assert screen.members == ()
+        assert {row.owner for row in screen.rows} == {None}
+        text = plain_text(screen, 1.0, 100)
+        header = next(line for line in text.splitlines() if line.startswith("queue"))
+        assert "owner" not in header and "replicas:" not in text
+
+
+class TestTopWidth:
+    """The table at 80 columns."""
+
+    def test_fits_80_columns(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """At exactly 80 columns every header is whole, every line fits and a long queue name
+        is cut with an ellipsis."""
+        populate(r)
+        long_name = "billing-reconciliation-nightly-exports-for-every-region"
+        keys = QueueKeys(long_name)
+        r.zadd(keys.active, {f"j{n}": 1000 for n in range(123_456)})
+        r.zadd(keys.pending, {f"p{n}": 0 for n in range(54_321)})
+        live_members(r, "sweeperd-6d5f9c7b8-x2kq9", "sweeperd-6d5f9c7b8-ab3cd")
+        view = viewer(redis_server)
+        view.refresh()
+        view.clock.now += 1.0  # type: ignore[attr-defined]
+        text = plain_text(view.refresh(), 1.0, 80)
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, text
+        header = next(line for line in lines if line.startswith("queue"))
+        assert header.split() == [
+            "queue", "node", "owner", "expired", "overdue", "active", "pending", "dead",
+            "rec/s", "dead/s",
+        ], text  # fmt: skip
+        cells = lines[lines.index(header) + 2].split()
+        assert cells[0].endswith("…") and long_name.startswith(cells[0][:-1]), text
+        assert (cells[1], cells[2] in ("a", "b"), cells[3]) == ("1", True, "123.5k"), text
+        assert cells[5:] == ["123.5k", "54,321", "0", "0.0", "0.0"], text
+
+
 class TestTopJson:
     """`top --json`: the documented object (README, sweeperd top)."""
 
     def test_schema(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """Every field named in the README is there with its type; the server is identified."""
         populate(r)
+        live_members(r, "web-1:11")
         ran = top(redis_server, "--json")
         assert (ran.code, ran.err) == (0, "")
         body = ran.json()
-        assert set(body) == {"schema", "at", "interval_s", "queues", "servers", "rows"}
-        assert (body["schema"], body["interval_s"], body["queues"]) == (1, 0.1, 3)
+        assert set(body) == {
+            "schema", "at", "interval_s", "rate_window_s", "queues", "members", "servers", "rows",
+        }  # fmt: skip
+        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (2, 0.1, 15.0)
+        assert (body["queues"], body["members"]) == (3, ["web-1:11"])
         [server] = body["servers"]
         assert server == {
             "node": f"127.0.0.1:{redis_server.port}",
@@ -189,11 +399,17 @@ class TestTopJson:
             "first_run_id": run_id(r).decode(),
             "error": None,
             "restarted": False,
+            "replaced": False,
         }
-        assert set(body["rows"][0]) == {
-            "queue", "node", "expired", "active", "oldest_overdue_s", "pending", "dead",
-            "failed", "recovered_per_s", "dead_per_s",
+        row = body["rows"][0]
+        assert set(row) == {
+            "queue", "node", "owner", "state", "error", "as_of", "expired", "active",
+            "oldest_overdue_s", "pending", "dead", "failed", "recovered_per_s", "dead_per_s",
         }  # fmt: skip
+        assert (row["queue"], row["owner"], row["state"], row["error"]) == (
+            "reports", "web-1:11", "ok", None,
+        )  # fmt: skip
+        assert body["at"] - 5 < row["as_of"] <= body["at"]
 
     def test_plain_text_off_a_terminal(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """Off a terminal it prints the table once and exits 0, the server line first."""
@@ -201,10 +417,10 @@ class TestTopJson:
         ran = top(redis_server)
         assert (ran.code, ran.err) == (0, "")
         lines = ran.out.splitlines()
-        assert lines[1].startswith(f"127.0.0.1:{redis_server.port}  run_id ")
+        assert lines[1].startswith(f"1 127.0.0.1:{redis_server.port}  run_id ")
         assert "verb loaded" in lines[1]
         assert [
-            line.split()[1] for line in lines if line.split()[1:2] in (["reports"], ["mail"])
+            line.split()[0] for line in lines if line.split()[:1] in (["reports"], ["mail"])
         ] == [
             "reports",
             "mail",
@@ -217,6 +433,7 @@ class TestTopReadOnly:
     def test_nothing_written(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """The keyspace's DUMPs are unchanged and the server ran only read commands."""
         populate(r)
+        live_members(r, "web-1:11")
         before = dump_all(r)
         r.config_resetstat()
         ran = top(redis_server, "--once")
@@ -233,10 +450,12 @@ class TestTopUsage:
     @pytest.mark.parametrize(
         ("args", "named"),
         [(("--interval", "0"), "--interval"), (("--interval", "x"), "--interval"),
-         (("--rows", "0"), "--rows"), (("--rows", "two"), "--rows")],
+         (("--rows", "0"), "--rows"), (("--rows", "two"), "--rows"),
+         (("--rate-window", "0"), "--rate-window"), (("--rate-window", "x"), "--rate-window")],
     )  # fmt: skip
     def test_bad_option(self, args: tuple[str, ...], named: str) -> None:
-        """A refresh out of range or rows below 1 is named on one line, exit 2."""
+        """A refresh or a rate window out of range or rows below 1 is named on one line,
+        exit 2."""
         ran = sweeperd("top", "--once", *args)
         assert ran.code == 2
         assert len(ran.err_lines) == 1 and named in ran.err
@@ -275,7 +494,7 @@ class TestTopLive:
         )  # fmt: skip
         os.close(slave)
         try:
-            first = _screen_of(process, master, ["reports", "recovered/s", "verb loaded"])
+            first = _screen_of(process, master, ["reports", "rec/s", "verb loaded"])
             r.zadd(QueueKeys("mail").active, {f"more{n}": 1000 for n in range(40)})
             text = _screen_of(process, master, ["43"])  # mail's backlog grew: 3 + 40
             process.send_signal(signal.SIGINT)
@@ -286,6 +505,6 @@ class TestTopLive:
                 process.wait()
             os.close(master)
         assert code == 0
-        assert all(w in first for w in ["reports", "recovered/s", "verb loaded"]), first
+        assert all(w in first for w in ["reports", "rec/s", "verb loaded"]), first
         assert "43" in text
         assert "top 3 of 3 queues by expired leases" in text
