@@ -27,7 +27,7 @@ from sweeperd.options import INSPECT, ONCE, OPTIONS, RUN, SETTING_KEYS, TOP
 from sweeperd.progress import drain_bar
 from sweeperd.reasons import SweepError
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings, queue_names
-from sweeperd.topology import primary_client
+from sweeperd.topology import check_standalone, primary_client
 
 app = typer.Typer(
     name="sweeperd",
@@ -273,10 +273,12 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
     rates they drain at, most expired first; each server's run_id, uptime, role and verb.
 
     It writes nothing: each refresh is one pipelined round trip of reads per primary (INFO,
-    COMMAND INFO, a ZCOUNT per queue to rank them, five counts per row shown). recovered/s is
-    how fast the pending set grew since the last read (recoveries, and producers, less what
-    workers took); dead/s how fast the metrics:failed count grew (jobs that died for any
-    reason). A server whose run_id changed since the view started is marked RESTARTED.
+    COMMAND INFO, the replicas' members, a ZCOUNT per queue to rank them, five counts per row
+    shown). recovered/s is how fast the pending set grew over the reads of the last
+    --rate-window seconds (recoveries, and producers, less what workers took); dead/s how fast
+    the metrics:failed count grew (jobs that died for any reason). A server whose run_id
+    changed since the view started is marked RESTARTED; rows of a server that cannot be read
+    now are kept as last read, marked.
 
     Off a terminal, or with --once, it prints the view once (plain text, or --json) from two
     reads --interval apart and exits. Exit codes as `inspect`; Ctrl-C leaves the live view, 0.
@@ -290,6 +292,8 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
     except ValueError as exc:
         reply.fail(_usage(str(exc)))
     try:
+        if settings.connection.topology.mode == "standalone":
+            check_standalone(settings.connection, settings.connection.client())
         code = topview.run(settings, view, reply.print)
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))

@@ -78,10 +78,10 @@ CLUSTER_WORDS = (
 
 
 class TestClusterNodeWithoutFlag:
-    @pytest.mark.parametrize("command", ["once", "inspect"])
-    def test_once_and_inspect_refuse(self, lone_node: RedisServer, command: str) -> None:
-        """once and inspect at a Cluster node without --cluster: exit 3, reason moved, the fix
-        named in one line, nothing written."""
+    @pytest.mark.parametrize("command", ["once", "inspect", "top"])
+    def test_once_inspect_and_top_refuse(self, lone_node: RedisServer, command: str) -> None:
+        """once, inspect and top at a Cluster node without --cluster: exit 3, reason moved, the
+        fix named in one line, nothing written."""
         with lone_node.client() as c:
             c.flushall()
             lease(c, Q, b"j", PAST_MS, attempts=1)
