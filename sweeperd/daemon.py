@@ -37,6 +37,7 @@ STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left beh
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
+DISCOVERED_TTL_S = 3600.0  # a discovered queue no scan finds any more is kept this long
 RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
                     "instance_id", "web_config", "queue_metrics")  # fmt: skip
 
@@ -71,9 +72,10 @@ class Daemon:
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.heartbeat = self.clock()
-        self.discovered: set[str] = set()
+        self.discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
         self.found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
-        self.swept: set[str] = set()  # the queues that have series
+        self.swept: set[str] = set()  # the queues this replica sweeps now
+        self.exported: set[str] = set()  # the queues with series: swept once, still known
         self.sharing = Sharing.of(s, self.fleet.home, self.metrics)
         self.queues_lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
         self.server: MetricsServer | None = None
@@ -102,23 +104,34 @@ class Daemon:
         brings back the previous run's leases comes as soon as it has loaded."""
         self.schedule.sweep_soon(LOADING_RETRY_S)
 
-    def queues(self) -> list[QueueSettings]:
+    def known(self) -> list[QueueSettings]:
+        """Every queue this replica knows: the configured, then those a scan found within the
+        last DISCOVERED_TTL_S."""
         named = {q.name for q in self.settings.queues}
-        found = [self.settings.for_queue(n) for n in sorted(self.discovered - named)]
-        return self.sharing.owned([*self.settings.queues, *found])
+        found = sorted(self.discovered.keys() - named)
+        return [*self.settings.queues, *(self.settings.for_queue(n) for n in found)]
+
+    def queues(self) -> list[QueueSettings]:
+        """The known queues this replica owns now: the ones it sweeps."""
+        return self.sharing.owned(self.known())
 
     def apply_queues(self) -> tuple[set[str], set[str]]:
-        """Schedule the queues wanted now; a queue no longer wanted (dropped, or owned by
-        another replica now) loses its series. Returns the names gained and lost."""
+        """Schedule the queues owned now. A queue owned no more keeps its counters and its last
+        success (what this replica did stays summable across replicas and outages), and loses
+        the gauges only its owner can keep true; a queue no longer known loses every series.
+        Returns the names gained and lost."""
         with self.queues_lock:
-            wanted = self.queues()
+            known = {q.name for q in self.known()}
+            wanted = self.sharing.owned(self.known())
             names = {q.name for q in wanted}
             gained, lost = names - self.swept, self.swept - names
             for name in gained:
                 self.metrics.add_queue(name)
             for name in lost:
-                self.metrics.forget_queue(name)
+                self.metrics.disown_queue(name)
                 self.fleet.forget(name)
+            self.exported = (self.exported | names) & known
+            self.metrics.keep_queues(self.exported)
             self.swept = names
             self.metrics.owned_queues.set(len(names))
             self.schedule.sync(wanted)
@@ -127,8 +140,6 @@ class Daemon:
     def share(self) -> None:
         """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
         if not self.sharing.refresh(self.clock()):
-            with self.queues_lock:
-                self.metrics.keep_queues(self.swept)
             return
         had = bool(self.swept)
         gained, lost = self.apply_queues()
@@ -140,20 +151,23 @@ class Daemon:
                 self.scheduler.add_job(self.sweep, args=[batch], name="takeover")
 
     def discover(self) -> None:
-        """SCAN every primary; a primary whose scan failed keeps its last list."""
+        """SCAN every primary; a primary whose scan failed keeps its last list. A queue is
+        swept (and keeps its series) until no scan has found it for DISCOVERED_TTL_S: a drained
+        queue's active set is gone until its next lease, and its counters must not go with it."""
         nodes = self.fleet.nodes()
         for node in nodes:
             self.discover_on(node)
         names = {node.name for node in nodes}
         self.found_on = {name: found for name, found in self.found_on.items() if name in names}
         found = set().union(*self.found_on.values()) if self.found_on else set()
-        if found != self.discovered:
-            log.info(
-                "queues_discovered",
-                added=sorted(found - self.discovered),
-                dropped=sorted(self.discovered - found),
-            )
-            self.discovered = found
+        now = self.clock()
+        added = found - self.discovered.keys()
+        self.discovered.update(dict.fromkeys(found, now))
+        dropped = {q for q, seen in self.discovered.items() if now - seen > DISCOVERED_TTL_S}
+        for queue in dropped:
+            del self.discovered[queue]
+        if added or dropped:
+            log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
             self.apply_queues()
 
     def discover_on(self, node: Node) -> None:

@@ -203,6 +203,7 @@ class Fleet:
             cluster=self.fan_out,
         )  # fmt: skip
         ledger = Ledger(self.metrics, name, self.holds)
+        self.metrics.add_node(name)
         drainer = Drainer(
             node, ledger, share=t.drain_share, on_restart=self.on_restart, on_redirect=self.doubt
         )

@@ -101,7 +101,8 @@ class QueueSeries:
     """One queue's numbers: plain values, rendered as samples only when scraped."""
 
     __slots__ = ("dead", "durations", "exempt", "expired", "failed", "failures", "ghosts", "jobs",
-                 "label", "last_success", "oldest_expired_age", "recovered", "sweeps")  # fmt: skip
+                 "label", "last_success", "oldest_expired_age", "owned", "recovered",
+                 "sweeps")  # fmt: skip
 
     def __init__(self, queue: str) -> None:
         self.label = f'queue="{_escaped(queue)}"'  # the sample's labels, escaped once
@@ -117,6 +118,12 @@ class QueueSeries:
         self.oldest_expired_age = 0.0
         self.jobs = (0, 0, 0)
         self.failed = 0
+        self.owned = True  # False: another replica's now; its state's gauges are not exported
+
+    def disown(self) -> None:
+        """Not this replica's queue now: the numbers of its state are unknown here."""
+        self.owned = False
+        self.expired, self.oldest_expired_age, self.jobs, self.failed = 0, 0.0, (0, 0, 0), 0
 
 
 def _escaped(value: str) -> str:
@@ -227,11 +234,12 @@ class SweepCollector(Collector):
         text.gauge("sweeperd_last_success_timestamp_seconds", HELP["last_success"], (
             (q.label, at) for q in queues if (at := q.last_success) is not None
         ))  # fmt: skip
+        owned = [q for q in queues if q.owned]
         text.gauge(
-            "sweeperd_expired_leases", HELP["expired"], ((q.label, q.expired) for q in queues)
+            "sweeperd_expired_leases", HELP["expired"], ((q.label, q.expired) for q in owned)
         )
         text.gauge("sweeperd_oldest_expired_age_seconds", HELP["oldest"],
-                   ((q.label, q.oldest_expired_age) for q in queues))  # fmt: skip
+                   ((q.label, q.oldest_expired_age) for q in owned))  # fmt: skip
         # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
         full = self.level is QueueMetrics.FULL
         owners: list[QueueSeries] | list[NodeSeries] = queues if full else nodes
@@ -244,10 +252,10 @@ class SweepCollector(Collector):
         if full:
             text.gauge("sweeperd_queue_jobs", HELP["jobs"], (
                 (f'{q.label},set="{name}"', size)
-                for q in queues for name, size in zip(SETS, q.jobs, strict=True)
+                for q in owned for name, size in zip(SETS, q.jobs, strict=True)
             ))  # fmt: skip
             text.gauge("sweeperd_queue_failed_jobs", HELP["failed"],
-                       ((q.label, q.failed) for q in queues))  # fmt: skip
+                       ((q.label, q.failed) for q in owned))  # fmt: skip
         return text.encoded()
 
     def collect(self) -> Iterator[Metric]:
@@ -428,6 +436,13 @@ class Metrics:
             for queue in queues:
                 self.queues.series(queue).durations.observe(bucket, duration_s)
 
+    def add_node(self, node: str) -> None:
+        """A node's series at 0 from the start (its restarts, and its sweeps and ghosts at
+        basic), so that an alert on their increase sees the first one."""
+        self.restarts.labels(node)
+        with self.queues.lock:
+            self.queues.node(node)
+
     def node_up(self, node: str, up: bool) -> None:
         self.up.labels(node).set(1 if up else 0)
 
@@ -472,7 +487,17 @@ class Metrics:
         per queue nobody reads at ten thousand queues).
         """
         with self.queues.lock:
-            self.queues.series(queue)
+            self.queues.series(queue).owned = True
+
+    def disown_queue(self, queue: str) -> None:
+        """The queue is another replica's now (or nobody's, while the server is out of reach):
+        its counters and last success stay, for sums across replicas to stay whole; the gauges
+        of its state (expired leases, oldest age, set sizes) go, as only its owner keeps them
+        true (owned again, they start again at 0)."""
+        with self.queues.lock:
+            found = self.queues.queues.get(queue)
+            if found is not None:
+                found.disown()
 
     def forget_queue(self, queue: str) -> None:
         """Remove every series of a queue that is no longer swept."""

@@ -229,8 +229,8 @@ OPTIONS: dict[str, Option] = {
             "discover",
             "SECONDS",
             (RUN,),
-            "Seconds between SCANs for <root>:{*}:active (new queues swept, vanished "
-            "ones dropped); 0: off.",
+            "Seconds between SCANs for <root>:{*}:active (new queues swept; one no scan found "
+            "for an hour dropped); 0: off.",
             0.0,
             shown_default="0 (off)",
         ),

@@ -26,8 +26,11 @@ EVERY_QUEUE = None  # `members` when sharing is off or refused: every queue is t
 @dataclass
 class Sharing:
     """What this replica owns follows from `members`: None = every queue (sharing off, or
-    refused by the server), an empty set = none (not a member: no heartbeat answered, or its
-    entry expired unrenewed), else the queues rendezvous hashing gives it among the members."""
+    refused by the server), an empty set = none (no heartbeat answered yet), else the queues
+    rendezvous hashing gives it among the members it saw last. A member whose entry expired
+    unrenewed (`view` None) keeps that share: the others take it over too, and an overlap is
+    harmless where a gap is not (in a Cluster the members key's primary may be the only one
+    out of reach)."""
 
     node: Node | None  # the server holding the members key (in a cluster: its slot's primary)
     metrics: Metrics
@@ -78,7 +81,7 @@ class Sharing:
                 self.lapse(now)
             else:
                 self.beat(store, node, now)
-            self.metrics.members_seen.set(len(self.members or ()))
+            self.metrics.members_seen.set(len(self.view.members) if self.view else 0)
             return self.members != before
 
     def beat(self, store: MembershipStore, node: Node, now: float) -> None:
@@ -106,14 +109,21 @@ class Sharing:
         self.members = view.members
 
     def lapse(self, now: float) -> None:
-        """No answer: once this member's own deadline passed, the others own its queues."""
-        if self.members and self.alive_until is not None and now >= self.alive_until:
+        """No answer: once this member's own deadline passed it is no member for the others,
+        who take its queues; it goes on sweeping its last share where the server answers."""
+        view = self.view
+        if view is not None and self.alive_until is not None and now >= self.alive_until:
+            others = sorted(view.members - {self.member_id})
             log.warning(
                 "membership_lost",
                 member=self.member_id,
-                hint="its heartbeat expired unrenewed: the others sweep its queues till it answers",
-            )
-            self.members, self.view = frozenset(), None
+                others=others,
+                hint="its heartbeat expired unrenewed: "
+                + (f"{', '.join(others)} take its queues too" if others else "no other member "
+                   "was live")
+                + "; it keeps sweeping its share where the server answers",
+            )  # fmt: skip
+            self.view = None
 
     def refuse(self, error: str) -> None:
         """A heartbeat refused: sweep every queue rather than leave any unswept."""
@@ -161,6 +171,9 @@ class Sharing:
         if self.refused is not None:
             return f"sharing refused ({self.refused}): this replica sweeps every queue"
         view = self.view
+        if view is None and self.members:
+            return (f"{self.member_id} is not a member now (its heartbeat expired unanswered): "
+                    "it sweeps its last share where the server answers")  # fmt: skip
         if view is None or not self.members:
             return f"{self.member_id} is not a member now: it sweeps no queue"
         lines = [f"members ({len(view.members)}), this replica is {self.member_id}:"]

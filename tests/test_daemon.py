@@ -288,8 +288,10 @@ class TestLifecycle:
             assert daemon.value("sweeperd_dead_total", queue="second") == 1
             assert daemon.stop() == 0
 
-    def test_discovery_finds_and_drops_queues(self, target: Target, workdir: Path) -> None:
-        """--discover schedules a queue whose active set appears and drops it when it goes."""
+    def test_discovery_finds_and_keeps_queues(self, target: Target, workdir: Path) -> None:
+        """--discover schedules a queue whose active set appears, and keeps sweeping it (its
+        series with it) when the set goes: a drained queue is no vanished one (an hour of
+        absence drops it: tests/test_daemon_unit.py)."""
         args = [
             "--redis-url",
             target.server.url,
@@ -307,10 +309,15 @@ class TestLifecycle:
                 what="the discovered queue swept",
             )
             target.client.delete(keys.active)
+            swept_at = daemon.value("sweeperd_last_success_timestamp_seconds", queue="found")
             wait_until(
-                lambda: daemon.value("sweeperd_expired_leases", queue="found") is None,
-                what="the vanished queue dropped",
+                lambda: (
+                    daemon.value("sweeperd_last_success_timestamp_seconds", queue="found")
+                    != swept_at
+                ),
+                what="the drained queue swept again",
             )
+            assert daemon.value("sweeperd_recovered_total", queue="found") == 0
             assert daemon.stop() == 0
 
 

@@ -11,11 +11,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from sweeperd.daemon import OVERRUN_LOG_S, READY_INTERVALS, Daemon
+from sweeperd.daemon import DISCOVERED_TTL_S, OVERRUN_LOG_S, READY_INTERVALS, Daemon
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.notify import Notifier
+from sweeperd.reasons import Reason
 from sweeperd.settings import ConfigError, Settings, build_settings
 from tests.helpers import lease
 from tests.server import RedisServer
@@ -138,7 +139,34 @@ class TestDiscovery:
             daemon.discover()
             daemon.discover()
         assert [e["event"] for e in logs] == ["redis_down"]
-        assert daemon.discovered == {"found"} and node_of(daemon).up is False
+        assert daemon.discovered.keys() == {"found"} and node_of(daemon).up is False
+
+    def test_a_drained_queue_keeps_its_series_for_an_hour(
+        self, r: redis.Redis, daemon: Daemon, clock: Clock
+    ) -> None:
+        """A found queue whose active set is gone (drained) stays swept with its counters;
+        only once no scan has found it for an hour is it dropped, series and all."""
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        daemon.discover()
+        daemon.metrics.record_failure("n", "found", Reason.TIMEOUT)
+        r.delete(QueueKeys("found").active)  # drained: EchoMQ's last lease left
+        clock.now += DISCOVERED_TTL_S
+        daemon.discover()
+        assert daemon.swept == {"fixed", "found"}
+        assert value(daemon, "sweeperd_sweep_failures_total", queue="found", reason="timeout") == 1
+        clock.now += 1.0
+        with capture_logs() as logs:
+            daemon.discover()
+        assert [(e["event"], e.get("dropped")) for e in logs] == [("queues_discovered", ["found"])]
+        assert daemon.swept == {"fixed"}
+        assert value(daemon, "sweeperd_recovered_total", queue="found") is None
+
+
+class TestNodeSeries:
+    def test_restarts_exist_at_zero_from_the_start(self, daemon: Daemon) -> None:
+        """A primary's restart counter is exported at 0 as soon as it is known, so an alert on
+        its increase sees the first restart."""
+        assert value(daemon, "sweeperd_server_restarts_total", node=node_of(daemon).name) == 0
 
 
 class TestReadiness:

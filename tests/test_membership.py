@@ -114,8 +114,9 @@ class TestSharing:
         assert shares[0] == owned_by("r1", names(QUEUES), {"r1", "r2"})
         assert shares[0] and shares[1]
 
-    def test_an_unreachable_member_keeps_nothing_after_its_deadline(self, url: str) -> None:
-        """Unanswered, it keeps its queues until its own deadline passes, then none."""
+    def test_an_unreachable_member_keeps_its_share_past_its_deadline(self, url: str) -> None:
+        """Unanswered past its own deadline it is no member (said once, the gauge at 0), and
+        it keeps sweeping its share: the others take it too, an overlap rather than a gap."""
         sharing = make_sharing(url, "r1")
         sharing.refresh(0.0)
         dead = connect(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
@@ -123,13 +124,15 @@ class TestSharing:
         sharing.store = MembershipStore(dead, "emq", "r1", TTL_S)
         with capture_logs() as logs:
             assert sharing.refresh(TTL_S - 0.1) is False
-            assert sharing.owned(QUEUES) == QUEUES
-            assert sharing.refresh(TTL_S) is True
-        assert sharing.owned(QUEUES) == []
+            assert sharing.refresh(TTL_S) is False
+            assert sharing.refresh(TTL_S + 1) is False
+        assert sharing.owned(QUEUES) == QUEUES
         assert sharing.node is not None and sharing.node.up is False
         assert [e["event"] for e in logs] == ["redis_down", "membership_lost"]
+        lost = logs[1]
+        assert lost["others"] == [] and "no other member was live" in lost["hint"]
         assert sharing.metrics.registry.get_sample_value("sweeperd_members") == 0
-        assert "not a member now" in sharing.describe()
+        assert "its heartbeat expired unanswered" in sharing.describe()
 
     def test_a_refused_heartbeat_sweeps_every_queue(self, url: str, r: redis.Redis) -> None:
         """The server refusing the heartbeat (here a WRONGTYPE key) leaves no queue unswept."""

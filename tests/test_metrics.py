@@ -339,6 +339,29 @@ class TestQueueLifecycle:
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
         assert 'queue="never-seen"' not in text
 
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_disown_keeps_counters_and_last_success(self, level: QueueMetrics) -> None:
+        """A queue owned by another replica now keeps its counters and last success (sums over
+        replicas stay whole) and loses the gauges of its state; owned again, it has them back."""
+        m = Metrics(CollectorRegistry(), version="1", level=level)
+        swept(m, "moved")
+        m.record(NODE, "moved", result(reply(recovered=2)), 2.0)
+        m.disown_queue("moved")
+        assert value(m, "sweeperd_recovered_total", queue="moved") == 4
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="moved") == 2.0
+        assert value(m, "sweeperd_expired_leases", queue="moved") is None
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") is None
+        assert value(m, "sweeperd_queue_jobs", queue="moved", set="active") is None
+        m.add_queue("moved")
+        assert value(m, "sweeperd_expired_leases", queue="moved") == 0
+        assert value(m, "sweeperd_recovered_total", queue="moved") == 4
+
+    def test_add_node_precreates(self, m: Metrics) -> None:
+        """add_node makes a node's restarts, sweeps and ghosts exist at 0."""
+        m.add_node("n:9")
+        for name in ("server_restarts", "sweeps", "ghosts_removed"):
+            assert value(m, f"sweeperd_{name}_total", node="n:9") == 0
+
     def test_forget_unknown_queue(self, m: Metrics) -> None:
         """Forgetting a queue that has no series is harmless."""
         m.forget_queue("never")

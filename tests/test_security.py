@@ -238,6 +238,7 @@ class TestLeastPrivilege:
             assert error["reason"] == "noperm", (command, error)
             shown = command.split("|")[0]
             assert shown in error["message"].lower(), (command, error)
+            assert error["message"].count("ACL SETUSER") == 1, error  # the advice said once
             assert admin.zcard(Q.active) == 1, command  # refused before any write
             admin.flushall()
 
