@@ -69,6 +69,15 @@ def evalsha_usec(client: redis.Redis) -> int:
     return int(stat.get("usec", 0)) if isinstance(stat, dict) else 0
 
 
+def taken(verdict: list[object]) -> int:
+    """Recovered and dead of one reply: the whole counts when the lists were cut (a baseline
+    from before the ghost ids replies them one place earlier), else the two lists' lengths."""
+    counts = {7: verdict[4:6], 8: verdict[5:7]}.get(len(verdict))
+    if counts is not None:
+        return sum(int(n) for n in counts)  # type: ignore[call-overload]
+    return len(verdict[0]) + len(verdict[1])  # type: ignore[arg-type]
+
+
 def block(client: redis.Redis, tally: Tally, calls: int, limit: int, max_stalled: int) -> bool:
     """`calls` sweeps by one script, its server time added to its tally; False once none took
     anything."""
@@ -79,7 +88,7 @@ def block(client: redis.Redis, tally: Tally, calls: int, limit: int, max_stalled
             "EVALSHA", tally.script.sha, 5, QUEUE.active, QUEUE.pending, QUEUE.dead,
             QUEUE.metrics_failed, QUEUE.guard, QUEUE.prefix, max_stalled, limit, 0, LISTED,
         )  # fmt: skip
-        took += sum(verdict[5:7]) if len(verdict) == 8 else len(verdict[0]) + len(verdict[1])
+        took += taken(verdict)
     tally.usec += evalsha_usec(client) - before
     tally.leases += took
     return took > 0
