@@ -109,6 +109,11 @@ class Reply:
             self.print(json.dumps({"queue": self.queue, "error": error}))
         raise typer.Exit(failure.exit_code)
 
+    def notes(self, settings: Settings) -> None:
+        """What the config file should say now (it still works as written), one line each."""
+        for note in settings.notes:
+            typer.echo(f"sweeperd: {redact_text(note)}", err=True)
+
     def say(self, failure: Failure) -> str:
         """The failure's one line on stderr, credentials removed; the line is returned."""
         message = redact_text(failure.message)
@@ -172,6 +177,7 @@ def _one_queue(ctx: typer.Context, reply: Reply) -> tuple[Settings, QueueSetting
         )
     reply.queue = names[0]
     settings = _settings(ctx, reply)
+    reply.notes(settings)
     typed = {k: getattr(settings, k) for k in ("max_stalled", "limit") if ctx.params.get(k)}
     return settings, replace(settings.for_queue(names[0]), **typed)
 
@@ -201,7 +207,8 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     """The manual counted recovery of one queue: EMQ.STALLED.CHECK, once (or until drained).
 
     Settings come as `run` takes them (defaults, --config, env vars, flags), and the queue's
-    own [queues.<name>] table in the config file sets its max_stalled and limit.
+    own [queue.<name>] table in the config file sets its max_stalled and limit, unless
+    --max-stalled or --limit (or their env vars) is given.
 
     With --drain, calls are sized to stay under --call-target-ms, at most the limit; with --limit
     given, every call takes that many (the batches --dry-run predicts). On a terminal a
@@ -287,6 +294,7 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
 
     reply = Reply(ctx.params["json"])
     settings = _settings(ctx, reply, discover="1")  # no queue given: discovery finds them
+    reply.notes(settings)
     try:
         view = topview.options_of(ctx.params, sys.stdout.isatty())
     except ValueError as exc:

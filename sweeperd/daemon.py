@@ -240,6 +240,7 @@ class Daemon:
         self.add_jobs()
         self.scheduler.start()
         log.info("started", version=__version__, **s.describe())
+        said(s)
 
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -270,6 +271,7 @@ class Daemon:
         self.schedule.reset()
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
+        said(fresh)
 
     def serve_forever(self) -> None:
         """The main thread: signals, readiness and the watchdog, until asked to stop."""
@@ -319,6 +321,12 @@ class Daemon:
         if self.server is not None:
             self.server.close()
         log.info("stopped")
+
+
+def said(s: Settings) -> None:
+    """The config file's notes, once per read: it works as written, but should be rewritten."""
+    for note in s.notes:
+        log.warning("config_deprecated", note=note)
 
 
 def tuning(s: Settings) -> Tuning:
