@@ -142,9 +142,20 @@ def _usage(message: str) -> Failure:
     return Failure(EXIT_USAGE, "usage", message)
 
 
+def _given(ctx: typer.Context, key: str) -> object:
+    """A setting's flag or env var, None when neither is given; one given empty is "" (click
+    drops an env var set empty: the settings refuse it, as they refuse an empty flag)."""
+    if key not in ctx.params:  # not an option of this command
+        return None
+    value = ctx.params[key]
+    if value or value == "":
+        return value
+    return "" if os.environ.get(OPTIONS[key].env_name) == "" else None
+
+
 def _build(ctx: typer.Context, **fixed: str) -> Settings:
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
-    overrides = {key: fixed.get(key) or ctx.params.get(key) or None for key in SETTING_KEYS}
+    overrides = {key: fixed[key] if key in fixed else _given(ctx, key) for key in SETTING_KEYS}
     config = ctx.params.get("config")
     return build_settings(
         overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()

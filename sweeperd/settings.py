@@ -386,12 +386,25 @@ def _gather(
     chosen: dict[str, _Given] = {}
     for key, default in DEFAULTS.items():
         if overrides.get(key) is not None:
-            chosen[key] = _Given(overrides[key], OPTIONS[key].where, True)
+            chosen[key] = _not_empty(key, _Given(overrides[key], OPTIONS[key].where, True))
         elif key in data:
-            chosen[key] = _Given(data[key], f"{key} in {path}", False)
+            chosen[key] = _not_empty(key, _Given(data[key], f"{key} in {path}", False))
         else:
             chosen[key] = _Given(default, f"the default {key}", False)
     return chosen
+
+
+def _not_empty(key: str, given: _Given) -> _Given:
+    """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
+    would otherwise mean the default, e.g. whatever server listens on localhost."""
+    if isinstance(given.value, str) and not given.value.strip():
+        o = OPTIONS[key]
+        default = f" (default: {o.default_text})" if o.default_text else ""
+        raise ConfigError(
+            f"{given.where} is empty: set it ({o.metavar or 'true or false'}) or leave it out"
+            f"{default}"
+        )
+    return given
 
 
 def _switch(given: _Given) -> bool:
