@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -37,8 +37,10 @@ STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left beh
 WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
-RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
-                    "instance_id", "web_config", "queue_metrics")  # fmt: skip
+# What a SIGHUP cannot change in place: the servers and their clients, what the HTTP side
+# serves, the membership (its key lives under the root, as the slots of the queues it maps).
+RESTART_SETTINGS = ("connection", "prefix_root", "executor", "metrics_host", "metrics_port",
+                    "shard", "heartbeat", "instance_id", "web_config", "queue_metrics")  # fmt: skip
 
 
 @dataclass
@@ -250,28 +252,28 @@ class Daemon:
         self.reload_requested.set()
 
     def apply_reload(self) -> None:
-        """SIGHUP: the config file again; queues, budgets and log level change in place."""
+        """SIGHUP: the config file again; queues, budgets, jitter and logs change in place, the
+        restart-only settings keep the values they run with (the log names each one)."""
         self.reload_requested.clear()
         try:
-            fresh = self.reload()
+            wanted = self.reload()
         except ConfigError as exc:
             log.error("reload_failed", error=str(exc))
             return
-        needs_restart = [
-            name
-            for name in RESTART_SETTINGS
-            if getattr(fresh, name) != getattr(self.settings, name)
-        ]
-        if needs_restart:
-            log.warning("reload_needs_restart", settings=needs_restart)
-        configure_logging(fresh.log_format, fresh.log_level)
+        waiting = restart_changes(self.settings, wanted)
+        if waiting:
+            log.warning("reload_needs_restart", settings=waiting)
+        fresh = replace(wanted, **{name: getattr(self.settings, name) for name in RESTART_SETTINGS})
         self.fleet.retune(tuning(fresh))
         self.settings = fresh
+        self.schedule.jitter = fresh.jitter
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
         self.schedule.reset()
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
         said(fresh)
+        # Last: the lines above still show at the level they were asked at, whatever the new one.
+        configure_logging(fresh.log_format, fresh.log_level)
 
     def serve_forever(self) -> None:
         """The main thread: signals, readiness and the watchdog, until asked to stop."""
@@ -321,6 +323,52 @@ class Daemon:
         if self.server is not None:
             self.server.close()
         log.info("stopped")
+
+
+def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
+    """The restart-only settings as the options name them: each one's value, and how the log
+    shows it (no credential, no password, a web config by its path)."""
+    c, t, web, host = s.connection, s.connection.topology, s.web_config, s.metrics_host
+
+    def same(value: object) -> tuple[object, object]:
+        return value, value
+
+    def secret(value: str | None) -> tuple[object, object]:
+        return value, None if value is None else "<set>"
+
+    return {
+        "redis_url": (c.url, c.shown_url),
+        "redis_password": secret(c.password),
+        "socket_timeout": same(c.socket_timeout),
+        **{key: same(path) for key, path in c.tls.by_key().items()},
+        "cluster": same(t.cluster),
+        "sentinels": (t.sentinels, [f"{host}:{port}" for host, port in t.sentinels]),
+        "sentinel_master": same(t.sentinel_master),
+        "sentinel_password": secret(t.sentinel_password),
+        "prefix_root": same(s.prefix_root),
+        "executor": same(str(s.executor)),
+        "metrics_addr": same(f"{f'[{host}]' if ':' in host else host}:{s.metrics_port}"),
+        "web_config_file": (web, str(web.path) if web else None),
+        "shard": same(str(s.shard)),
+        "heartbeat": same(s.heartbeat),
+        "instance_id": same(s.instance_id),
+        "queue_metrics": same(str(s.queue_metrics)),
+    }
+
+
+def restart_changes(running: Settings, wanted: Settings) -> dict[str, dict[str, object]]:
+    """The restart-only settings the file changes: each with the value that runs and the one
+    wanted, marked changed where both show alike (a password, a web config's content)."""
+    before, after = restart_only(running), restart_only(wanted)
+    changes: dict[str, dict[str, object]] = {}
+    for key, (value, shown) in after.items():
+        old, old_shown = before[key]
+        if value != old:
+            changes[key] = {
+                "running": old_shown,
+                "wanted": shown if shown != old_shown else f"{shown} (changed)",
+            }
+    return changes
 
 
 def said(s: Settings) -> None:
