@@ -281,7 +281,7 @@ def inspect_command(ctx: typer.Context, **_given: object) -> None:
         seen = census.take_census(primary_client(connection, keys.active), keys)
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, connection))
-    reply.print(report.census_json(seen) if reply.json else report.census_text(seen))
+    reply.print(report.census_json(seen) if reply.json else report.census_text(seen, keys))
 
 
 @app.command("top")
