@@ -293,7 +293,8 @@ OPTIONS: dict[str, Option] = {
             "log_level",
             "LEVEL",
             (RUN,),
-            "The least level logged: debug, info, warning or error.",
+            "The least level logged: debug, info, warning or error; APScheduler and redis-py "
+            "log warnings and up whatever it is.",
             "info",
         ),
         Option(
