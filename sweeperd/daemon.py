@@ -24,7 +24,7 @@ from sweeperd.logs import configure_logging
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.notify import Notifier
-from sweeperd.schedule import Batch, Schedule, plan_batches
+from sweeperd.schedule import SWEEPS, Batch, Schedule, plan_batches
 from sweeperd.settings import ConfigError, QueueSettings, Settings
 from sweeperd.sharing import Sharing
 
@@ -63,11 +63,12 @@ class Daemon:
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
-            executors={"default": ThreadPoolExecutor(WORKERS), "beat": ThreadPoolExecutor(1),
-                       "members": ThreadPoolExecutor(1)},
+            executors={"default": ThreadPoolExecutor(1), "beat": ThreadPoolExecutor(1),
+                       "members": ThreadPoolExecutor(1)},  # default: discovery; batches: SWEEPS
         )  # fmt: skip
         self.schedule = Schedule(
-            self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag,
+            self.scheduler, self.sweep, workers=WORKERS, jitter=s.jitter,
+            on_lag=self.metrics.schedule_lag, on_missed=self.metrics.schedule_missed,
             on_overrun=self.overrun,
         )  # fmt: skip
         self.stop_requested = threading.Event()
@@ -139,7 +140,7 @@ class Daemon:
             # Sync keeps batch timers but not batch contents: a queue may have landed on a later
             # timer. One sweep of every owned queue now bounds each one's wait by its interval.
             for batch in plan_batches(self.queues()).values():
-                self.scheduler.add_job(self.sweep, args=[batch], name="takeover")
+                self.scheduler.add_job(self.sweep, args=[batch], name="takeover", executor=SWEEPS)
 
     def discover(self) -> None:
         """SCAN every primary; a primary whose scan failed keeps its last list."""
