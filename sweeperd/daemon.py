@@ -39,6 +39,7 @@ OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
 # What a SIGHUP cannot change in place: the servers and their clients, what the HTTP side
 # serves, the membership (its key lives under the root, as the slots of the queues it maps).
+# restart_only() names each of them as the options do, for reload_needs_restart.
 RESTART_SETTINGS = ("connection", "prefix_root", "executor", "metrics_host", "metrics_port",
                     "shard", "heartbeat", "instance_id", "web_config", "queue_metrics")  # fmt: skip
 
@@ -329,7 +330,7 @@ class Daemon:
 def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
     """The restart-only settings as the options name them: each one's value, and how the log
     shows it (no credential, no password, a web config by its path)."""
-    c, t, web, host = s.connection, s.connection.topology, s.web_config, s.metrics_host
+    c, t, web, bound = s.connection, s.connection.topology, s.web_config, s.metrics_host
 
     def same(value: object) -> tuple[object, object]:
         return value, value
@@ -348,7 +349,7 @@ def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
         "sentinel_password": secret(t.sentinel_password),
         "prefix_root": same(s.prefix_root),
         "executor": same(str(s.executor)),
-        "metrics_addr": same(f"{f'[{host}]' if ':' in host else host}:{s.metrics_port}"),
+        "metrics_addr": same(f"{f'[{bound}]' if ':' in bound else bound}:{s.metrics_port}"),
         "web_config_file": (web, str(web.path) if web else None),
         "shard": same(str(s.shard)),
         "heartbeat": same(s.heartbeat),
