@@ -23,6 +23,7 @@ class Census:
     failed: int | None  # the queue's metrics:failed count; None when it is not an integer
     run_id: str
     verb_available: bool
+    exists: bool  # any of the queue's own keys (see has_keys): false for a typo, a wrong root
 
 
 def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
@@ -46,7 +47,20 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
         failed=string2ll(failed) if failed is not None else 0,
         run_id=info.run_id.decode(),
         verb_available=has_verb(client),
+        exists=bool(active or pending or dead) or failed is not None,
     )
+
+
+def has_keys(client: redis.Redis, keys: QueueKeys) -> bool:
+    """Whether any of the queue's own keys exists (keys.absent() says what none means), read
+    with the commands the least ACL user has: Redis keeps no empty sorted set, so a ZCARD of 0
+    is no key; the failed count is one hash field."""
+    pipe = client.pipeline(transaction=False)
+    for key in (keys.active, keys.pending, keys.dead):
+        pipe.zcard(key)
+    pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
+    *sizes, failed = pipe.execute()
+    return any(sizes) or failed is not None
 
 
 def overdue_s(oldest: object, now_ms: int) -> float | None:

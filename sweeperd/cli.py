@@ -109,6 +109,11 @@ class Reply:
             self.print(json.dumps({"queue": self.queue, "error": error}))
         raise typer.Exit(failure.exit_code)
 
+    def notes(self, settings: Settings) -> None:
+        """What the config file should say now (it still works as written), one line each."""
+        for note in settings.notes:
+            typer.echo(f"sweeperd: {redact_text(note)}", err=True)
+
     def say(self, failure: Failure) -> str:
         """The failure's one line on stderr, credentials removed; the line is returned."""
         message = redact_text(failure.message)
@@ -137,9 +142,20 @@ def _usage(message: str) -> Failure:
     return Failure(EXIT_USAGE, "usage", message)
 
 
+def _given(ctx: typer.Context, key: str) -> object:
+    """A setting's flag or env var, None when neither is given; one given empty is "" (click
+    drops an env var set empty: the settings refuse it, as they refuse an empty flag)."""
+    if key not in ctx.params:  # not an option of this command
+        return None
+    value = ctx.params[key]
+    if value or value == "":
+        return value
+    return "" if os.environ.get(OPTIONS[key].env_name) == "" else None
+
+
 def _build(ctx: typer.Context, **fixed: str) -> Settings:
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
-    overrides = {key: fixed.get(key) or ctx.params.get(key) or None for key in SETTING_KEYS}
+    overrides = {key: fixed[key] if key in fixed else _given(ctx, key) for key in SETTING_KEYS}
     config = ctx.params.get("config")
     return build_settings(
         overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()
@@ -172,6 +188,7 @@ def _one_queue(ctx: typer.Context, reply: Reply) -> tuple[Settings, QueueSetting
         )
     reply.queue = names[0]
     settings = _settings(ctx, reply)
+    reply.notes(settings)
     typed = {k: getattr(settings, k) for k in ("max_stalled", "limit") if ctx.params.get(k)}
     return settings, replace(settings.for_queue(names[0]), **typed)
 
@@ -201,7 +218,8 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     """The manual counted recovery of one queue: EMQ.STALLED.CHECK, once (or until drained).
 
     Settings come as `run` takes them (defaults, --config, env vars, flags), and the queue's
-    own [queues.<name>] table in the config file sets its max_stalled and limit.
+    own [queue.<name>] table in the config file sets its max_stalled and limit, unless
+    --max-stalled or --limit (or their env vars) is given.
 
     With --drain, calls are sized to stay under --call-target-ms, at most the limit; with --limit
     given, every call takes that many (the batches --dry-run predicts). On a terminal a
@@ -263,7 +281,7 @@ def inspect_command(ctx: typer.Context, **_given: object) -> None:
         seen = census.take_census(primary_client(connection, keys.active), keys)
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, connection))
-    reply.print(report.census_json(seen) if reply.json else report.census_text(seen))
+    reply.print(report.census_json(seen) if reply.json else report.census_text(seen, keys))
 
 
 @app.command("top")
@@ -287,6 +305,7 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
 
     reply = Reply(ctx.params["json"])
     settings = _settings(ctx, reply, discover="1")  # no queue given: discovery finds them
+    reply.notes(settings)
     try:
         view = topview.options_of(ctx.params, sys.stdout.isatty())
     except ValueError as exc:

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -24,7 +24,7 @@ from sweeperd.logs import configure_logging
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.notify import Notifier
-from sweeperd.schedule import Batch, Schedule, plan_batches
+from sweeperd.schedule import SWEEPS, Batch, Schedule, plan_batches
 from sweeperd.settings import ConfigError, QueueSettings, Settings
 from sweeperd.sharing import Sharing
 
@@ -38,8 +38,11 @@ WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
 DISCOVERED_TTL_S = 3600.0  # a discovered queue no scan finds any more is kept this long
-RESTART_SETTINGS = ("connection", "executor", "metrics_host", "metrics_port", "shard", "heartbeat",
-                    "instance_id", "web_config", "queue_metrics")  # fmt: skip
+# What a SIGHUP cannot change in place: the servers and their clients, what the HTTP side
+# serves, the membership (its key lives under the root, as the slots of the queues it maps).
+# restart_only() names each of them as the options do, for reload_needs_restart.
+RESTART_SETTINGS = ("connection", "prefix_root", "executor", "metrics_host", "metrics_port",
+                    "shard", "heartbeat", "instance_id", "web_config", "queue_metrics")  # fmt: skip
 
 
 @dataclass
@@ -62,11 +65,12 @@ class Daemon:
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
-            executors={"default": ThreadPoolExecutor(WORKERS), "beat": ThreadPoolExecutor(1),
-                       "members": ThreadPoolExecutor(1)},
+            executors={"default": ThreadPoolExecutor(1), "beat": ThreadPoolExecutor(1),
+                       "members": ThreadPoolExecutor(1)},  # default: discovery; batches: SWEEPS
         )  # fmt: skip
         self.schedule = Schedule(
-            self.scheduler, self.sweep, jitter=s.jitter, on_lag=self.metrics.schedule_lag,
+            self.scheduler, self.sweep, workers=WORKERS, jitter=s.jitter,
+            on_lag=self.metrics.schedule_lag, on_missed=self.metrics.schedule_missed,
             on_overrun=self.overrun,
         )  # fmt: skip
         self.stop_requested = threading.Event()
@@ -148,7 +152,7 @@ class Daemon:
             # Sync keeps batch timers but not batch contents: a queue may have landed on a later
             # timer. One sweep of every owned queue now bounds each one's wait by its interval.
             for batch in plan_batches(self.queues()).values():
-                self.scheduler.add_job(self.sweep, args=[batch], name="takeover")
+                self.scheduler.add_job(self.sweep, args=[batch], name="takeover", executor=SWEEPS)
 
     def discover(self) -> None:
         """SCAN every primary; a primary whose scan failed keeps its last list. A queue is
@@ -254,6 +258,7 @@ class Daemon:
         self.add_jobs()
         self.scheduler.start()
         log.info("started", version=__version__, **s.describe())
+        said(s)
 
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -263,27 +268,28 @@ class Daemon:
         self.reload_requested.set()
 
     def apply_reload(self) -> None:
-        """SIGHUP: the config file again; queues, budgets and log level change in place."""
+        """SIGHUP: the config file again; queues, budgets, jitter and logs change in place, the
+        restart-only settings keep the values they run with (the log names each one)."""
         self.reload_requested.clear()
         try:
-            fresh = self.reload()
+            wanted = self.reload()
         except ConfigError as exc:
             log.error("reload_failed", error=str(exc))
             return
-        needs_restart = [
-            name
-            for name in RESTART_SETTINGS
-            if getattr(fresh, name) != getattr(self.settings, name)
-        ]
-        if needs_restart:
-            log.warning("reload_needs_restart", settings=needs_restart)
-        configure_logging(fresh.log_format, fresh.log_level)
+        waiting = restart_changes(self.settings, wanted)
+        if waiting:
+            log.warning("reload_needs_restart", settings=waiting)
+        fresh = replace(wanted, **{name: getattr(self.settings, name) for name in RESTART_SETTINGS})
         self.fleet.retune(tuning(fresh))
         self.settings = fresh
+        self.schedule.jitter = fresh.jitter
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
         self.schedule.reset()
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
+        said(fresh)
+        # Last: the lines above still show at the level they were asked at, whatever the new one.
+        configure_logging(fresh.log_format, fresh.log_level)
 
     def serve_forever(self) -> None:
         """The main thread: signals, readiness and the watchdog, until asked to stop."""
@@ -333,6 +339,58 @@ class Daemon:
         if self.server is not None:
             self.server.close()
         log.info("stopped")
+
+
+def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
+    """The restart-only settings as the options name them: each one's value, and how the log
+    shows it (no credential, no password, a web config by its path)."""
+    c, t, web, bound = s.connection, s.connection.topology, s.web_config, s.metrics_host
+
+    def same(value: object) -> tuple[object, object]:
+        return value, value
+
+    def secret(value: str | None) -> tuple[object, object]:
+        return value, None if value is None else "<set>"
+
+    return {
+        "redis_url": (c.url, c.shown_url),
+        "redis_password": secret(c.password),
+        "socket_timeout": same(c.socket_timeout),
+        **{key: same(path) for key, path in c.tls.by_key().items()},
+        "cluster": same(t.cluster),
+        "sentinels": (t.sentinels, [f"{host}:{port}" for host, port in t.sentinels]),
+        "sentinel_master": same(t.sentinel_master),
+        "sentinel_password": secret(t.sentinel_password),
+        "prefix_root": same(s.prefix_root),
+        "executor": same(str(s.executor)),
+        "metrics_addr": same(f"{f'[{bound}]' if ':' in bound else bound}:{s.metrics_port}"),
+        "web_config_file": (web, str(web.path) if web else None),
+        "shard": same(str(s.shard)),
+        "heartbeat": same(s.heartbeat),
+        "instance_id": same(s.instance_id),
+        "queue_metrics": same(str(s.queue_metrics)),
+    }
+
+
+def restart_changes(running: Settings, wanted: Settings) -> dict[str, dict[str, object]]:
+    """The restart-only settings the file changes: each with the value that runs and the one
+    wanted, marked changed where both show alike (a password, a web config's content)."""
+    before, after = restart_only(running), restart_only(wanted)
+    changes: dict[str, dict[str, object]] = {}
+    for key, (value, shown) in after.items():
+        old, old_shown = before[key]
+        if value != old:
+            changes[key] = {
+                "running": old_shown,
+                "wanted": shown if shown != old_shown else f"{shown} (changed)",
+            }
+    return changes
+
+
+def said(s: Settings) -> None:
+    """The config file's notes, once per read: it works as written, but should be rewritten."""
+    for note in s.notes:
+        log.warning("config_deprecated", note=note)
 
 
 def tuning(s: Settings) -> Tuning:

@@ -52,6 +52,14 @@ class QueueKeys:
     def metrics_failed(self) -> str:
         return self.prefix + METRICS_FAILED
 
+    def absent(self) -> str:
+        """What it means when none of the queue's keys but its rows exists: said, never an
+        error (a queue emptied to its last key is legitimate)."""
+        return (
+            f"none of the keys of queue {self.queue} exists ({self.active}, :pending, :dead, "
+            ":metrics:failed): an empty queue, or a wrong name or --prefix-root"
+        )
+
     @property
     def guard(self) -> str:
         """A key of the queue's slot that nothing writes: see constants.SWEEP_GUARD."""

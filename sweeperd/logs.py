@@ -17,7 +17,9 @@ from sweeperd.keyspace import job_id_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 ID_CAP = 20  # job ids listed in one log event at the most
-QUIET_LOGGERS = ("apscheduler",)  # WARNING and up unless the level is debug
+# The libraries' loggers log WARNING and up whatever the level: at debug APScheduler says two
+# lines per job run, redis-py one per connection, and sweeperd's own debug lines would drown.
+QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")
 
 # A URL: scheme://... up to a space or a quote; redacted when it holds a credential.
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
@@ -128,9 +130,8 @@ def configure_logging(fmt: str, level: str, stream: TextIO | None = None) -> Non
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(numeric)
-    quiet = numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
     for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(quiet)
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
 
     structlog.configure(
         processors=[

@@ -338,6 +338,12 @@ class Metrics:
             "How late sweeps started against their schedule.",
             buckets=LAG_BUCKETS_S, registry=None,
         ))  # fmt: skip
+        self.missed = self._register(Counter(
+            "sweeperd_schedule_missed_runs",
+            "Scheduled sweeps of a batch that never ran: the scheduler woke too late for them "
+            "(the process stopped, a VM paused) and swept the batch once for all of them.",
+            registry=None,
+        ))  # fmt: skip
         self.overruns = self._register(Counter(
             "sweeperd_schedule_overruns",
             "Sweeps skipped because the batch's previous sweep was still running "
@@ -472,6 +478,9 @@ class Metrics:
 
     def schedule_lag(self, seconds: float) -> None:
         self.lag.observe(max(seconds, 0.0))
+
+    def schedule_missed(self, runs: int) -> None:
+        self.missed.inc(runs)
 
     def schedule_overrun(self) -> None:
         self.overruns.inc()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import redis
 
 from sweeperd import model
+from sweeperd.census import has_keys
 from sweeperd.connection import Connection
 from sweeperd.constants import DEFAULT_CALL_TARGET_MS, METRICS_FAILED_FIELD
 from sweeperd.executors import Executor
@@ -44,6 +45,7 @@ class OnceResult:
     limit: int = 0
     at_ms: int = 0  # the server's clock when it started: `left` counts leases due by then
     left_read: bool = True  # False: a refused call did not say what is left (see refused())
+    absent: str | None = None  # nothing was due, and none of the queue's own keys exists
 
     @property
     def refusal(self) -> str:
@@ -112,6 +114,15 @@ def sweep(
             if not (drain and keeps_draining(done)):
                 break
         result.interrupted = interrupted()
+    return said_absent(result, client, keys)
+
+
+def said_absent(result: OnceResult, client: redis.Redis, keys: QueueKeys) -> OnceResult:
+    """Nothing was due, nothing refused or interrupted: whether the queue has a key at all is
+    said too (a typo of its name or of --prefix-root looks like nothing due)."""
+    quiet = result.error is None and not result.interrupted and not result.taken
+    if quiet and not has_keys(client, keys):
+        result.absent = keys.absent()
     return result
 
 
@@ -222,7 +233,7 @@ def dry_run(
             break
         result.add(verdict)
         snapshot = _after_deaths(snapshot, len(verdict.dead))
-    return result
+    return said_absent(result, client, keys)
 
 
 HELD = (redis.exceptions.AskError, redis.exceptions.TryAgainError)  # the slot migrates or moved

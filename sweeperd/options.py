@@ -84,8 +84,8 @@ OPTIONS: dict[str, Option] = {
             "config",
             "PATH",
             ALL,
-            "The TOML file: the settings below and [queues.<name>] tables. "
-            "once and inspect apply the queue's own table.",
+            "The TOML file: the settings below, and [queue.<name>] tables for a queue's own "
+            "interval, max_stalled and limit (once and inspect apply them too).",
             toml=False,
         ),
         Option(
@@ -178,14 +178,15 @@ OPTIONS: dict[str, Option] = {
             "N",
             (RUN, ONCE),
             "The stall budget: a job whose stalled count reaches it is dead-lettered. "
-            "A [queues.<name>] table's own value wins.",
+            "run: a [queue.<name>] table's own value wins; once: this one does.",
             DEFAULT_MAX_STALLED,
         ),
         Option(
             "limit",
             "N",
             (RUN, ONCE),
-            "Expired leases one call takes at the most. A [queues.<name>] table's own value wins.",
+            "Expired leases one call takes at the most. run: a [queue.<name>] table's own "
+            "value wins; once: this one does.",
             DEFAULT_LIMIT,
         ),
         Option(
@@ -292,7 +293,8 @@ OPTIONS: dict[str, Option] = {
             "log_level",
             "LEVEL",
             (RUN,),
-            "The least level logged: debug, info, warning or error.",
+            "The least level logged: debug, info, warning or error; APScheduler and redis-py "
+            "log warnings and up whatever it is.",
             "info",
         ),
         Option(

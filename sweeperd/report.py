@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from sweeperd.census import Census
-from sweeperd.keyspace import job_id_text
+from sweeperd.keyspace import QueueKeys, job_id_text
 from sweeperd.once import OnceResult
 
 FRAME_LINES = 8  # lines of a `once` summary besides the ids
@@ -66,7 +66,7 @@ def once_text(result: OnceResult) -> str:
     if result.error is not None:
         lines.append(f"{result.refusal} ({result.error.reason}), {result.still_due}")
     elif not (result.recovered or result.dead or result.ghosts):
-        lines.append("nothing was due")
+        lines.append("nothing was due" + (f": {result.absent}" if result.absent else ""))
     return "\n".join(lines)
 
 
@@ -74,9 +74,10 @@ def census_json(census: Census) -> str:
     return json.dumps(asdict(census), allow_nan=False)
 
 
-def census_text(c: Census) -> str:
+def census_text(c: Census, keys: QueueKeys) -> str:
     overdue = "none" if c.oldest_overdue_s is None else f"{c.oldest_overdue_s:.1f}s"
     failed = "not an integer" if c.failed is None else str(c.failed)
+    note = [] if c.exists else [f"note       {keys.absent()}"]
     return "\n".join(
         [
             f"queue      {c.queue}",
@@ -86,5 +87,6 @@ def census_text(c: Census) -> str:
             f"server     run_id {c.run_id}",
             "verb       EMQ.STALLED.CHECK "
             + ("available (native)" if c.verb_available else "not loaded (script executor)"),
+            *note,
         ]
     )

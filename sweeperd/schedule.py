@@ -12,6 +12,8 @@ from apscheduler.events import (
     EVENT_JOB_SUBMITTED,
     JobSubmissionEvent,
 )
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.job import Job
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -19,8 +21,18 @@ from sweeperd.settings import QueueSettings
 
 BATCH_SIZE = 200  # queues per pipelined round trip
 JOB_PREFIX = "sweep:"
+SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
 
 Batch = list[QueueSettings]
+
+
+class RunOnce(ThreadPoolExecutor):  # type: ignore[misc]
+    """A pool that runs a job once for all the run times it is handed: APScheduler's coalesce,
+    done here, so that the submission event still lists every run time missed (coalesce=True
+    would list only the last) and the missed runs can be counted."""
+
+    def submit_job(self, job: Job, run_times: list[datetime]) -> None:
+        super().submit_job(job, run_times[-1:])
 
 
 def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dict[str, Batch]:
@@ -42,8 +54,10 @@ class Schedule:
         scheduler: BaseScheduler,
         sweep: Callable[[Batch], None],
         *,
+        workers: int,
         jitter: float,
         on_lag: Callable[[float], None],
+        on_missed: Callable[[int], None],
         on_overrun: Callable[[], None],
     ) -> None:
         self.scheduler = scheduler
@@ -52,16 +66,25 @@ class Schedule:
         self.batches: dict[str, Batch] = {}
         self.running: set[str] = set()
         self.lock = threading.Lock()
-        scheduler.add_listener(self._submitted(on_lag), EVENT_JOB_SUBMITTED)
+        scheduler.add_executor(RunOnce(workers), SWEEPS)
+        scheduler.add_listener(self._submitted(on_lag, on_missed), EVENT_JOB_SUBMITTED)
         # A batch still sweeping when it falls due again is skipped, not queued behind itself.
         scheduler.add_listener(lambda _event: on_overrun(), EVENT_JOB_MAX_INSTANCES)
 
     @staticmethod
-    def _submitted(on_lag: Callable[[float], None]) -> Callable[[JobSubmissionEvent], None]:
+    def _submitted(
+        on_lag: Callable[[float], None], on_missed: Callable[[int], None]
+    ) -> Callable[[JobSubmissionEvent], None]:
+        """A batch submitted for the run times it missed (the scheduler did not run in time:
+        the process was stopped, the VM paused) as for one: the runs before the last are
+        counted missed, and the lag is the first's."""
+
         def listener(event: JobSubmissionEvent) -> None:
-            if event.job_id.startswith(JOB_PREFIX) and event.scheduled_run_times:
-                late = datetime.now(UTC) - event.scheduled_run_times[-1]
-                on_lag(max(0.0, late.total_seconds()))
+            times = event.scheduled_run_times
+            if event.job_id.startswith(JOB_PREFIX) and times:
+                on_lag(max(0.0, (datetime.now(UTC) - times[0]).total_seconds()))
+                if len(times) > 1:
+                    on_missed(len(times) - 1)
 
         return listener
 
@@ -84,8 +107,9 @@ class Schedule:
             id=job_id,
             name=job_id,
             max_instances=1,  # never two sweeps of one queue at once
-            coalesce=True,  # missed runs collapse into one
+            coalesce=False,  # missed runs collapse into one in RunOnce, listed in the event
             misfire_grace_time=None,  # a late run still runs
+            executor=SWEEPS,
             next_run_time=datetime.now(UTC),
         )
 

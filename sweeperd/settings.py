@@ -33,11 +33,14 @@ from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
-QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queues.<name>] table may set
+QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
 # The settings of the file and of overrides, with their defaults; "queues" has none.
 DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
 KNOWN_KEYS = (*DEFAULTS, "queues")
-FILE_KEYS = tuple(k for k in KNOWN_KEYS if OPTIONS[k].toml)  # instance_id is per replica
+TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list of names
+OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
+# instance_id is per replica: not in the file.
+FILE_KEYS = (*(k for k in KNOWN_KEYS if OPTIONS[k].toml), TABLES)
 MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
 
 E = TypeVar("E", bound=StrEnum)
@@ -87,6 +90,7 @@ class Settings:
     heartbeat: float  # seconds: a member's time to live, renewed three times within it
     instance_id: str  # this replica's member id among the replicas sharing the queues
     web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
+    notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
@@ -98,7 +102,9 @@ class Settings:
     def describe(self) -> dict[str, object]:
         """The settings fit for a log line: credentials removed from the URL, no password."""
         shown: dict[str, object] = {
-            f.name: getattr(self, f.name) for f in fields(self) if f.name != "connection"
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("connection", "notes")
         }
         shown["redis_url"] = self.connection.shown_url
         shown["redis_password"] = "<set>" if self.connection.password is not None else None
@@ -301,25 +307,55 @@ def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: 
             )
 
 
-def _file_queues(data: Mapping[str, Any], path: Path) -> dict[str, dict[str, _Given]]:
-    """The file's queues: each name with the per-queue values its table sets."""
-    given = data.get("queues", [])
-    where = f"queues in {path}"
-    if isinstance(given, list):
-        return {_queue_name(name, where): {} for name in given}
-    if not isinstance(given, dict):
-        raise ConfigError(f"{where} must be a list of names or [queues.<name>] tables")
-    queues: dict[str, dict[str, _Given]] = {}
-    for name, table in given.items():
-        table_where = f"[queues.{name}] in {path}"
-        _queue_name(name, where)
-        if not isinstance(table, dict):
-            raise ConfigError(f"queues.{name} in {path} must be a table ([queues.{name}])")
-        _refuse_unknown(table, QUEUE_KEYS, table_where)
-        queues[name] = {
-            key: _Given(value, f"{key} of {table_where}", False) for key, value in table.items()
-        }
-    return queues
+def _file_queues(
+    data: Mapping[str, Any], path: Path
+) -> tuple[dict[str, dict[str, _Given]], tuple[str, ...]]:
+    """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
+    values its table sets; and the notes on how to write the file now. `[queues.<name>]`
+    tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
+    listed, tables = data.get("queues", []), data.get(TABLES, {})
+    old: dict[str, Any] = {}
+    if isinstance(listed, dict):
+        old, listed = listed, []
+    if not isinstance(listed, list):
+        raise ConfigError(
+            f"queues in {path} must be a list of names; a queue's own values go in "
+            f"[{TABLES}.<name>] tables"
+        )
+    if not isinstance(tables, dict):
+        raise ConfigError(
+            f"{TABLES} in {path} must be [{TABLES}.<name>] tables; a list of names is "
+            "queues = [...]"
+        )
+    queues: dict[str, dict[str, _Given]] = {
+        _queue_name(name, f"queues in {path}"): {} for name in listed
+    }
+    for spelled, given in ((TABLES, tables), (OLD_TABLES, old)):
+        for name, table in given.items():
+            _queue_name(name, f"{spelled} in {path}")
+            if spelled == OLD_TABLES and name in tables:
+                raise ConfigError(
+                    f"queue {name} has two tables in {path}, [{TABLES}.{name}] and "
+                    f"[{OLD_TABLES}.{name}]: keep [{TABLES}.{name}]"
+                )
+            queues[name] = _queue_table(table, f"{spelled}.{name}", path)
+    notes: tuple[str, ...] = ()
+    if old:
+        renamed = ", ".join(f"[{TABLES}.{name}]" for name in old)
+        notes = (
+            f"config file {path}: [{OLD_TABLES}.<name>] tables are read as [{TABLES}.<name>]; "
+            f"rename them {renamed} (queues = [...] is the list of names)",
+        )
+    return queues, notes
+
+
+def _queue_table(table: object, spelled: str, path: Path) -> dict[str, _Given]:
+    """One queue's table: the values it sets, each named by the table as written."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{spelled} in {path} must be a table ([{spelled}])")
+    where = f"[{spelled}] in {path}"
+    _refuse_unknown(table, QUEUE_KEYS, where)
+    return {key: _Given(value, f"{key} of {where}", False) for key, value in table.items()}
 
 
 def queue_names(value: object) -> list[str]:
@@ -350,12 +386,25 @@ def _gather(
     chosen: dict[str, _Given] = {}
     for key, default in DEFAULTS.items():
         if overrides.get(key) is not None:
-            chosen[key] = _Given(overrides[key], OPTIONS[key].where, True)
+            chosen[key] = _not_empty(key, _Given(overrides[key], OPTIONS[key].where, True))
         elif key in data:
-            chosen[key] = _Given(data[key], f"{key} in {path}", False)
+            chosen[key] = _not_empty(key, _Given(data[key], f"{key} in {path}", False))
         else:
             chosen[key] = _Given(default, f"the default {key}", False)
     return chosen
+
+
+def _not_empty(key: str, given: _Given) -> _Given:
+    """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
+    would otherwise mean the default, e.g. whatever server listens on localhost."""
+    if isinstance(given.value, str) and not given.value.strip():
+        o = OPTIONS[key]
+        default = f" (default: {o.default_text})" if o.default_text else ""
+        raise ConfigError(
+            f"{given.where} is empty: set it ({o.metavar or 'true or false'}) or leave it out"
+            f"{default}"
+        )
+    return given
 
 
 def _switch(given: _Given) -> bool:
@@ -526,7 +575,7 @@ def build_settings(
     """
     data = _read_file(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
-    file_queues = _file_queues(data, config_path) if config_path is not None else {}
+    file_queues, notes = _file_queues(data, config_path) if config_path is not None else ({}, ())
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
     log_format = _choice(given["log_format"], LogFormat)
     if log_format is LogFormat.AUTO:
@@ -563,4 +612,5 @@ def build_settings(
         heartbeat=_heartbeat(given["heartbeat"]),
         instance_id=_instance_id(given["instance_id"]),
         web_config=_web_config(given["web_config_file"], config_path),
+        notes=notes,
     )

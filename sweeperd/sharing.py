@@ -11,6 +11,7 @@ import structlog
 
 from sweeperd.connection import UNREACHABLE
 from sweeperd.constants import DEFAULT_PREFIX_ROOT
+from sweeperd.logs import cap_ids
 from sweeperd.membership import MembershipStore, View
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
@@ -104,8 +105,10 @@ class Sharing:
         self.view, self.alive_until = view, now + self.ttl_s
         old = self.members or frozenset()
         if view.members != old:
-            log.info("members_changed", members=len(view.members),
-                     joined=len(view.members - old), left=len(old - view.members))  # fmt: skip
+            joined, left = sorted(view.members - old), sorted(old - view.members)
+            log.info("members_changed", member=self.member_id, members=len(view.members),
+                     joined=len(joined), left=len(left), joined_ids=cap_ids(joined),
+                     left_ids=cap_ids(left))  # fmt: skip
         self.members = view.members
 
     def lapse(self, now: float) -> None:

@@ -263,7 +263,7 @@ class TestConfig:
     ) -> None:
         """`once --config` takes the queue's own max_stalled: stalled 1 of 3 is recovered."""
         config = tmp_path / "sweeperd.toml"
-        config.write_text(f'redis_url = "{redis_server.url}"\n[queues.mail]\nmax_stalled = 3\n')
+        config.write_text(f'redis_url = "{redis_server.url}"\n[queue.mail]\nmax_stalled = 3\n')
         mail = QueueKeys("mail")
         lease(r, mail, b"j", attempts=1, stalled=1, lease_epoch=run_id(r))
         ran = sweeperd("once", "-q", "mail", "--config", str(config), "--json")

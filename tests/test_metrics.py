@@ -426,5 +426,5 @@ class TestExposition:
             for metric in every_kind(full).registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 22
+        assert len(helps) == 23
         assert all(len(text) > 20 for text in helps.values())

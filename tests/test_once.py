@@ -500,11 +500,11 @@ class TestText:
         assert dead == [*(f"  {i}" for i in ids[:4]), "  … and 26 more (--json lists every id)"]
 
     def test_nothing_due(self, native: Target) -> None:
-        """With nothing due the summary says so."""
+        """With nothing due the summary says so (and, the queue having no key, that too)."""
         ran = native.once()
         assert (ran.code, ran.err) == (0, "")
         assert ran.out.splitlines()[1:] == [
             "recovered 0 (of which 0 exempt: lease from an earlier server run)  dead 0  ghosts 0  "
             "calls 1",
-            "nothing was due",
+            f"nothing was due: {Q.absent()}",
         ]

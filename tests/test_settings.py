@@ -157,8 +157,8 @@ class TestSharingSettings:
             ("heartbeat", 0.1, "a number of seconds from 0.5 to 86400, not 0.1"),
             ("heartbeat", "x", "a number of seconds from 0.5 to 86400, not 'x'"),
             ("shard", "maybe", "one of on, off, not 'maybe'"),
-            ("instance_id", "", "1 to 200 printable characters without spaces (e.g. the pod "
-             "name), not ''"),
+            ("instance_id", "a\tb", "1 to 200 printable characters without spaces (e.g. the "
+             "pod name), not 'a\\tb'"),
             ("instance_id", "a b", "1 to 200 printable characters without spaces (e.g. the pod "
              "name), not 'a b'"),
         ],
@@ -199,7 +199,7 @@ class TestQueues:
 
     def test_tables_inherit_globals(self, tmp_path: Path) -> None:
         """A queue table's own values win; what it leaves out comes from the globals."""
-        toml = "interval = 2\nmax_stalled = 4\n[queues.orders]\n[queues.mail]\ninterval = 10\n"
+        toml = "interval = 2\nmax_stalled = 4\n[queue.orders]\n[queue.mail]\ninterval = 10\n"
         s = build(tmp_path, toml + "limit = 9\n")
         assert s.queues == (
             QueueSettings("orders", 2.0, 4, DEFAULT_LIMIT),
@@ -208,12 +208,12 @@ class TestQueues:
 
     def test_table_wins_over_global_flag(self, tmp_path: Path) -> None:
         """A global flag reaches a table's unset keys, not the ones the table sets."""
-        s = build(tmp_path, "[queues.mail]\ninterval = 10\n", interval=1, max_stalled=2)
+        s = build(tmp_path, "[queue.mail]\ninterval = 10\n", interval=1, max_stalled=2)
         assert s.queues == (QueueSettings("mail", 10.0, 2, DEFAULT_LIMIT),)
 
     def test_flag_names_added_to_file(self, tmp_path: Path) -> None:
         """Names given by flags are added to the file's; a name in both keeps its table."""
-        s = build(tmp_path, "[queues.mail]\nlimit = 3\n", queues=["extra,mail"])
+        s = build(tmp_path, "[queue.mail]\nlimit = 3\n", queues=["extra,mail"])
         assert s.queues == (
             QueueSettings("mail", 5.0, 1, 3),
             QueueSettings("extra", 5.0, 1, DEFAULT_LIMIT),
@@ -226,7 +226,7 @@ class TestQueues:
 
     def test_for_queue(self, tmp_path: Path) -> None:
         """for_queue gives a configured queue's settings, or the globals for a discovered one."""
-        s = build(tmp_path, "discover = 30\nmax_stalled = 2\n[queues.mail]\ninterval = 10\n")
+        s = build(tmp_path, "discover = 30\nmax_stalled = 2\n[queue.mail]\ninterval = 10\n")
         assert s.for_queue("mail") == QueueSettings("mail", 10.0, 2, DEFAULT_LIMIT)
         assert s.for_queue("found") == QueueSettings("found", 5.0, 2, DEFAULT_LIMIT)
 
@@ -312,7 +312,7 @@ class TestMetricsAddr:
         assert (s.metrics_host, s.metrics_port) == (host, port)
 
     @pytest.mark.parametrize(
-        "addr", ["9787", "host:0", "host:65536", "host:x", "::1:9787", "[::1]9787", "a b:1", ""]
+        "addr", ["9787", "host:0", "host:65536", "host:x", "::1:9787", "[::1]9787", "a b:1"]
     )
     def test_refused(self, tmp_path: Path, addr: str) -> None:
         """Anything but HOST:PORT with a port from 1 to 65535 is refused."""
@@ -350,7 +350,7 @@ class TestFileErrors:
             f"unknown key 'intervall' in config file {tmp_path / 'sweeperd.toml'} "
             "(did you mean interval?); known keys: redis_url, redis_password_file, "
         )
-        assert message.endswith("log_format, log_level, queues")
+        assert message.endswith("log_format, log_level, queues, queue")
 
     @pytest.mark.parametrize(
         ("toml", "expected"),
@@ -363,7 +363,8 @@ class TestFileErrors:
             ("[queues]\nmail = 3\n", "queues.mail in {path} must be a table ([queues.mail])"),
             (
                 'queues = "mail"\n',
-                "queues in {path} must be a list of names or [queues.<name>] tables",
+                "queues in {path} must be a list of names; a queue's own values go in "
+                "[queue.<name>] tables",
             ),
             (
                 'queues = ["q"]\ninterval = "5"\n',

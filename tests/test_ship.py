@@ -110,6 +110,7 @@ CONFIG_KEYS = frozenset(
         "discover",
         "queue_metrics",
         "queues",
+        "queue",
     }
 )
 QUEUE_KEYS = frozenset({"interval", "max_stalled", "limit"})
@@ -612,7 +613,7 @@ class TestKubernetesManifests:
         """The ConfigMap's sweeperd.toml parses and uses only the documented keys."""
         config = tomllib.loads(manifests()["ConfigMap"]["data"]["sweeperd.toml"])
         assert set(config) <= CONFIG_KEYS
-        for name, queue in config["queues"].items():
+        for name, queue in config["queue"].items():
             assert set(queue) <= QUEUE_KEYS, name
 
     def test_configmap_config_is_accepted_by_sweeperd(self, tmp_path: Path) -> None:
