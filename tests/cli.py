@@ -55,13 +55,15 @@ def isolated(env: Mapping[str, str]) -> Iterator[tuple[io.StringIO, io.StringIO]
     streams, the logging and structlog setup and the signal handlers are as they were."""
     saved_env = dict(os.environ)
     root = logging.getLogger()
-    saved_logging = (root.handlers[:], root.level)
+    saved_handlers = root.handlers[:]
+    saved_levels = {logger: logger.level for logger in loggers()}
     saved_structlog = structlog.get_config()
     saved_signals = {s: signal.getsignal(s) for s in SIGNALS}
     out, err = io.StringIO(), io.StringIO()
     os.environ.clear()
     os.environ.update(env)
-    root.handlers[:], root.level = [], logging.WARNING
+    root.handlers[:] = []
+    root.setLevel(logging.WARNING)
     structlog.reset_defaults()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -69,10 +71,18 @@ def isolated(env: Mapping[str, str]) -> Iterator[tuple[io.StringIO, io.StringIO]
     finally:
         os.environ.clear()
         os.environ.update(saved_env)
-        root.handlers[:], root.level = saved_logging
+        root.handlers[:] = saved_handlers
+        for logger, level in saved_levels.items():
+            logger.setLevel(level)
         structlog.configure(**saved_structlog)
         for number, handler in saved_signals.items():
             signal.signal(number, handler)
+
+
+def loggers() -> list[logging.Logger]:
+    """The root logger and every named one made so far."""
+    named = logging.Logger.manager.loggerDict.values()
+    return [logging.getLogger(), *(lg for lg in named if isinstance(lg, logging.Logger))]
 
 
 def exit_code(exc: SystemExit) -> int:
