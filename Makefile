@@ -36,8 +36,9 @@ demo: system module venv  ## a throwaway server, stalled leases, the daemon swee
 
 test: system module venv lint pytest  ## everything CI runs
 
+# A worker per core; a file's tests on one worker, so a module's topology is started once.
 pytest:  ## the suite, with line and branch coverage (subprocesses included) printed at the end
-	$(PY) -m pytest --cov --cov-report=term
+	$(PY) -m pytest -n auto --dist loadfile --cov --cov-report=term
 
 lint:
 	$(VENV)/bin/ruff check sweeperd tests bench

@@ -14,9 +14,10 @@ from sweeperd.reasons import Reason, ReplyLost, SweepError, reason_of_text, serv
 from sweeperd.topology import NoPrimary
 
 # Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
+# (MOVED is a refusal, exit 1: the node answered, sending the queue elsewhere, nothing ran.)
 UNREACHABLE_REASONS = (
     Reason.CONNECTION, Reason.TIMEOUT, Reason.REPLY_LOST, Reason.LOADING, Reason.CLUSTER_DOWN,
-    Reason.MOVED, Reason.TOPOLOGY,
+    Reason.TOPOLOGY,
 )  # fmt: skip
 # Replies that say the server is not where or how the call can run: their reason says it best.
 NOT_SERVED = (

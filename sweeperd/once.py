@@ -171,6 +171,13 @@ def refused(
             f"{f' to {target}' if target else ''}: {result.refusal}, {result.still_due}; run it "
             "again once the slot has moved",
         )
+    moved = error.message.split() if error.message.startswith("MOVED ") else []
+    if len(moved) == 3:  # MOVED <slot> <host:port>: the slot map changed while once ran
+        return SweepError(
+            error.reason,
+            f"{node_of(client)} sent slot {moved[1]} of {result.queue} to {moved[2]} (MOVED: "
+            f"the slot moved while once ran): {result.refusal}, {result.still_due}; run it again",
+        )
     return SweepError(error.reason, f"{error.message}: {result.refusal}, {result.still_due}")
 
 

@@ -1,14 +1,25 @@
-"""Shared fixtures: real redis-servers, one per session, flushed before each test."""
+"""Shared fixtures (real redis-servers, one per session, flushed before each test) and the
+Hypothesis profile of the run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from hypothesis import settings
 
 from tests.server import RedisServer
+
+# Hypothesis examples a property (test_differential.py's main one; the binary-id one a tenth):
+# the full count in CI, where .ci/run sets HYPOTHESIS_PROFILE=ci, a few hundred elsewhere.
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=2000)
+settings.register_profile("dev", max_examples=300)
+settings.load_profile(PROFILE)
+EXAMPLES = "differential_examples"  # the user property a differential test records its count in
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +58,26 @@ def r_plain(plain_server: RedisServer) -> Iterator[redis.Redis]:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def pytest_report_header() -> str:
+    return (
+        f"hypothesis profile {PROFILE!r}: {settings().max_examples} examples (HYPOTHESIS_PROFILE)"
+    )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The differential examples run, summed over every report (every xdist worker's too)."""
+    examples = sum(
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "teardown"
+        for name, value in getattr(report, "user_properties", ())
+        if name == EXAMPLES
+    )
+    if examples:
+        terminalreporter.write_line(
+            f"differential: {examples} examples run (model = module = Lua), "
+            f"hypothesis profile {PROFILE!r}"
+        )

@@ -132,13 +132,18 @@ class DaemonProcess:
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                raise AssertionError(f"sweeperd did not exit within {timeout_s}s") from None
-        return self.process.returncode
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float = 10.0) -> int:
+        """The exit code of a daemon already signalled; it must exit within `timeout_s` (a
+        second signal while it exits would find Python's handlers gone)."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"sweeperd did not exit within {timeout_s}s") from None
 
     def __enter__(self) -> DaemonProcess:
         return self.start()

@@ -69,6 +69,7 @@ class RedisServer:
             "daemonize": "no",
             "logfile": str(self.workdir / "redis.log"),
             "enable-debug-command": "yes",
+            "repl-diskless-sync-delay": "0",  # a replica syncs at once, not after 5 s
             **self.extra,
         }
         argv = [redis_server_binary()]

@@ -12,10 +12,10 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import Ran, sweeperd, sweeperd_many, sweeperd_process
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import dump_all, hash_of, lease, members, run_id
 from tests.server import RedisServer, free_port
-from tests.test_cli_usage import Ran, sweeperd, sweeperd_many
 
 Q = QueueKeys("q")
 PASSWORD = "s3cret-pw"
@@ -46,10 +46,17 @@ def locked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSer
         yield server
 
 
+class Quiet(http.server.BaseHTTPRequestHandler):
+    """The standard handler, its request log silenced: it would land in this process's stderr."""
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def http_port() -> Iterator[int]:
     """A port where an HTTP server, not a Redis one, answers."""
-    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    server = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server.server_address[1]
@@ -313,8 +320,8 @@ class TestStdout:
     def test_full_disk(self, redis_server: RedisServer) -> None:
         """A result that cannot be written (> /dev/full) is one line and exit 1, no traceback."""
         with open("/dev/full", "w") as full:
-            [ran] = sweeperd_many(
-                ["inspect", "-q", "q", "--redis-url", redis_server.url], stdout=full
+            ran = sweeperd_process(
+                "inspect", "-q", "q", "--redis-url", redis_server.url, stdout=full
             )
         line = one_line(ran, 1)
         assert "cannot be written to stdout: No space left on device" in line

@@ -1,81 +1,17 @@
-"""The command line's help and version, run as the operator runs it: `python -m sweeperd`."""
+"""The command line's help, version and completion; its entry points run as processes."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 import pytest
 
 from sweeperd import __version__
 from sweeperd.options import ALL, OPTIONS, markdown_table
+from tests.cli import PYTHON_M, Ran, sweeperd, sweeperd_many, sweeperd_process
 
-CLI_TIMEOUT_S = 30
 README = Path(__file__).resolve().parent.parent / "README.md"
-SCREEN = {"COLUMNS": "100", "LINES": "20"}  # a fixed terminal size for text output
-
-
-@dataclass(frozen=True)
-class Ran:
-    """One finished `python -m sweeperd` process."""
-
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> dict[str, Any]:
-        """The single JSON object on stdout."""
-        body = json.loads(self.out)
-        assert isinstance(body, dict)
-        return body
-
-    @property
-    def err_lines(self) -> list[str]:
-        return self.err.splitlines()
-
-
-def _environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This environment without SWEEPERD_* settings, on a fixed terminal size, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPERD_")}
-    return {**env, **SCREEN, **(extra or {})}
-
-
-def sweeperd_many(
-    *argvs: Sequence[str], env: Mapping[str, str] | None = None, stdout: IO[str] | None = None
-) -> list[Ran]:
-    """Runs `python -m sweeperd ARGV` for each argv at once; the results in the same order."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "sweeperd", *argv],
-            stdout=subprocess.PIPE if stdout is None else stdout,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_environment(env),
-        )
-        for argv in argvs
-    ]
-    done = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # a command that should have ended must not outlive the test
-            proc.communicate()
-            raise
-        done.append(Ran(proc.returncode, out or "", err))
-    return done
-
-
-def sweeperd(*args: str, env: Mapping[str, str] | None = None) -> Ran:
-    """Runs `python -m sweeperd ARGS` with no SWEEPERD_* settings but those of `env`."""
-    [ran] = sweeperd_many(args, env=env)
-    return ran
 
 
 def flat(text: str) -> str:
@@ -220,3 +156,24 @@ class TestEntryPoints:
         flags = sweeperd(env=completing("sweeperd once --dr", 2))
         assert commands.out.split() == ["once"]
         assert flags.out.split() == ["--drain", "--dry-run"]
+
+
+class TestProcess:
+    """What only a process shows: the installed entry points and the exit code they return."""
+
+    @pytest.mark.parametrize(
+        "argv0",
+        [PYTHON_M, [str(Path(sys.executable).parent / "sweeperd")]],
+        ids=["python -m sweeperd", "the sweeperd script"],
+    )
+    def test_version(self, argv0: list[str]) -> None:
+        """`python -m sweeperd` and the installed `sweeperd` print the version and exit 0."""
+        ran = sweeperd_process("--version", argv0=argv0)
+        assert (ran.code, ran.out, ran.err) == (0, f"sweeperd {__version__}\n", "")
+
+    def test_usage_error_exits_2(self) -> None:
+        """A usage error leaves the process with exit 2 and one line on stderr, no traceback."""
+        ran = sweeperd_process("reap", "--queue", "q")
+        assert (ran.code, ran.out) == (2, "")
+        [line] = ran.err_lines
+        assert line.startswith("sweeperd: ")

@@ -3,10 +3,7 @@ by slot, failovers seen as epoch changes, a slot migrated, a hung primary, disco
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -16,6 +13,7 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
 from tests.server import RedisServer
@@ -289,13 +287,12 @@ class TestOnce:
         [queue] = by_primary[holder_port]
         ids = seed(fresh, queue, 3, PAST_MS)
         seed_url = f"redis://127.0.0.1:{other_port}/0"
-        base = [sys.executable, "-m", "sweeperd"]
         args = ["--cluster", "--redis-url", seed_url, "--queue", queue, "--json"]
-        seen = subprocess.run([*base, "inspect", *args], capture_output=True, check=True)
-        assert json.loads(seen.stdout)["expired"] == 3
-        once = [*base, "once", *args, "--max-stalled", "5"]
-        done = subprocess.run(once, capture_output=True, check=True)
-        assert sorted(json.loads(done.stdout)["recovered"]) == sorted(i.decode() for i in ids)
+        seen = sweeperd("inspect", *args)
+        assert (seen.code, seen.json()["expired"]) == (0, 3), seen.err
+        done = sweeperd("once", *args, "--max-stalled", "5")
+        assert done.code == 0, done.err
+        assert sorted(done.json()["recovered"]) == sorted(i.decode() for i in ids)
         assert keyspace(fresh, queue)["active"] == 0
 
     def test_top_reads_every_primary(self, fresh: Cluster) -> None:
@@ -305,10 +302,9 @@ class TestOnce:
         for n, queues in enumerate(by_primary.values()):
             seed(fresh, queues[0], n + 1, PAST_MS)
         any_node = f"redis://127.0.0.1:{next(iter(by_primary))}/0"
-        base = [sys.executable, "-m", "sweeperd", "top", "--cluster", "--redis-url", any_node]
-        shown = subprocess.run([*base, "--json", "--interval", "0.1"], capture_output=True)
-        assert shown.returncode == 0, shown.stderr
-        body = json.loads(shown.stdout)
+        shown = sweeperd("top", "--cluster", "--redis-url", any_node, "--json", "--interval", "0.1")
+        assert shown.code == 0, shown.err
+        body = shown.json()
         assert {s["node"] for s in body["servers"]} == {f"127.0.0.1:{p}" for p in by_primary}
         rows = {row["queue"]: (row["node"], row["expired"]) for row in body["rows"]}
         assert rows == {

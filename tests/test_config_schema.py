@@ -14,10 +14,10 @@ import yaml
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings
+from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import lease, run_id
 from tests.server import RedisServer
-from tests.test_cli_usage import sweeperd
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import PAST_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer, free_port
@@ -382,31 +382,19 @@ class TestBadConfig:
     @pytest.mark.parametrize(("args", "named"), BAD_CONFIGS)
     def test_bad_settings_exit_2_with_one_line(self, args: list[str], named: str) -> None:
         """Each bad setting exits 2 with one line on stderr naming it."""
-        done = subprocess.run(
-            [sys.executable, "-m", "sweeperd", "run", *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1, done.stderr
+        done = sweeperd("run", *args)
+        assert done.code == 2, done.err
+        lines = done.err.strip().splitlines()
+        assert len(lines) == 1, done.err
         assert named in lines[0]
 
     def test_unknown_key_in_the_file_exits_2(self, workdir: Path) -> None:
         """An unknown key in the TOML file is named in the one line."""
         config = workdir / "bad.toml"
         config.write_text('queues = ["q"]\nintervall = 3\n')
-        done = subprocess.run(
-            [sys.executable, "-m", "sweeperd", "run", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert done.returncode == 2
-        assert "intervall" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        done = sweeperd("run", "--config", str(config))
+        assert done.code == 2
+        assert "intervall" in done.err and len(done.err.strip().splitlines()) == 1
 
     def test_taken_metrics_port_exits_2(self, workdir: Path) -> None:
         """A metrics port already bound is a usage error, with one line."""
@@ -414,21 +402,6 @@ class TestBadConfig:
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             port = taken.getsockname()[1]
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "sweeperd",
-                    "run",
-                    "--queue",
-                    "q",
-                    "--metrics-addr",
-                    f"127.0.0.1:{port}",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-        assert done.returncode == 2, done.stderr
-        assert "--metrics-addr" in done.stderr
+            done = sweeperd("run", "--queue", "q", "--metrics-addr", f"127.0.0.1:{port}")
+        assert done.code == 2, done.err
+        assert "--metrics-addr" in done.err

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -15,6 +14,7 @@ from sweeperd.constants import LLONG_MAX, LLONG_MIN, VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.scripts import STALLED_CHECK
+from tests.conftest import EXAMPLES
 from tests.helpers import now_ms, run_id
 from tests.keyspace_model import (
     Keyspace,
@@ -147,7 +147,7 @@ def as_bytes(values: st.SearchStrategy[int]) -> st.SearchStrategy[bytes]:
     return values.map(lambda n: str(n).encode())
 
 
-# Strategies are built once, at import: drawing is the hot loop of 2,000 examples.
+# Strategies are built once, at import: drawing is the hot loop of up to 2,000 examples.
 NEAR_ANCHORS = tuple(
     sorted({n for a in ANCHORS for n in range(a - 2, a + 2) if LLONG_MIN <= n <= LLONG_MAX})
 )  # at and around the 64-bit bounds, the double's 2^53 and the Lua port's plain-number bound
@@ -312,19 +312,23 @@ class Harness:
 
 
 @pytest.fixture(scope="module")
-def harness(redis_server: RedisServer, request: pytest.FixtureRequest) -> Iterator[Harness]:
-    """The session's module server, the script loaded; prints how many examples ran."""
+def harness(redis_server: RedisServer) -> Iterator[Harness]:
+    """The session's module server, the script loaded."""
     with redis_server.client() as r:
         sha = r.script_load(STALLED_CHECK.source)
         assert isinstance(sha, str | bytes)
         yield Harness(r, run_id(r), sha if isinstance(sha, str) else sha.decode())
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        print(f"\ndifferential: {RUNS['examples']} examples run (model = module = Lua)")
 
 
-DIFFERENTIAL = settings(
-    max_examples=2000,
+@pytest.fixture(autouse=True)
+def counted(record_property: Callable[[str, object], None]) -> Iterator[None]:
+    """The examples the test ran, recorded for the run's summary (tests/conftest.py)."""
+    before = RUNS["examples"]
+    yield
+    record_property(EXAMPLES, RUNS["examples"] - before)
+
+
+DIFFERENTIAL = settings(  # as many examples as the profile says (tests/conftest.py)
     deadline=None,
     derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -340,7 +344,7 @@ class TestThreeWay:
         """Reply or error text, and the whole keyspace after, are the same on all three."""
         harness.check(scenario)
 
-    @settings(DIFFERENTIAL, max_examples=200)
+    @settings(DIFFERENTIAL, max_examples=DIFFERENTIAL.max_examples // 10)
     @given(scenario=binary_scenarios())
     def test_binary_ids_agree(self, harness: Harness, scenario: Scenario) -> None:
         """Ids that are not UTF-8 are moved and replied byte for byte by all three."""

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sweeperd.settings import ConfigError, build_settings
+from tests.cli import Ran, sweeperd
 from tests.server import free_port
-from tests.test_cli_usage import Ran, sweeperd
 
 URL_FIX = "is empty: set it (URL) or leave it out (default: redis://localhost:6379/0)"
 

@@ -3,10 +3,7 @@ lost on the wire, keys changing under the daemon. Nothing is lost and nothing co
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +14,7 @@ import redis
 
 from sweeperd.executors import NATIVE
 from sweeperd.keyspace import QueueKeys
+from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import PAST_MS, dump_all, hash_of, lease, run_id
 from tests.proxy import LosingProxy
@@ -209,14 +207,13 @@ class TestReplyLost:
             NATIVE.prepare(client)  # the first EVALSHA is the sweep, not a NOSCRIPT
             proxy.armed.set()
             before = commandstat_calls(client, "evalsha")
-            ran = subprocess.run(
-                [sys.executable, "-m", "sweeperd", "once", "--queue", "q", "--json",
-                 "--redis-url", proxy.url, "--max-stalled", str(MAX_STALLED)],
-                capture_output=True, text=True, timeout=60,
+            ran = sweeperd(
+                "once", "--queue", "q", "--json", "--redis-url", proxy.url,
+                "--max-stalled", str(MAX_STALLED),
             )  # fmt: skip
             assert proxy.lost.is_set()
-            assert ran.returncode == 3, ran.stderr
-            error = json.loads(ran.stdout)["error"]
+            assert ran.code == 3, ran.err
+            error = ran.json()["error"]
             assert error["reason"] == "reply_lost"
             assert "may have run" in error["message"]
             assert commandstat_calls(client, "evalsha") - before == 1

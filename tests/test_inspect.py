@@ -7,9 +7,9 @@ import json
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import Ran, sweeperd
 from tests.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer, free_port
-from tests.test_cli_usage import Ran, sweeperd
 
 Q = QueueKeys("q")
 OVERDUE_MS = 90_000  # how long the oldest expired lease has been overdue

@@ -5,9 +5,9 @@ from __future__ import annotations
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import Ran, sweeperd
 from tests.helpers import FUTURE_OFFSET_MS, lease, now_ms
 from tests.server import RedisServer
-from tests.test_cli_usage import Ran, sweeperd
 
 
 def absent(queue: str, root: str = "emq") -> str:

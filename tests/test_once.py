@@ -9,9 +9,9 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import Ran, sweeperd, sweeperd_many
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer, free_port
-from tests.test_cli_usage import Ran, sweeperd, sweeperd_many
 
 Q = QueueKeys("q")
 EARLIER = b"0" * 40  # a run_id no server has now

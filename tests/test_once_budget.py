@@ -8,9 +8,9 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import Ran, sweeperd
 from tests.helpers import hash_of, lease, members, run_id
 from tests.server import RedisServer
-from tests.test_cli_usage import Ran, sweeperd
 
 MAIL = QueueKeys("mail")
 

@@ -18,8 +18,8 @@ from redis.retry import Retry
 
 from sweeperd.constants import EXIT_INTERRUPTED
 from sweeperd.keyspace import QueueKeys
+from tests.cli import CLI_TIMEOUT_S, environment
 from tests.server import RedisServer
-from tests.test_cli_usage import CLI_TIMEOUT_S, _environment
 
 Q = QueueKeys("q")
 SEED = """
@@ -28,7 +28,7 @@ for n = 1, tonumber(ARGV[1]) do
   redis.call('HSET', ARGV[2] .. 'j' .. n, 'attempts', 1)
 end
 """  # KEYS[1] active; ARGV[1] how many expired leases, ARGV[2] the rows' key prefix
-BUSY_PROBE_S = 0.2  # a PING unanswered this long: the server is running a call
+BUSY_PROBE_S = 0.05  # a PING unanswered this long: the server is running a call (~0.2 s each)
 
 
 def backlog(r: redis.Redis, leases: int) -> set[bytes]:
@@ -45,7 +45,7 @@ def once(server: RedisServer, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_environment(),
+        env=environment(),
     )
 
 
@@ -90,8 +90,8 @@ class TestFirstCtrlC:
     ) -> None:
         """SIGINT while a call runs: that call is read and counted; the ids the output lists
         are exactly those gone from active, `left` is what is still there; exit 130."""
-        ids = backlog(r, 150_000)
-        proc = once(redis_server, "--limit", "30000", *(["--json"] if output == "json" else []))
+        ids = backlog(r, 300_000)
+        proc = once(redis_server, "--limit", "60000", *(["--json"] if output == "json" else []))
         when_busy(r, redis_server, proc)
         proc.send_signal(signal.SIGINT)
         code, out, err = finished(proc)

@@ -24,7 +24,7 @@ from tests.server import RedisServer, free_port
 from tests.test_ship import RULES, dashboard_exprs, metric_names, with_grafana_values
 
 PAST_MS = 1_000_000  # a lease deadline long gone
-SHORT_FOR = "15s"  # `for:` in the test copy of the rules; the shipped rules wait minutes
+SHORT_FOR = "5s"  # `for:` in the test copy of the rules; the shipped rules wait minutes
 WAIT_S = 45.0
 POLL_S = 0.25
 STOP_TIMEOUT_S = 10.0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from itertools import count
@@ -16,6 +15,7 @@ import pytest
 from redis.crc import key_slot
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms, run_id
 from tests.server import RedisServer
@@ -254,33 +254,27 @@ class TestByHand:
         before = (slot_dumps(source, slot), slot_dumps(target, slot))
         args = ["once", "--cluster", "--redis-url", target.url, "--queue", queue, "--drain"]
         ran = sweeperd(*args, "--json")
-        assert (ran.returncode, json.loads(ran.stdout)["error"]["reason"]) == (1, "migrating")
+        assert (ran.code, json.loads(ran.out)["error"]["reason"]) == (1, "migrating")
         assert (slot_dumps(source, slot), slot_dumps(target, slot)) == before
         ran = sweeperd(*args)
-        assert ran.returncode == 1
-        assert ran.stderr.splitlines() == [
+        assert ran.code == 1
+        assert ran.err.splitlines() == [
             f"sweeperd: {name(source)} holds slot {slot} of {queue} while it migrates to "
             f"{name(target)}: refused, nothing written, 100 leases still due; run it again "
             "once the slot has moved"
         ]
-        assert "nothing written" in ran.stdout and "nothing was due" not in ran.stdout
+        assert "nothing written" in ran.out and "nothing was due" not in ran.out
         ran = sweeperd(*args, "--dry-run", "--json")  # asks the server the same question
-        assert (ran.returncode, json.loads(ran.stdout)["error"]["reason"]) == (1, "migrating")
+        assert (ran.code, json.loads(ran.out)["error"]["reason"]) == (1, "migrating")
         assert (slot_dumps(source, slot), slot_dumps(target, slot)) == before
         move_keys(source, target, keys_left(source, slot))
         finish_migration(fresh, slot, target)
         ran = sweeperd(*args, "--json")
-        assert ran.returncode == 0, ran.stderr
-        body = json.loads(ran.stdout)
+        assert ran.code == 0, ran.err
+        body = json.loads(ran.out)
         assert sorted(body["recovered"]) == sorted(i.decode() for i in ids)
         assert sorted(body["exempt"]) == sorted(i.decode() for i in ids)
         assert_none_lost(fresh, queue, ids, target)
-
-
-def sweeperd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sweeperd", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def reshard(source: RedisServer, target: RedisServer, log: Path) -> subprocess.Popen[bytes]:
@@ -335,13 +329,13 @@ class TestRedisCliReshard:
         codes = set()
         while moving.poll() is None:
             ran = sweeperd(*args)
-            codes.add(ran.returncode)
-            if ran.returncode:
-                assert json.loads(ran.stdout)["error"]["reason"] in ("migrating", "moved")
+            codes.add(ran.code)
+            if ran.code:
+                assert json.loads(ran.out)["error"]["reason"] in ("migrating", "moved")
         assert moving.returncode == 0, (tmp_path / "reshard.log").read_text()
         fresh.settle()
         time.sleep(max(0.0, (last_due - now_ms()) / 1000))  # the last leases fall due
         ran = sweeperd(*args)
-        assert ran.returncode == 0, ran.stderr
-        assert codes <= {0, 1}
+        assert ran.code == 0, ran.err
+        assert codes <= {0, 1}  # done, or refused (migrating, or moved while it ran)
         assert_none_lost(fresh, queue, ids, target)

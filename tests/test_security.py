@@ -11,10 +11,10 @@ import redis
 from sweeperd import acl
 from sweeperd.keyspace import QueueKeys
 from tests.certs import Pki, make_ca, make_pki
+from tests.cli import sweeperd, sweeperd_many
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import PAST_MS, lease, members
 from tests.server import RedisServer
-from tests.test_cli_usage import sweeperd, sweeperd_many
 
 Q = QueueKeys("q")
 PASSWORD = "Tr0ub4dor-secret-9731"  # searched for everywhere it must not be

@@ -3,9 +3,6 @@ Sentinel names, and a failover is an epoch change: counted, logged, its leases e
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
 from tests.server import RedisServer
@@ -147,14 +145,12 @@ class TestTop:
         the URL's host is not used."""
         primary = fresh.current()
         seed(primary, 3, PAST_MS, None)
-        argv = [
-            sys.executable, "-m", "sweeperd", "top", "--sentinel", fresh.addresses,
-            "--sentinel-master", MASTER, "--redis-url", "redis://127.0.0.1:1/0", "--json",
-            "--interval", "0.1",
-        ]  # fmt: skip
-        shown = subprocess.run(argv, capture_output=True, check=False)
-        assert shown.returncode == 0, shown.stderr
-        body = json.loads(shown.stdout)
+        shown = sweeperd(
+            "top", "--sentinel", fresh.addresses, "--sentinel-master", MASTER,
+            "--redis-url", "redis://127.0.0.1:1/0", "--json", "--interval", "0.1",
+        )  # fmt: skip
+        assert shown.code == 0, shown.err
+        body = shown.json()
         [server] = body["servers"]
         assert (server["node"], server["role"]) == (name(primary), "master")
         assert [(r["queue"], r["expired"]) for r in body["rows"]] == [(QUEUE, 3)]

@@ -26,9 +26,9 @@ from sweeperd.membership import members_key
 from sweeperd.ownership import owner
 from sweeperd.top import Screen, Top
 from sweeperd.topscreen import plain_text
+from tests.cli import Ran, sweeperd
 from tests.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer
-from tests.test_cli_usage import Ran, sweeperd
 
 BACKLOGS = {"reports": 7, "mail": 3, "idle": 0}  # expired leases per queue
 READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only

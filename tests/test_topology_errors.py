@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from tests.cli import Ran, sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import PAST_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer, free_port
@@ -24,16 +24,10 @@ from tests.topologies import Cluster, free_bus_port, info, write_leases
 Q = QueueKeys("q")
 
 
-def sweeperd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sweeperd", *args], capture_output=True, text=True, timeout=60
-    )
-
-
-def one_line(ran: subprocess.CompletedProcess[str], code: int) -> str:
+def one_line(ran: Ran, code: int) -> str:
     """The run's only stderr line, its `sweeperd: ` head removed, once the exit code is checked."""
-    assert ran.returncode == code, ran.stderr
-    [line] = ran.stderr.splitlines()
+    assert ran.code == code, ran.err
+    [line] = ran.err.splitlines()
     assert line.startswith("sweeperd: ")
     return line.removeprefix("sweeperd: ")
 
@@ -80,24 +74,24 @@ CLUSTER_WORDS = (
 class TestClusterNodeWithoutFlag:
     @pytest.mark.parametrize("command", ["once", "inspect", "top"])
     def test_once_inspect_and_top_refuse(self, lone_node: RedisServer, command: str) -> None:
-        """once, inspect and top at a Cluster node without --cluster: exit 3, reason moved, the
-        fix named in one line, nothing written."""
+        """once, inspect and top at a Cluster node without --cluster: exit 1 (the node refused,
+        MOVED), reason moved, the fix named in one line, nothing written."""
         with lone_node.client() as c:
             c.flushall()
             lease(c, Q, b"j", PAST_MS, attempts=1)
             before = dump_all(c)
             ran = sweeperd(command, "--redis-url", lone_node.url, "-q", "q")
-            assert one_line(ran, 3) == f"127.0.0.1:{lone_node.port} {CLUSTER_WORDS}"
+            assert one_line(ran, 1) == f"127.0.0.1:{lone_node.port} {CLUSTER_WORDS}"
             ran = sweeperd(command, "--redis-url", lone_node.url, "-q", "q", "--json")
-            assert ran.returncode == 3
-            assert json.loads(ran.stdout)["error"]["reason"] == "moved"
+            assert ran.code == 1
+            assert json.loads(ran.out)["error"]["reason"] == "moved"
             assert dump_all(c) == before
 
     def test_run_refuses_at_start(self, lone_node: RedisServer, tmp_path: Path) -> None:
-        """run at a Cluster node without --cluster exits 3 at start with the same line."""
+        """run at a Cluster node without --cluster exits 1 at start with the same line."""
         ran = sweeperd("run", "--redis-url", lone_node.url, "-q", "q",
                        "--metrics-addr", f"127.0.0.1:{free_port()}")  # fmt: skip
-        assert one_line(ran, 3) == f"127.0.0.1:{lone_node.port} {CLUSTER_WORDS}"
+        assert one_line(ran, 1) == f"127.0.0.1:{lone_node.port} {CLUSTER_WORDS}"
 
     def test_run_fails_every_tick(self, tmp_path: Path) -> None:
         """A Cluster node that comes up after run started without --cluster: every tick fails
@@ -135,7 +129,7 @@ class TestClusterFlagAtOneServer:
         if command != "run":
             ran = sweeperd(command, "--cluster", "--redis-url", redis_server.url, "-q", "q",
                            "--json")  # fmt: skip
-            assert json.loads(ran.stdout)["error"]["reason"] == "topology"
+            assert json.loads(ran.out)["error"]["reason"] == "topology"
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +248,8 @@ class TestLoading:
         try:
             self.restart_loading(server)
             ran = sweeperd("once", "--redis-url", server.url, "-q", "q", "--json")
-            assert ran.returncode == 3, ran.stderr
-            error = json.loads(ran.stdout)["error"]
+            assert ran.code == 3, ran.err
+            error = json.loads(ran.out)["error"]
             assert error["reason"] == "loading"
             assert error["message"].startswith("LOADING Redis is loading the dataset in memory")
         finally:

@@ -20,9 +20,9 @@ from sweeperd.http import MetricsServer, serve
 from sweeperd.keyspace import QueueKeys
 from sweeperd.webconfig import BadWebConfig, load_web_config
 from tests.certs import Pki, make_pki
+from tests.cli import sweeperd
 from tests.helpers import PAST_MS, lease
 from tests.server import RedisServer, free_port
-from tests.test_cli_usage import sweeperd
 from tests.test_prometheus_e2e import Process, Stack, prometheus_binary
 
 USER, PASSWORD = "prometheus", "scrape-pw-5521"
