@@ -18,7 +18,8 @@ from sweeperd.ledger import Ledger
 from sweeperd.logs import ID_CAP
 from sweeperd.node import Node
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import Call, CallResult, InFlight, SweepReply, keeps_draining
+from sweeperd.replies import Call, CallResult, SweepReply, keeps_draining
+from sweeperd.rounds import InFlight
 from sweeperd.settings import QueueSettings
 
 log = structlog.get_logger("sweeperd.drain")

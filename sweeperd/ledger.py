@@ -13,7 +13,7 @@ from sweeperd.holds import Holds
 from sweeperd.logs import cap_ids
 from sweeperd.metrics import Metrics
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import CallResult, SweepReply
+from sweeperd.replies import CallResult, SweepReply
 
 LOGGER = "sweeperd.sweep"
 log = structlog.get_logger(LOGGER)

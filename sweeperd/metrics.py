@@ -26,7 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.reasons import Reason
-from sweeperd.rounds import CallResult, SweepReply
+from sweeperd.replies import CallResult, SweepReply
 
 SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds.

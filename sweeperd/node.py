@@ -12,7 +12,8 @@ import structlog
 from sweeperd.executors import Executor, ExecutorChoice, choose
 from sweeperd.metrics import Metrics
 from sweeperd.reasons import REDIRECTS, Reason, SweepError
-from sweeperd.rounds import CallResult
+from sweeperd.replies import CallResult
+from sweeperd.rounds import Packed
 from sweeperd.serverinfo import ServerInfo, read_server_info
 from sweeperd.sizing import CallSizer
 from sweeperd.topology import cluster_down, clustered_error
@@ -55,6 +56,7 @@ class Node:
     last_answer: float | None = None  # monotonic seconds
     retry_at: float = 0.0
     backoff_s: float = BACKOFF_FIRST_S
+    packed: Packed = field(default_factory=Packed, repr=False)  # its rounds' commands, in RESP
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def may_try(self, now: float) -> bool:

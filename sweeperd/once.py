@@ -18,7 +18,8 @@ from sweeperd.constants import DEFAULT_CALL_TARGET_MS, METRICS_FAILED_FIELD
 from sweeperd.executors import Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError, reason_of_text
-from sweeperd.rounds import Call, SweepReply, keeps_draining, sweep_round
+from sweeperd.replies import Call, SweepReply, keeps_draining
+from sweeperd.rounds import sweep_round
 from sweeperd.serverinfo import read_server_info
 from sweeperd.sizing import CallSizer
 from sweeperd.topology import cluster_down, due_count, migrating_to, node_of, slot_of

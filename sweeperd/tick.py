@@ -17,7 +17,8 @@ from sweeperd.logs import ID_CAP
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node, NotPrimary
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import Call, CallResult, SweepReply, sweep_round
+from sweeperd.replies import Call, CallResult, SweepReply
+from sweeperd.rounds import sweep_round
 from sweeperd.settings import QueueSettings
 
 log = structlog.get_logger("sweeperd.tick")
@@ -87,7 +88,7 @@ class Tick:
         epoch = self.node.look(now)
         if epoch.restarted:
             self.on_restart(self.node)
-        return sweep_round(self.node.client, epoch.executor, calls)
+        return sweep_round(self.node.client, epoch.executor, calls, self.node.packed)
 
     def fail_all(self, queues: Sequence[QueueSettings], exc: Exception, started: float) -> None:
         """The node is down or loading, refused INFO or the verb's choice, is no primary of the

@@ -15,7 +15,8 @@ from sweeperd import acl
 from sweeperd.constants import VERB
 from sweeperd.executors import NATIVE, SCRIPT, Executor
 from sweeperd.keyspace import QueueKeys
-from sweeperd.rounds import Call, SweepReply, sweep_round
+from sweeperd.replies import Call, SweepReply
+from sweeperd.rounds import sweep_round
 from sweeperd.scripts import STALLED_CHECK
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, now_ms, run_id
 from tests.server import RedisServer

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics import Metrics, QueueMetrics
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import Call, CallResult, Depths, SweepReply
+from sweeperd.replies import Call, CallResult, Depths, SweepReply
 
 NODE = "h:6379"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

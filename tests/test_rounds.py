@@ -11,7 +11,8 @@ from sweeperd.connection import connect
 from sweeperd.executors import NATIVE, SCRIPT, Executor
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.rounds import Call, Depths, SweepReply, keeps_draining, packed, resp, sweep_round
+from sweeperd.replies import Call, Depths, SweepReply, keeps_draining
+from sweeperd.rounds import Packed, resp, sweep_round
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 
 A, B = QueueKeys("a"), QueueKeys("b")
@@ -183,12 +184,13 @@ class TestPackedRound:
         packed again, and each round takes what its calls say."""
         due(r, A, 5)
         due(r, B, 5)
+        packed = Packed()
         first = [Call(A, 2, 1), Call(B, 2, 1)]
         assert packed(NATIVE, first[0]) is packed(NATIVE, Call(A, 2, 1))
-        assert [len(x.reply.recovered) for x in sweep_round(r, NATIVE, first)] == [1, 1]  # type: ignore[union-attr]
+        assert [len(x.reply.recovered) for x in sweep_round(r, NATIVE, first, packed)] == [1, 1]  # type: ignore[union-attr]
         again = [Call(A, 2, 3), Call(B, 2, 3)]
         assert packed(NATIVE, again[0]) != packed(NATIVE, first[0])
-        results = sweep_round(r, NATIVE, again)
+        results = sweep_round(r, NATIVE, again, packed)
         assert [len(x.reply.recovered) for x in results] == [3, 3]  # type: ignore[union-attr]
         assert [x.expired_left for x in results] == [1, 1]
 

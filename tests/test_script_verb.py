@@ -11,7 +11,8 @@ from sweeperd.constants import LLONG_MAX, LLONG_MIN
 from sweeperd.executors import SCRIPT
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import ARITY, NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
-from sweeperd.rounds import Call, SweepReply, sweep_round
+from sweeperd.replies import Call, SweepReply
+from sweeperd.rounds import sweep_round
 from sweeperd.scripts import STALLED_CHECK, SWEEP_SCRIPT
 from tests.helpers import (
     FUTURE_OFFSET_MS,
