@@ -69,10 +69,8 @@ class Daemon:
                        "members": ThreadPoolExecutor(1)},  # default: discovery; batches: SWEEPS
         )  # fmt: skip
         self.schedule = Schedule(
-            self.scheduler, self.sweep, workers=WORKERS, jitter=s.jitter,
-            on_lag=self.metrics.schedule_lag, on_missed=self.metrics.schedule_missed,
-            on_overrun=self.overrun,
-        )  # fmt: skip
+            self.scheduler, self.sweep, workers=WORKERS, jitter=s.jitter, on_overrun=self.overrun
+        )
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.heartbeat = self.clock()
@@ -80,7 +78,13 @@ class Daemon:
         self.found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
         self.swept: set[str] = set()  # the queues this replica sweeps now
         self.exported: set[str] = set()  # the queues with series: swept once, still known
-        self.sharing = Sharing.of(s, self.fleet.home, self.metrics)
+        self.sharing = Sharing.of(s, self.fleet.home)
+        for series in self.schedule.series:
+            self.metrics.add_collector(series)
+        state = self.metrics.state
+        state.nodes, state.ready = self.fleet.states, self.ready
+        state.members, state.ownership_changes = self.sharing.seen, lambda: self.sharing.changes
+        state.owned = lambda: len(self.swept)
         self.queues_lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
         self.server: MetricsServer | None = None
         self.announced_ready = False
@@ -129,15 +133,15 @@ class Daemon:
             wanted = self.sharing.owned(self.known())
             names = {q.name for q in wanted}
             gained, lost = names - self.swept, self.swept - names
+            numbers = self.metrics.numbers
             for name in gained:
-                self.metrics.add_queue(name)
+                numbers.add_queue(name)
             for name in lost:
-                self.metrics.disown_queue(name)
+                numbers.disown_queue(name)
                 self.fleet.forget(name)
             self.exported = (self.exported | names) & known
-            self.metrics.keep_queues(self.exported)
+            numbers.keep_queues(self.exported)
             self.swept = names
-            self.metrics.owned_queues.set(len(names))
             self.schedule.sync(wanted)
         return gained, lost
 
@@ -188,7 +192,7 @@ class Daemon:
             node.answered(self.clock())
 
     def overrun(self) -> None:
-        self.metrics.schedule_overrun()
+        """A batch skipped, still sweeping (counted by the schedule): logged once a minute."""
         now = self.clock()
         if self.overruns_logged_at is None or now - self.overruns_logged_at >= OVERRUN_LOG_S:
             self.overruns_logged_at = now
@@ -212,11 +216,9 @@ class Daemon:
             self.settings.interval, self.settings.discover
         )
         now, nodes = self.clock(), self.fleet.holding(self.schedule.queue_names())
-        ready = bool(nodes) and all(
+        return bool(nodes) and all(
             n.answered_within(now, READY_INTERVALS * interval) for n in nodes or ()
         )
-        self.metrics.set_ready(ready)
-        return ready
 
     def add_jobs(self) -> None:
         """The heartbeat, the membership, the discovery scan and one job per batch of queues."""

@@ -24,6 +24,7 @@ from sweeperd.node import Node
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.settings import QueueSettings
 from sweeperd.sizing import CallSizer
+from sweeperd.stateseries import NodeState
 from sweeperd.tick import Tick
 from sweeperd.topology import (
     Layout,
@@ -124,7 +125,8 @@ class Fleet:
         self.slots: dict[str, int] = {}
         self.holds = Holds(clock)  # every primary's: a queue held on one resumes on another
         metrics.add_collector(self.holds)
-        self.nowhere = Ledger(metrics, UNROUTED, self.holds)
+        self.nowhere = Ledger(metrics.numbers, UNROUTED, self.holds)
+        self.retired: dict[str, int] = {}  # a primary no more -> its restarts (counters stay)
 
     # The layout.
     def refresh(self) -> bool:
@@ -198,12 +200,12 @@ class Fleet:
     def member(self, name: str, address: tuple[str, int] | None) -> Member:
         t = self.tuning
         node = Node(
-            name, self.connection.client(address), t.executor, self.metrics,
-            CallSizer(t.call_target_s), primary_only=self.mode != "standalone",
-            cluster=self.fan_out,
+            name, self.connection.client(address), t.executor, CallSizer(t.call_target_s),
+            primary_only=self.mode != "standalone", cluster=self.fan_out,
+            restarts=self.retired.pop(name, 0),
         )  # fmt: skip
-        ledger = Ledger(self.metrics, name, self.holds)
-        self.metrics.add_node(name)
+        ledger = Ledger(self.metrics.numbers, name, self.holds)
+        self.metrics.numbers.add_node(name)
         drainer = Drainer(
             node, ledger, share=t.drain_share, on_restart=self.on_restart, on_redirect=self.doubt
         )
@@ -218,11 +220,12 @@ class Fleet:
         return made
 
     def drop(self, member: Member) -> None:
-        """A primary no more (failed over, demoted, removed): its threads end, its series go."""
+        """A primary no more (failed over, demoted, removed): its threads end, its state's
+        series go; its restarts stay, as counters do."""
         member.drainer.stop(0)
         if member.pool is not None:
             member.pool.shutdown(wait=False, cancel_futures=True)
-        self.metrics.forget_node(member.node.name)
+        self.retired[member.node.name] = member.node.restarts
 
     def home(self) -> Node | None:
         """The primary that holds sweeperd's members key now (in a cluster, its slot's owner);
@@ -236,6 +239,12 @@ class Fleet:
     def nodes(self) -> list[Node]:
         with self.lock:
             return [m.node for m in self.members.values()]
+
+    def states(self) -> list[NodeState]:
+        """Every primary's state now, and the restarts of those no longer primaries."""
+        with self.lock:
+            retired = [NodeState(name, n) for name, n in self.retired.items()]
+            return [m.node.state() for m in self.members.values()] + retired
 
     def retune(self, tuning: Tuning) -> None:
         """SIGHUP's new call target and drain share, in place."""
@@ -323,7 +332,7 @@ class Fleet:
             return
         try:
             redirected = Tick(
-                member.node, self.metrics, member.ledger, member.drainer, self.tuning.prefix_root,
+                member.node, member.ledger, member.drainer, self.tuning.prefix_root,
                 on_restart=self.on_restart, on_retry=self.on_retry,
             ).run(held)  # fmt: skip
         finally:

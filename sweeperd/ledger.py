@@ -11,9 +11,9 @@ import structlog
 
 from sweeperd.holds import Holds
 from sweeperd.logs import cap_ids
-from sweeperd.metrics import Metrics
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.replies import CallResult, SweepReply
+from sweeperd.sweepseries import SweepNumbers
 
 LOGGER = "sweeperd.sweep"
 log = structlog.get_logger(LOGGER)
@@ -21,11 +21,11 @@ log = structlog.get_logger(LOGGER)
 
 @dataclass
 class Ledger:
-    """Counts every call in the metrics; logs a failure once per change of reason per queue,
-    and a call a Cluster held once per change (the holds are every node's: a queue held on one
-    primary resumes on another)."""
+    """Counts every call in the sweep's numbers, the one writer of them; logs a failure once per
+    change of reason per queue, and a call a Cluster held once per change (the holds are every
+    node's: a queue held on one primary resumes on another)."""
 
-    metrics: Metrics
+    numbers: SweepNumbers
     node: str
     holds: Holds = field(default_factory=Holds)
     failing: dict[str, Reason] = field(default_factory=dict)  # queue -> its failure's reason
@@ -36,7 +36,7 @@ class Ledger:
     ) -> SweepReply | None:
         """Count one call (its reply or its failure) and the numbers after it, at Unix time
         `at`; the reply when the call succeeded. `level` is the `sweep` event's log level."""
-        self.metrics.record(self.node, queue, result, at)
+        self.numbers.record(self.node, queue, result, at)
         self.holds.release(queue, self.node)
         return self.logged(queue, result, level)
 
@@ -45,7 +45,7 @@ class Ledger:
     ) -> None:
         """A tick's calls, one per queue, counted together (the tick's round trip as each
         queue's duration) and each logged as record() logs it."""
-        self.metrics.record_round(self.node, queues, results, at, duration_s=duration_s)
+        self.numbers.record_round(self.node, queues, results, at, duration_s=duration_s)
         for queue in queues if self.holds.held else ():
             self.holds.release(queue, self.node)
         for queue, result in zip(queues, results, strict=True):
@@ -84,9 +84,16 @@ class Ledger:
     def fail(self, queue: str, error: SweepError) -> None:
         """A call that failed without a reply: always counted; logged when the queue's reason
         changes."""
-        self.metrics.record_failure(self.node, queue, error.reason)
+        self.numbers.record_failure(self.node, queue, error.reason)
         self.holds.release(queue, self.node)
         self.failed(queue, error)
+
+    def fail_tick(self, queues: Sequence[str], error: SweepError, *, duration_s: float) -> None:
+        """A tick of these queues that failed whole (the node down, the tick broken): its round
+        trip counted as each queue's duration, each queue's failure as fail() counts it."""
+        self.numbers.record_ticks(self.node, queues, duration_s=duration_s)
+        for queue in queues:
+            self.fail(queue, error)
 
     def hold(self, queue: str, reason: Reason) -> None:
         """A call this node held or sent elsewhere, unrun: no failure, nothing counted but the

@@ -10,12 +10,12 @@ import redis
 import structlog
 
 from sweeperd.executors import Executor, ExecutorChoice, choose
-from sweeperd.metrics import Metrics
 from sweeperd.reasons import REDIRECTS, Reason, SweepError
 from sweeperd.replies import CallResult
 from sweeperd.rounds import Packed
 from sweeperd.serverinfo import ServerInfo, read_server_info
 from sweeperd.sizing import CallSizer
+from sweeperd.stateseries import NodeState
 from sweeperd.topology import cluster_down, clustered_error
 
 log = structlog.get_logger("sweeperd.node")
@@ -44,7 +44,6 @@ class Node:
     name: str
     client: redis.Redis
     choice: ExecutorChoice
-    metrics: Metrics
     sizer: CallSizer
     run_id: bytes | None = None
     replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id, not this
@@ -53,6 +52,7 @@ class Node:
     predecessor: str | None = None  # the primary whose epoch this one took over, until looked at
     executor: Executor | None = None
     up: bool | None = None  # None until the first answer or failure
+    restarts: int = 0  # run_id (or master_replid) changes seen
     last_answer: float | None = None  # monotonic seconds
     retry_at: float = 0.0
     backoff_s: float = BACKOFF_FIRST_S
@@ -100,7 +100,7 @@ class Node:
         """Another server process, or the same one after a change of role: counted and logged
         once. Hold the lock."""
         failover = self.predecessor is not None or info.run_id == self.run_id
-        self.metrics.server_restarted(self.name)
+        self.restarts += 1
         log.warning(
             "server_restarted",
             node=self.name,
@@ -117,7 +117,6 @@ class Node:
         executor.prepare(self.client)
         log.info("executor_chosen", node=self.name, executor=executor.name,
                  wanted=str(self.choice))  # fmt: skip
-        self.metrics.server_info(self.name, info.run_id.decode(), executor.name)
         return executor
 
     def answered(self, now: float) -> None:
@@ -126,7 +125,6 @@ class Node:
         self.backoff_s = BACKOFF_FIRST_S
         if self.up is not True:
             log.info("redis_up", node=self.name)
-            self.metrics.node_up(self.name, True)
         self.up = True
 
     def failed(self, now: float, error: BaseException) -> None:
@@ -137,7 +135,6 @@ class Node:
         with self.lock:
             if self.up is not False:
                 log.warning("redis_down", node=self.name, error=str(error))
-                self.metrics.node_up(self.name, False)
             self.up = False
             self.retry_at = now + self.backoff_s
             self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
@@ -157,6 +154,16 @@ class Node:
                 result = CallResult(result.call, down, result.depths)
             judged.append(result)
         return judged
+
+    def state(self) -> NodeState:
+        """What the series say of it now: up, the run_id and executor it is swept with, the
+        restarts seen."""
+        executor = self.executor
+        return NodeState(
+            self.name, self.restarts, self.up,
+            self.run_id.decode() if self.run_id is not None and executor is not None else None,
+            executor.name if executor is not None else None,
+        )  # fmt: skip
 
     def answered_within(self, now: float, seconds: float) -> bool:
         return self.last_answer is not None and now - self.last_answer <= seconds

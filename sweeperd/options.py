@@ -20,7 +20,7 @@ from sweeperd.constants import (
 )
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
-from sweeperd.metrics import QueueMetrics
+from sweeperd.sweepseries import QueueMetrics
 
 ENV_PREFIX = "SWEEPERD_"
 RUN, ONCE, INSPECT, TOP = "run", "once", "inspect", "top"

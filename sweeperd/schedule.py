@@ -16,11 +16,15 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.job import Job
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+from prometheus_client import Counter, Histogram
+from prometheus_client.registry import Collector
 
 from sweeperd.settings import QueueSettings
 
 BATCH_SIZE = 200  # queues per pipelined round trip
 JOB_PREFIX = "sweep:"
+# How late a sweep started against its schedule.
+LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
 
 Batch = list[QueueSettings]
@@ -56,8 +60,6 @@ class Schedule:
         *,
         workers: int,
         jitter: float,
-        on_lag: Callable[[float], None],
-        on_missed: Callable[[int], None],
         on_overrun: Callable[[], None],
     ) -> None:
         self.scheduler = scheduler
@@ -66,27 +68,46 @@ class Schedule:
         self.batches: dict[str, Batch] = {}
         self.running: set[str] = set()
         self.lock = threading.Lock()
+        self.lag = Histogram(
+            "sweeperd_schedule_lag_seconds", "How late sweeps started against their schedule.",
+            buckets=LAG_BUCKETS_S, registry=None,
+        )  # fmt: skip
+        self.missed = Counter(
+            "sweeperd_schedule_missed_runs",
+            "Scheduled sweeps of a batch that never ran: the scheduler woke too late for them "
+            "(the process stopped, a VM paused) and swept the batch once for all of them.",
+            registry=None,
+        )
+        self.overruns = Counter(
+            "sweeperd_schedule_overruns",
+            "Sweeps skipped because the batch's previous sweep was still running "
+            "(the interval is shorter than a tick takes).",
+            registry=None,
+        )
+        self.on_overrun = on_overrun
         scheduler.add_executor(RunOnce(workers), SWEEPS)
-        scheduler.add_listener(self._submitted(on_lag, on_missed), EVENT_JOB_SUBMITTED)
+        scheduler.add_listener(self.submitted, EVENT_JOB_SUBMITTED)
         # A batch still sweeping when it falls due again is skipped, not queued behind itself.
-        scheduler.add_listener(lambda _event: on_overrun(), EVENT_JOB_MAX_INSTANCES)
+        scheduler.add_listener(self.overran, EVENT_JOB_MAX_INSTANCES)
 
-    @staticmethod
-    def _submitted(
-        on_lag: Callable[[float], None], on_missed: Callable[[int], None]
-    ) -> Callable[[JobSubmissionEvent], None]:
+    @property
+    def series(self) -> tuple[Collector, ...]:
+        """What the schedule counts, for the registry: its lag, missed runs and overruns."""
+        return self.lag, self.missed, self.overruns
+
+    def submitted(self, event: JobSubmissionEvent) -> None:
         """A batch submitted for the run times it missed (the scheduler did not run in time:
         the process was stopped, the VM paused) as for one: the runs before the last are
         counted missed, and the lag is the first's."""
+        times = event.scheduled_run_times
+        if event.job_id.startswith(JOB_PREFIX) and times:
+            self.lag.observe(max(0.0, (datetime.now(UTC) - times[0]).total_seconds()))
+            if len(times) > 1:
+                self.missed.inc(len(times) - 1)
 
-        def listener(event: JobSubmissionEvent) -> None:
-            times = event.scheduled_run_times
-            if event.job_id.startswith(JOB_PREFIX) and times:
-                on_lag(max(0.0, (datetime.now(UTC) - times[0]).total_seconds()))
-                if len(times) > 1:
-                    on_missed(len(times) - 1)
-
-        return listener
+    def overran(self, _event: object) -> None:
+        self.overruns.inc()
+        self.on_overrun()
 
     def sync(self, queues: Sequence[QueueSettings]) -> None:
         """Add the batches that are new, drop the vanished, let the rest keep their timers."""

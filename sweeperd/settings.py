@@ -29,8 +29,8 @@ from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S, 
 from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
-from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.sweepseries import QueueMetrics
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
 QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set

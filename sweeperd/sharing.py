@@ -13,7 +13,6 @@ from sweeperd.connection import UNREACHABLE
 from sweeperd.constants import DEFAULT_PREFIX_ROOT
 from sweeperd.logs import cap_ids
 from sweeperd.membership import MembershipStore, View
-from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.ownership import owner
 from sweeperd.settings import QueueSettings, Settings, Shard
@@ -34,7 +33,6 @@ class Sharing:
     out of reach)."""
 
     node: Node | None  # the server holding the members key (in a cluster: its slot's primary)
-    metrics: Metrics
     member_id: str
     ttl_s: float
     store: MembershipStore | None  # the heartbeat on `node`; None until a node is known
@@ -46,14 +44,15 @@ class Sharing:
     alive_until: float | None = None  # monotonic: this member's entry outlives no answer past it
     refused: str | None = None  # the server's refusal of the heartbeat, while it lasts
     left: bool = False  # it left (SIGTERM): no heartbeat may bring it back
+    changes: int = 0  # times the queues it owns changed with the members it sees
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def of(cls, settings: Settings, home: Callable[[], Node | None], metrics: Metrics) -> Sharing:
+    def of(cls, settings: Settings, home: Callable[[], Node | None]) -> Sharing:
         """The replica's sharing; its heartbeat goes to whatever node `home` names at the time
         (a failover or a migrated slot moves the members key)."""
         on = settings.shard is Shard.ON
-        return cls(None, metrics, settings.instance_id, settings.heartbeat, None, on=on,
+        return cls(None, settings.instance_id, settings.heartbeat, None, on=on,
                    home=home, root=settings.prefix_root,
                    members=frozenset() if on else EVERY_QUEUE)  # fmt: skip
 
@@ -82,7 +81,6 @@ class Sharing:
                 self.lapse(now)
             else:
                 self.beat(store, node, now)
-            self.metrics.members_seen.set(len(self.view.members) if self.view else 0)
             return self.members != before
 
     def beat(self, store: MembershipStore, node: Node, now: float) -> None:
@@ -146,10 +144,14 @@ class Sharing:
 
     def moved(self, gained: int, lost: int, owned: int) -> None:
         """Queues that changed hands at this replica: counted and logged (counts, not names)."""
-        self.metrics.owned_queues.set(owned)
         if gained or lost:
-            self.metrics.ownership_changes.inc()
+            self.changes += 1
             log.info("queues_moved", gained=gained, lost=lost, owned=owned)
+
+    def seen(self) -> int:
+        """The live members this replica sees, itself included; 0 when it is not one."""
+        view = self.view
+        return len(view.members) if view is not None else 0
 
     def leave(self) -> None:
         """SIGTERM: the entry removed now, so the others take the queues without waiting."""

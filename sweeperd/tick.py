@@ -14,7 +14,6 @@ from sweeperd.drain import Drainer
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ledger import Ledger
 from sweeperd.logs import ID_CAP
-from sweeperd.metrics import Metrics
 from sweeperd.node import Node, NotPrimary
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.replies import Call, CallResult, SweepReply
@@ -29,7 +28,6 @@ class Tick:
     """A batch of queues swept in one pipelined round trip; what is left goes to the drainer."""
 
     node: Node
-    metrics: Metrics
     ledger: Ledger
     drainer: Drainer
     prefix_root: str
@@ -102,6 +100,4 @@ class Tick:
             log.exception("tick_failed", node=self.node.name)
             error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         names = [q.name for q in queues]
-        self.metrics.record_ticks(self.node.name, names, duration_s=self.clock() - started)
-        for name in names:
-            self.ledger.fail(name, error)
+        self.ledger.fail_tick(names, error, duration_s=self.clock() - started)

@@ -86,10 +86,10 @@ class TestOverruns:
         the next one is logged again."""
         with capture_logs() as logs:
             for _ in range(3):
-                daemon.overrun()
+                daemon.schedule.overran(None)  # what the scheduler's event calls
                 clock.now += 1
             clock.now += OVERRUN_LOG_S
-            daemon.overrun()
+            daemon.schedule.overran(None)
         assert value(daemon, "sweeperd_schedule_overruns_total") == 4
         assert [e["event"] for e in logs] == ["sweep_overrun", "sweep_overrun"]
 
@@ -148,7 +148,7 @@ class TestDiscovery:
         only once no scan has found it for an hour is it dropped, series and all."""
         lease(r, QueueKeys("found"), b"j", attempts="1")
         daemon.discover()
-        daemon.metrics.record_failure("n", "found", Reason.TIMEOUT)
+        daemon.metrics.numbers.record_failure("n", "found", Reason.TIMEOUT)
         r.delete(QueueKeys("found").active)  # drained: EchoMQ's last lease left
         clock.now += DISCOVERED_TTL_S
         daemon.discover()

@@ -6,13 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from sweeperd.connection import connect
 from sweeperd.executors import ExecutorChoice
 from sweeperd.membership import MembershipStore, members_key
-from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.ownership import owned_by
 from sweeperd.settings import QueueSettings, build_settings
@@ -31,11 +29,9 @@ def server_ms(r: redis.Redis) -> int:
 
 
 def make_sharing(url: str, member: str, ttl_s: float = TTL_S) -> Sharing:
-    metrics = Metrics(CollectorRegistry(), version="test")
-    node = Node("n:1", connect(url, socket_timeout=2.0), ExecutorChoice.AUTO, metrics,
-                CallSizer(0.002))  # fmt: skip
+    node = Node("n:1", connect(url, socket_timeout=2.0), ExecutorChoice.AUTO, CallSizer(0.002))
     store = MembershipStore(node.client, "emq", member, ttl_s)
-    return Sharing(node, metrics, member, ttl_s, store)
+    return Sharing(node, member, ttl_s, store)
 
 
 def names(queues: list[QueueSettings]) -> list[str]:
@@ -100,7 +96,7 @@ class TestSharing:
         assert sharing.owned(QUEUES) == []
         assert sharing.refresh(0.0) is True
         assert sharing.owned(QUEUES) == QUEUES
-        assert sharing.metrics.registry.get_sample_value("sweeperd_members") == 1
+        assert sharing.seen() == 1
         assert sharing.refresh(1.0) is False  # nothing changed
 
     def test_members_split_the_queues_by_rendezvous(self, url: str) -> None:
@@ -131,7 +127,7 @@ class TestSharing:
         assert [e["event"] for e in logs] == ["redis_down", "membership_lost"]
         lost = logs[1]
         assert lost["others"] == [] and "no other member was live" in lost["hint"]
-        assert sharing.metrics.registry.get_sample_value("sweeperd_members") == 0
+        assert sharing.seen() == 0
         assert "its heartbeat expired unanswered" in sharing.describe()
 
     def test_a_refused_heartbeat_sweeps_every_queue(self, url: str, r: redis.Redis) -> None:
@@ -167,7 +163,7 @@ class TestSharing:
             {"queues": ["q"], "shard": "off", "redis_url": url}, None, logs_to_tty=False
         )
         make = make_sharing(url, "x")
-        sharing = Sharing.of(settings, lambda: make.node, make.metrics)
+        sharing = Sharing.of(settings, lambda: make.node)
         assert sharing.refresh(0.0) is False
         sharing.leave()
         assert sharing.owned(QUEUES) == QUEUES
@@ -189,9 +185,7 @@ class TestSharing:
         with capture_logs() as logs:
             sharing.moved(gained=0, lost=0, owned=10)
             sharing.moved(gained=3, lost=1, owned=12)
-        registry = sharing.metrics.registry
-        assert registry.get_sample_value("sweeperd_ownership_changes_total") == 1
-        assert registry.get_sample_value("sweeperd_owned_queues") == 12
+        assert sharing.changes == 1
         assert logs == [
             {"event": "queues_moved", "gained": 3, "lost": 1, "owned": 12, "log_level": "info"}
         ]

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
@@ -14,9 +15,12 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from sweeperd.keyspace import QueueKeys
-from sweeperd.metrics import Metrics, QueueMetrics
+from sweeperd.metrics import Metrics
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.replies import Call, CallResult, Depths, SweepReply
+from sweeperd.schedule import Schedule
+from sweeperd.stateseries import NodeState
+from sweeperd.sweepseries import QueueMetrics
 
 NODE = "h:6379"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -77,11 +81,13 @@ def without_created(found: Samples) -> Samples:
 
 def swept(m: Metrics, queue: str = "q") -> None:
     """Every kind of event once for the queue: a reply, a failure, a tick, its numbers."""
-    m.add_queue(queue)
+    m.numbers.add_queue(queue)
     after = depths(active=1, pending=2, dead=3, failed=4, expired=5, oldest_ms=2_500)
-    m.record(NODE, queue, result(reply(recovered=2, dead=1, exempt=1, ghosts=3), after), 1.7e9)
-    m.record(NODE, queue, result(Reason.LANE), 1.0)
-    m.record_ticks(NODE, [queue], duration_s=0.002)
+    m.numbers.record(
+        NODE, queue, result(reply(recovered=2, dead=1, exempt=1, ghosts=3), after), 1.7e9
+    )
+    m.numbers.record(NODE, queue, result(Reason.LANE), 1.0)
+    m.numbers.record_ticks(NODE, [queue], duration_s=0.002)
 
 
 def per_queue(m: Metrics, queue: str = "q") -> int:
@@ -120,8 +126,8 @@ class TestRecord:
     def test_record_reply(self, m: Metrics) -> None:
         """A reply adds its recovered, dead and exempt counts to the queue, a sweep and its
         ghosts to the node."""
-        m.record(NODE, "q", result(reply(recovered=3, dead=1, exempt=2, ghosts=5)), 1.0)
-        m.record(NODE, "q", result(reply(recovered=1)), 2.0)
+        m.numbers.record(NODE, "q", result(reply(recovered=3, dead=1, exempt=2, ghosts=5)), 1.0)
+        m.numbers.record(NODE, "q", result(reply(recovered=1)), 2.0)
         assert value(m, "sweeperd_recovered_total", queue="q") == 4
         assert value(m, "sweeperd_dead_total", queue="q") == 1
         assert value(m, "sweeperd_exempt_total", queue="q") == 2
@@ -130,16 +136,16 @@ class TestRecord:
 
     def test_record_reply_full(self, full: Metrics) -> None:
         """With full metrics the sweeps and ghosts are the queue's own series."""
-        full.record(NODE, "q", result(reply(ghosts=5)), 1.0)
+        full.numbers.record(NODE, "q", result(reply(ghosts=5)), 1.0)
         assert value(full, "sweeperd_sweeps_total", queue="q") == 1
         assert value(full, "sweeperd_ghosts_removed_total", queue="q") == 5
         assert value(full, "sweeperd_sweeps_total", node=NODE) is None
 
     def test_record_failed_call(self, m: Metrics) -> None:
         """A call's error reply adds a sweep and a failure of its reason; no success time."""
-        m.record(NODE, "q", result(Reason.LANE), 1.0)
-        m.record(NODE, "q", result(Reason.TIMEOUT), 2.0)
-        m.record(NODE, "q", result(Reason.TIMEOUT), 3.0)
+        m.numbers.record(NODE, "q", result(Reason.LANE), 1.0)
+        m.numbers.record(NODE, "q", result(Reason.TIMEOUT), 2.0)
+        m.numbers.record(NODE, "q", result(Reason.TIMEOUT), 3.0)
         assert value(m, "sweeperd_sweeps_total", node=NODE) == 3
         assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="lane") == 1
         assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="timeout") == 2
@@ -147,33 +153,35 @@ class TestRecord:
 
     def test_record_failure(self, m: Metrics) -> None:
         """A failure without a reply adds one sweep and one failure of its reason."""
-        m.record_failure(NODE, "q", Reason.CONNECTION)
+        m.numbers.record_failure(NODE, "q", Reason.CONNECTION)
         assert value(m, "sweeperd_sweeps_total", node=NODE) == 1
         assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="connection") == 1
 
     def test_record_success(self, m: Metrics) -> None:
         """The last success is the time of the last call that succeeded, absent until then."""
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
-        m.record(NODE, "q", result(reply()), 1_700_000_000.5)
+        m.numbers.record(NODE, "q", result(reply()), 1_700_000_000.5)
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") == 1_700_000_000.5
 
     def test_record_depths(self, full: Metrics) -> None:
         """Depths set one gauge per set, the failed count, the backlog and its oldest age."""
         after = depths(active=1, pending=2, dead=3, failed=4, expired=7, oldest_ms=2_500)
-        full.record(NODE, "q", result(reply(), after), 1.0)
+        full.numbers.record(NODE, "q", result(reply(), after), 1.0)
         assert value(full, "sweeperd_queue_jobs", queue="q", set="active") == 1
         assert value(full, "sweeperd_queue_jobs", queue="q", set="pending") == 2
         assert value(full, "sweeperd_queue_jobs", queue="q", set="dead") == 3
         assert value(full, "sweeperd_queue_failed_jobs", queue="q") == 4
         assert value(full, "sweeperd_expired_leases", queue="q") == 7
         assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
-        full.record(NODE, "q", result(Reason.LANE, depths(oldest_ms=None)), 2.0)
+        full.numbers.record(NODE, "q", result(Reason.LANE, depths(oldest_ms=None)), 2.0)
         assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
         assert value(full, "sweeperd_expired_leases", queue="q") == 0
 
     def test_record_depths_basic(self, m: Metrics) -> None:
         """The basic level keeps the backlog and its age, not the set sizes."""
-        m.record(NODE, "q", result(reply(), depths(active=1, expired=7, oldest_ms=2_500)), 1.0)
+        m.numbers.record(
+            NODE, "q", result(reply(), depths(active=1, expired=7, oldest_ms=2_500)), 1.0
+        )
         assert value(m, "sweeperd_expired_leases", queue="q") == 7
         assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
         assert value(m, "sweeperd_queue_jobs", queue="q", set="active") is None
@@ -181,8 +189,8 @@ class TestRecord:
 
     def test_record_round(self, full: Metrics) -> None:
         """A tick's calls are each counted, and the round trip is each queue's duration."""
-        full.record_round(NODE, ["a", "b"], [result(reply(recovered=1)), result(Reason.LANE)],
-                          1.0, duration_s=0.002)  # fmt: skip
+        calls = [result(reply(recovered=1)), result(Reason.LANE)]
+        full.numbers.record_round(NODE, ["a", "b"], calls, 1.0, duration_s=0.002)
         assert value(full, "sweeperd_recovered_total", queue="a") == 1
         assert value(full, "sweeperd_sweep_failures_total", queue="b", reason="lane") == 1
         for queue in ("a", "b"):
@@ -192,8 +200,8 @@ class TestRecord:
 
     def test_record_ticks_basic(self, m: Metrics) -> None:
         """At the basic level a tick of n queues is n observations of the node's histogram."""
-        m.record_ticks(NODE, ["a", "b"], duration_s=0.002)
-        m.record_round(NODE, ["a"], [result(reply())], 1.0, duration_s=0.001)
+        m.numbers.record_ticks(NODE, ["a", "b"], duration_s=0.002)
+        m.numbers.record_round(NODE, ["a"], [result(reply())], 1.0, duration_s=0.001)
         assert value(m, "sweeperd_sweep_duration_seconds_count", node=NODE) == 3
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.001") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.005") == 3
@@ -201,53 +209,32 @@ class TestRecord:
         assert value(m, "sweeperd_sweep_duration_seconds_sum", node=NODE) == pytest.approx(0.005)
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="a") is None
 
-    def test_node_up(self, m: Metrics) -> None:
-        """node_up sets 1 or 0 per node."""
-        m.node_up("h:6379", True)
-        m.node_up("/run/r.sock", False)
+    def test_state_of_the_nodes(self, m: Metrics) -> None:
+        """Each node's up, restarts and run_id with its executor are read from the nodes at
+        scrape time; a node not yet answered has no up, one retired keeps its restarts."""
+        m.state.nodes = lambda: [
+            NodeState("h:6379", 2, True, "r1", "native"),
+            NodeState("/run/r.sock", 0, False),
+            NodeState("gone:1", 3),
+        ]
         assert value(m, "sweeperd_redis_up", node="h:6379") == 1
         assert value(m, "sweeperd_redis_up", node="/run/r.sock") == 0
-        m.node_up("h:6379", False)
-        assert value(m, "sweeperd_redis_up", node="h:6379") == 0
-
-    def test_server_restarted(self, m: Metrics) -> None:
-        """Each restart seen counts once."""
-        m.server_restarted("h:6379")
-        m.server_restarted("h:6379")
+        assert value(m, "sweeperd_redis_up", node="gone:1") is None
         assert value(m, "sweeperd_server_restarts_total", node="h:6379") == 2
-
-    def test_server_info_one_series_per_node(self, m: Metrics) -> None:
-        """A new run_id or executor replaces the node's series; other nodes keep theirs."""
-        m.server_info("a:1", "r1", "native")
-        m.server_info("b:2", "r9", "script")
-        m.server_info("a:1", "r1", "native")
-        m.server_info("a:1", "r2", "native")
-        m.server_info("a:1", "r2", "script")
+        assert value(m, "sweeperd_server_restarts_total", node="gone:1") == 3
         series = [
             s.labels
             for metric in m.registry.collect()
             if metric.name == "sweeperd_server_info"
             for s in metric.samples
         ]
-        assert sorted(series, key=lambda labels: labels["node"]) == [
-            {"node": "a:1", "run_id": "r2", "executor": "script"},
-            {"node": "b:2", "run_id": "r9", "executor": "script"},
-        ]
+        assert series == [{"node": "h:6379", "run_id": "r1", "executor": "native"}]
 
-    def test_schedule_lag(self, m: Metrics) -> None:
-        """Lag is observed; a negative lag (early) counts as 0."""
-        m.schedule_lag(0.3)
-        m.schedule_lag(-0.01)
-        assert value(m, "sweeperd_schedule_lag_seconds_count") == 2
-        assert value(m, "sweeperd_schedule_lag_seconds_sum") == 0.3
-
-    def test_set_ready(self, m: Metrics) -> None:
-        """Readiness is 1 or 0."""
+    def test_ready(self, m: Metrics) -> None:
+        """Readiness is read when scraped: 1 or 0."""
         assert value(m, "sweeperd_ready") == 0
-        m.set_ready(True)
+        m.state.ready = lambda: True
         assert value(m, "sweeperd_ready") == 1
-        m.set_ready(False)
-        assert value(m, "sweeperd_ready") == 0
 
 
 class TestSharingSeries:
@@ -261,18 +248,18 @@ class TestSharingSeries:
 class TestLevels:
     def test_basic_series_per_queue(self, m: Metrics) -> None:
         """basic: 6 series per queue, one more per failure reason seen."""
-        m.add_queue("q")
-        m.record(NODE, "q", result(reply()), 1.0)
+        m.numbers.add_queue("q")
+        m.numbers.record(NODE, "q", result(reply()), 1.0)
         assert per_queue(m) == 6
-        m.record(NODE, "q", result(Reason.LANE), 2.0)
+        m.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
         assert per_queue(m) == 7
 
     def test_full_series_per_queue(self, full: Metrics) -> None:
         """full: 22 series per queue, one more per failure reason seen."""
-        full.add_queue("q")
-        full.record(NODE, "q", result(reply()), 1.0)
+        full.numbers.add_queue("q")
+        full.numbers.record(NODE, "q", result(reply()), 1.0)
         assert per_queue(full) == 22
-        full.record(NODE, "q", result(Reason.LANE), 2.0)
+        full.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
         assert per_queue(full) == 23
 
     def test_basic_series_per_node(self, m: Metrics) -> None:
@@ -297,7 +284,7 @@ class TestLevels:
 class TestQueueLifecycle:
     def test_add_queue_precreates(self, full: Metrics) -> None:
         """add_queue makes every per-queue series exist at 0 before anything happens."""
-        full.add_queue("q")
+        full.numbers.add_queue("q")
         for name in ("recovered", "dead", "exempt", "ghosts_removed", "sweeps"):
             assert value(full, f"sweeperd_{name}_total", queue="q") == 0
         for reason in Reason:  # a reason's series appears when it first happens
@@ -312,8 +299,8 @@ class TestQueueLifecycle:
 
     def test_add_queue_keeps_counts(self, m: Metrics) -> None:
         """Adding a queue again does not reset what it counted."""
-        m.record(NODE, "q", result(reply(recovered=2)), 1.0)
-        m.add_queue("q")
+        m.numbers.record(NODE, "q", result(reply(recovered=2)), 1.0)
+        m.numbers.add_queue("q")
         assert value(m, "sweeperd_recovered_total", queue="q") == 2
 
     @pytest.mark.parametrize("level", list(QueueMetrics))
@@ -322,7 +309,7 @@ class TestQueueLifecycle:
         m = Metrics(CollectorRegistry(), version="1", level=level)
         for queue in ("gone", "kept"):
             swept(m, queue)
-        m.forget_queue("gone")
+        m.numbers.forget_queue("gone")
         text = generate_latest(m.registry).decode()
         assert 'queue="gone"' not in text
         assert 'queue="kept"' in text
@@ -331,9 +318,9 @@ class TestQueueLifecycle:
     def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
         """keep_queues removes the series of queues not named, as a late call left them."""
         for queue in ("kept", "given-away"):
-            m.add_queue(queue)
-            m.record(NODE, queue, result(reply()), 5.0)
-        m.keep_queues({"kept", "never-seen"})
+            m.numbers.add_queue(queue)
+            m.numbers.record(NODE, queue, result(reply()), 5.0)
+        m.numbers.keep_queues({"kept", "never-seen"})
         text = generate_latest(m.registry).decode()
         assert 'queue="given-away"' not in text
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
@@ -345,37 +332,39 @@ class TestQueueLifecycle:
         replicas stay whole) and loses the gauges of its state; owned again, it has them back."""
         m = Metrics(CollectorRegistry(), version="1", level=level)
         swept(m, "moved")
-        m.record(NODE, "moved", result(reply(recovered=2)), 2.0)
-        m.disown_queue("moved")
+        m.numbers.record(NODE, "moved", result(reply(recovered=2)), 2.0)
+        m.numbers.disown_queue("moved")
         assert value(m, "sweeperd_recovered_total", queue="moved") == 4
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="moved") == 2.0
         assert value(m, "sweeperd_expired_leases", queue="moved") is None
         assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") is None
         assert value(m, "sweeperd_queue_jobs", queue="moved", set="active") is None
-        m.add_queue("moved")
+        m.numbers.add_queue("moved")
         assert value(m, "sweeperd_expired_leases", queue="moved") == 0
         assert value(m, "sweeperd_recovered_total", queue="moved") == 4
 
     def test_add_node_precreates(self, m: Metrics) -> None:
-        """add_node makes a node's restarts, sweeps and ghosts exist at 0."""
-        m.add_node("n:9")
-        for name in ("server_restarts", "sweeps", "ghosts_removed"):
+        """add_node makes a node's sweeps and ghosts exist at 0."""
+        m.numbers.add_node("n:9")
+        for name in ("sweeps", "ghosts_removed"):
             assert value(m, f"sweeperd_{name}_total", node="n:9") == 0
 
     def test_forget_unknown_queue(self, m: Metrics) -> None:
         """Forgetting a queue that has no series is harmless."""
-        m.forget_queue("never")
+        m.numbers.forget_queue("never")
 
 
 def every_kind(m: Metrics) -> Metrics:
     """Every series present: two queues swept (one with a name to escape), a node's events."""
     swept(m)
     swept(m, 'odd"\\name')
-    m.node_up(NODE, True)
-    m.server_restarted(NODE)
-    m.server_info(NODE, "abc", "native")
-    m.schedule_lag(0.01)
-    m.set_ready(True)
+    m.state.nodes = lambda: [NodeState(NODE, 1, True, "abc", "native")]
+    m.state.ready = lambda: True
+    schedule = Schedule(BackgroundScheduler(), lambda _batch: None, workers=1, jitter=0.0,
+                        on_overrun=lambda: None)  # fmt: skip
+    for series in schedule.series:
+        m.add_collector(series)
+    schedule.lag.observe(0.01)
     return m
 
 

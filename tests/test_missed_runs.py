@@ -26,18 +26,13 @@ class TestSchedule:
         is measured from the first run it missed."""
         scheduler = BackgroundScheduler(timezone=UTC)
         swept: list[Batch] = []
-        missed: list[int] = []
-        lags: list[float] = []
         ran = threading.Event()
 
         def sweep(batch: Batch) -> None:
             swept.append(batch)
             ran.set()
 
-        schedule = Schedule(
-            scheduler, sweep, workers=1, jitter=0.0, on_lag=lags.append,
-            on_missed=missed.append, on_overrun=lambda: None,
-        )  # fmt: skip
+        schedule = Schedule(scheduler, sweep, workers=1, jitter=0.0, on_overrun=lambda: None)
         schedule.sync([QueueSettings("q", 0.1, 1, 100)])
         [job] = scheduler.get_jobs()
         assert job.executor == SWEEPS
@@ -48,8 +43,8 @@ class TestSchedule:
         finally:
             scheduler.shutdown(wait=True)
         assert len(swept) == 1
-        assert missed == [9]
-        assert 0.95 <= lags[0] < 2
+        assert schedule.missed._value.get() == 9
+        assert 0.95 <= schedule.lag._sum.get() < 2  # one observation, the first missed run's
 
 
 class TestStoppedDaemon:

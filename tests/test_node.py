@@ -19,12 +19,14 @@ from tests.server import RedisServer
 
 
 def make_node(url: str, choice: ExecutorChoice = ExecutorChoice.AUTO) -> Node:
-    metrics = Metrics(CollectorRegistry(), version="test")
-    return Node("n:1", connect(url, socket_timeout=2.0), choice, metrics, CallSizer(0.002))
+    return Node("n:1", connect(url, socket_timeout=2.0), choice, CallSizer(0.002))
 
 
 def sample(of: Node, name: str, **labels: str) -> float | None:
-    return of.metrics.registry.get_sample_value(name, labels)
+    """One series of the node's state, as a scrape reads it from the node."""
+    metrics = Metrics(CollectorRegistry(), version="test")
+    metrics.state.nodes = lambda: [of.state()]
+    return metrics.registry.get_sample_value(name, labels)
 
 
 class TestBackoff:

@@ -28,7 +28,7 @@ for n = 1, tonumber(ARGV[1]) do
   redis.call('HSET', ARGV[2] .. 'j' .. n, 'attempts', 1)
 end
 """  # KEYS[1] active; ARGV[1] how many expired leases, ARGV[2] the rows' key prefix
-BUSY_PROBE_S = 0.05  # a PING unanswered this long: the server is running a call (~0.2 s each)
+BUSY_PROBE_S = 0.2  # a PING unanswered this long: the server is running a call
 
 
 def backlog(r: redis.Redis, leases: int) -> set[bytes]:

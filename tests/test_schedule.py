@@ -41,8 +41,8 @@ class TestSchedule:
         swept: list[Batch] = []
         overruns: list[int] = []
         schedule = Schedule(
-            scheduler, swept.append, workers=2, jitter=0.0, on_lag=lambda s: None,
-            on_missed=lambda n: None, on_overrun=lambda: overruns.append(1),
+            scheduler, swept.append, workers=2, jitter=0.0,
+            on_overrun=lambda: overruns.append(1),
         )  # fmt: skip
         return schedule, scheduler, swept, overruns
 

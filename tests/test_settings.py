@@ -11,9 +11,9 @@ import pytest
 from sweeperd.constants import DEFAULT_LIMIT
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
-from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS
 from sweeperd.settings import ConfigError, QueueSettings, Settings, Shard, build_settings
+from sweeperd.sweepseries import QueueMetrics
 
 
 @pytest.fixture(autouse=True)

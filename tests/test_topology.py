@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from sweeperd.connection import connect, url_at
 from sweeperd.executors import ExecutorChoice
-from sweeperd.metrics import Metrics
 from sweeperd.node import Node, NotPrimary
 from sweeperd.sizing import CallSizer
 from sweeperd.topology import Layout, predecessor
@@ -106,10 +104,8 @@ class TestSettings:
 
 class TestRoleChange:
     def node(self, server: RedisServer) -> Node:
-        metrics = Metrics(CollectorRegistry(), version="test")
         client = connect(server.url, socket_timeout=2.0)
-        return Node("n:1", client, ExecutorChoice.AUTO, metrics, CallSizer(0.002),
-                    primary_only=True)  # fmt: skip
+        return Node("n:1", client, ExecutorChoice.AUTO, CallSizer(0.002), primary_only=True)
 
     def test_same_run_id_new_replid_is_a_failover(
         self, r: redis.Redis, redis_server: RedisServer
