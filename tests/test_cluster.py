@@ -26,9 +26,9 @@ FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp("cluster")) as made:
+    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-cluster"), kind=server_kind) as made:
         yield made
 
 

@@ -126,8 +126,9 @@ class Target:
 
 
 @pytest.fixture(params=["native", "script"])
-def on(request: pytest.FixtureRequest) -> Target:
-    """The module server with the native executor, or the plain one with the Lua port."""
+def on(request: pytest.FixtureRequest, server_kind: str) -> Target:
+    """The module server with the native executor, or the plain one with the Lua port, of
+    each server kind."""
     if request.param == "native":
         return Target(request.getfixturevalue("redis_server"), request.getfixturevalue("r"), NATIVE)
     server, client = request.getfixturevalue("plain_server"), request.getfixturevalue("r_plain")
@@ -299,11 +300,13 @@ class TestEpochsPerId:
 
 
 @pytest.fixture(scope="module")
-def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A one-node Redis Cluster (every slot its own) with the module loaded."""
-    workdir: Path = tmp_path_factory.mktemp("cluster-node")
+def cluster_node(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer]:
+    """A one-node Cluster (every slot its own) with the module loaded."""
+    workdir: Path = tmp_path_factory.mktemp(f"{server_kind}-cluster-node")
     extra = {"cluster-enabled": "yes", "cluster-config-file": str(workdir / "nodes.conf")}
-    with RedisServer(workdir, port=free_bus_port(), extra=extra) as server:
+    with RedisServer(workdir, kind=server_kind, port=free_bus_port(), extra=extra) as server:
         with server.client() as client:
             client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
             wait_for(lambda: b"cluster_state:ok" in cluster_info(client), "cluster_state:ok")

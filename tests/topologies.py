@@ -1,5 +1,5 @@
-"""Real topologies for the tests: a Redis Cluster of redis-servers with the module, and a
-primary with a replica behind three Sentinels. Started once per test module."""
+"""Real topologies for the tests, of either server kind: a Cluster of servers with the module,
+and a primary with a replica behind three Sentinels. Started once per test module."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import redis
 from redis.crc import key_slot
 
 from sweeperd.keyspace import QueueKeys
-from tests.server import START_TIMEOUT_S, RedisServer, free_port, redis_server_binary
+from tests.server import START_TIMEOUT_S, RedisServer, free_port, server_binary
 
 SETTLE_S = 30.0  # a failover or a rejoin is done within this
 NODE_TIMEOUT_MS = 1000  # cluster-node-timeout: a dead primary is failed over in about 2 s
@@ -95,13 +95,14 @@ class Started:
 class Cluster(Started):
     """Three primaries and a replica each, the module loaded on every node."""
 
-    def __init__(self, workdir: Path, *, primaries: int = 3) -> None:
+    def __init__(self, workdir: Path, *, kind: str = "redis", primaries: int = 3) -> None:
         self.servers: list[RedisServer] = []
         for n in range(primaries * 2):
             port = free_bus_port()
             self.servers.append(
                 RedisServer(
                     workdir / f"node-{n}",
+                    kind=kind,
                     port=port,
                     extra={
                         "cluster-enabled": "yes",
@@ -255,12 +256,13 @@ class Cluster(Started):
 
 
 class SentinelGroup(Started):
-    """A primary, its replica and three Sentinels watching them (redis-server --sentinel)."""
+    """A primary, its replica and three Sentinels watching them (<kind>-server --sentinel)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, kind: str = "redis") -> None:
         self.workdir = workdir
-        self.primary = RedisServer(workdir / "primary")
-        self.replica = RedisServer(workdir / "replica")
+        self.kind = kind
+        self.primary = RedisServer(workdir / "primary", kind=kind)
+        self.replica = RedisServer(workdir / "replica", kind=kind)
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.sentinels: list[subprocess.Popen[bytes]] = []
 
@@ -280,7 +282,7 @@ class SentinelGroup(Started):
             )
             self.sentinels.append(
                 subprocess.Popen(
-                    [redis_server_binary(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL
+                    [server_binary(self.kind), str(conf), "--sentinel"], stdout=subprocess.DEVNULL
                 )
             )
         wait_for(self.watched, "the Sentinels to see each other and the replica")
