@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from sweeperd import acl
+from sweeperd.connection import connect
 from sweeperd.constants import VERB
 from sweeperd.executors import NATIVE, SCRIPT, Executor
 from sweeperd.keyspace import QueueKeys
@@ -236,13 +237,15 @@ def verb_refusal(c: redis.Redis, executor: Executor, limit: str) -> redis.Respon
 
 @pytest.fixture
 def as_user(on: Target) -> Iterator[Callable[[str], redis.Redis]]:
-    """Makes the ACL user from a SETUSER line and gives a client of it; deleted after the test."""
+    """Makes the ACL user from a SETUSER line and gives a client of it, connected as sweeperd
+    connects; deleted after the test."""
     made: list[redis.Redis] = []
 
     def make(line: str) -> redis.Redis:
         on.client.execute_command(*line.split())  # type: ignore[no-untyped-call]
         on.client.acl_log_reset()
-        made.append(on.server.client(username=USER, password=PASSWORD))
+        url = f"redis://{USER}:{PASSWORD}@127.0.0.1:{on.server.port}/0"
+        made.append(connect(url, socket_timeout=10))
         return made[-1]
 
     yield make

@@ -226,6 +226,20 @@ class TestLeastPrivilege:
             assert d.get("/readyz")[0] == 200
         assert members(admin, Q.pending) == [b"a", b"b"]
 
+    def test_the_readme_user_leaves_the_acl_log_empty(
+        self, admin: redis.Redis, acl_server: RedisServer
+    ) -> None:
+        """inspect and once as the README's user send nothing it may not run: no CLIENT SETINFO
+        in the handshake (Valkey and Redis >= 7.2 know it, the user lacks it), so the ACL LOG
+        stays empty."""
+        set_user(admin, acl.setuser_line("native", password=PASSWORD))
+        admin.acl_log_reset()
+        expired(admin, b"a")
+        common = ["--redis-url", user_url(acl_server), "--queue", "q"]
+        assert sweeperd("inspect", *common).code == 0
+        assert sweeperd("once", *common, "--executor", "native").code == 0
+        assert admin.acl_log() == []
+
     @pytest.mark.parametrize("executor", ["native", "script"])
     def test_each_missing_permission_is_named(
         self, admin: redis.Redis, acl_server: RedisServer, executor: str
