@@ -326,11 +326,16 @@ class TestEpochsOnACluster:
     def test_a_cluster_node_reads_each_id(
         self, cluster_node: RedisServer, executor: Executor
     ) -> None:
-        """On a Redis 7.0 Cluster node SORT refuses GET: each id is read by HGET, exempt exact."""
+        """On a Redis 7.0 Cluster node SORT refuses GET: each id is read by HGET; Valkey 9 lets
+        a GET pattern of the sorted key's own slot through: one SORT_RO. Exempt exact on both."""
         with cluster_node.client() as c:
             c.flushall()
             made = backlog(c, A, 500)
             reply = sweep(c, executor, 1000)
             assert reply == made.reply(500)
-            assert calls(c, "sort_ro", "failed_calls") == 1
-            assert row_reads(c, executor, reply) == len(reply.recovered)
+            sorts = (calls(c, "sort_ro"), calls(c, "sort_ro", "failed_calls"))
+            read_by_hget = row_reads(c, executor, reply)
+        assert (sorts, read_by_hget) == {
+            "redis": ((1, 1), len(reply.recovered)),
+            "valkey": ((1, 0), 0),
+        }[cluster_node.kind]
