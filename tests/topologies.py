@@ -254,6 +254,34 @@ class Cluster(Started):
                     c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         self.settle()
 
+    def migrate_atomically(self, slot: int, source: RedisServer, target: RedisServer) -> None:
+        """Move one slot by Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS), waited for
+        until the source says it succeeded and every node agrees on the new owner."""
+        with source.client() as s, target.client() as t:
+            target_id = t.execute_command("CLUSTER", "MYID").decode()
+            before = {job[b"name"] for job in migrations(s)}
+            s.execute_command(
+                "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", target_id
+            )
+
+            def over() -> bool:
+                [job] = [job for job in migrations(s) if job[b"name"] not in before]
+                assert job[b"state"] not in (b"failed", b"cancelled", b"canceled"), job
+                return job[b"state"] == b"success"
+
+            wait_for(over, f"slot {slot} to move to {target.port}")
+        wait_for(lambda: self.owner_port(slot) == target.port, f"slot {slot} owned by its target")
+        self.settle()
+
+    def owner_port(self, slot: int) -> int:
+        return next(port for first, last, port in self.slots() if first <= slot <= last)
+
+
+def migrations(client: redis.Redis) -> list[dict[bytes, object]]:
+    """CLUSTER GETSLOTMIGRATIONS: each migration the node knows as a dict of its fields."""
+    reply = client.execute_command("CLUSTER", "GETSLOTMIGRATIONS")  # type: ignore[no-untyped-call]
+    return [e if isinstance(e, dict) else dict(zip(e[::2], e[1::2], strict=True)) for e in reply]
+
 
 class SentinelGroup(Started):
     """A primary, its replica and three Sentinels watching them (<kind>-server --sentinel)."""
