@@ -36,6 +36,7 @@ demo: system module venv  ## a throwaway server, stalled leases, the daemon swee
 
 test: system module venv lint pytest  ## everything CI runs
 
+# The suite runs on Redis 7.0 and Valkey 9.1; SWEEPERD_TEST_SERVERS=redis (or valkey) runs one.
 pytest:  ## the suite, with line and branch coverage (subprocesses included) printed at the end
 	$(PY) -m pytest --cov --cov-report=term
 
