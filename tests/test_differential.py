@@ -320,14 +320,21 @@ def harness(redis_server: RedisServer, request: pytest.FixtureRequest) -> Iterat
         yield Harness(r, run_id(r), sha if isinstance(sha, str) else sha.decode())
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        print(f"\ndifferential: {RUNS['examples']} examples run (model = module = Lua)")
+        ran, RUNS["examples"] = RUNS["examples"], 0
+        print(f"\ndifferential on {redis_server.kind}: {ran} examples run (model = module = Lua)")
 
 
 DIFFERENTIAL = settings(
     max_examples=2000,
     deadline=None,
     derandomize=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        # Run once per server kind, each time on a new instance of the class: the state of a
+        # run is its harness's (the server of its kind), never the instance's.
+        HealthCheck.differing_executors,
+    ],
 )
 
 
