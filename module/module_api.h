@@ -35,6 +35,11 @@
 
 #define REDISMODULE_NEGATIVE_INFINITE (-1.0 / 0.0)
 
+/* SetModuleOptions: the module handles Valkey's atomic slot migration (Valkey 9's
+ * CLUSTER MIGRATESLOTS). A Valkey option: Redis may give this bit another meaning,
+ * so it is set only on a server that says it is Valkey. */
+#define VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION (1 << 5)
+
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleString RedisModuleString;
@@ -45,6 +50,7 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
 #define EMQ_MODULE_API(X)                                                                  \
     X(int, IsModuleNameBusy, (const char *name))                                           \
     X(void, SetModuleAttribs, (RedisModuleCtx *ctx, const char *name, int ver, int apiver)) \
+    X(void, SetModuleOptions, (RedisModuleCtx *ctx, int options))                          \
     X(int, CreateCommand,                                                                  \
       (RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn, const char *flags,    \
        int firstkey, int lastkey, int keystep))                                            \

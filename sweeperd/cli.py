@@ -18,7 +18,13 @@ import typer
 from rich.console import Console
 
 from sweeperd import __version__, census, once, report
-from sweeperd.constants import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from sweeperd.constants import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 from sweeperd.executors import choose
 from sweeperd.failures import Failure, failure_of
 from sweeperd.keyspace import QueueKeys
@@ -360,16 +366,26 @@ def demo_command(
     metrics_port: Annotated[
         int, typer.Option(min=0, max=65535, help="Port of /metrics on 127.0.0.1; 0 picks one.")
     ] = 0,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="The server binary, a name on PATH or a path (redis-server, valkey-server).",
+            show_default="the first of redis-server, valkey-server on PATH",
+        ),
+    ] = None,
 ) -> None:
-    """Start a throwaway redis-server, seed stalled leases, sweep them live, clean up."""
+    """Start a throwaway server (redis-server or valkey-server), seed stalled leases, sweep them
+    live, clean up."""
     isatty = sys.stdout.isatty()
     configure_logging("console" if sys.stderr.isatty() else "json", "info")
     from sweeperd import demo  # the daemon and its dependencies: loaded for `demo` only
 
     try:
-        demo.run_demo(seconds, module, metrics_port, typer.echo, isatty)
+        demo.run_demo(seconds, module, metrics_port, typer.echo, isatty, server)
     except FileNotFoundError as exc:
         Reply(json=False).fail(_usage(str(exc)))
+    except demo.ServerDidNotStart as exc:
+        Reply(json=False).fail(Failure(EXIT_UNREACHABLE, "connection", str(exc)))
     except KeyboardInterrupt:
         typer.echo("interrupted: the server is stopped and its files removed", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -29,20 +31,43 @@ QUEUES = ("emails", "reports", "billing")
 BACKLOG = 50_000  # expired leases of `reports`, as a dead worker fleet leaves them
 MAX_STALLED = 3
 MODULE_NAME = "emq_stalled.so"
+SERVERS = ("redis-server", "valkey-server")  # without --server: the first found on PATH
+START_TIMEOUT_S = 10.0
+LOG_TAIL = 3  # lines of the server's log in the one line that says it did not start
+LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")  # pid:role date time level
 Say = Callable[[str], None]
 
 
-def find_module(given: Path | None) -> Path | None:
-    """The reference module: the given path, ./module, or the source tree's module/."""
-    candidates = (
-        [given]
-        if given
-        else [
-            Path.cwd() / "module" / MODULE_NAME,
-            Path(__file__).resolve().parent.parent / "module" / MODULE_NAME,
-        ]
+class ServerDidNotStart(Exception):
+    """The demo's server exited, or did not answer, within its start time."""
+
+
+def find_server(given: str | None) -> str:
+    """The server binary: the given name on PATH or path, else the first of SERVERS on PATH."""
+    for name in [given] if given else SERVERS:
+        found = shutil.which(name)
+        if found is not None:
+            return os.path.abspath(found)
+    if given:
+        raise FileNotFoundError(f"--server {given}: no such executable, on PATH or as a path")
+    raise FileNotFoundError(
+        "neither redis-server nor valkey-server is on PATH: apt-get install redis-server,"
+        " or give --server PATH"
     )
-    return next((p for p in candidates if p is not None and p.is_file()), None)
+
+
+def find_module(given: Path | None) -> Path | None:
+    """The reference module as an absolute path (the server runs in a directory of its own):
+    the given one, which must exist, else ./module's or the source tree's, if built."""
+    if given is not None:
+        if not given.is_file():
+            raise FileNotFoundError(f"--module {given} (SWEEPERD_MODULE): no such file")
+        return given.absolute()
+    candidates = [
+        Path.cwd() / "module" / MODULE_NAME,
+        Path(__file__).resolve().parent.parent / "module" / MODULE_NAME,
+    ]
+    return next((p.absolute() for p in candidates if p.is_file()), None)
 
 
 def free_port() -> int:
@@ -54,12 +79,9 @@ def free_port() -> int:
 
 @contextmanager
 def throwaway_server(
-    workdir: Path, module: Path | None
+    workdir: Path, module: Path | None, binary: str
 ) -> Iterator[tuple[str, Callable[[], None]]]:
-    """redis-server on a free loopback port with AOF on; yields its URL and a restart."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise FileNotFoundError("redis-server is not installed: apt-get install redis-server")
+    """The server binary on a free loopback port with AOF on; yields its URL and a restart."""
     port = free_port()
     argv = [
         binary,
@@ -83,7 +105,13 @@ def throwaway_server(
 
     def start() -> None:
         process[:] = [subprocess.Popen(argv, stdout=subprocess.DEVNULL)]
-        wait_for(url)
+        try:
+            wait_for(url, process[0])
+        except ServerDidNotStart as exc:
+            process[0].kill()
+            process[0].wait(10)
+            tail = log_tail(workdir / "redis.log")
+            raise ServerDidNotStart(f"{binary} {exc}; its log ends: {tail}") from None
 
     def restart() -> None:
         process[0].terminate()
@@ -98,17 +126,34 @@ def throwaway_server(
         process[0].wait(10)
 
 
-def wait_for(url: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
+def wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
+    """Returns once the server answers; raises ServerDidNotStart saying why when it exits or
+    its start time runs out first."""
+    deadline = time.monotonic() + START_TIMEOUT_S
     with connect(url, socket_timeout=1.0) as client:
         while True:
             try:
                 client.ping()
                 return
             except (redis.ConnectionError, redis.BusyLoadingError):
+                code = process.poll()
+                if code is not None:
+                    raise ServerDidNotStart(f"exited with code {code}") from None
                 if time.monotonic() > deadline:
-                    raise
+                    raise ServerDidNotStart(
+                        f"did not answer on {url} within {START_TIMEOUT_S:g} s"
+                    ) from None
                 time.sleep(0.05)
+
+
+def log_tail(log: Path) -> str:
+    """The log's last lines, their pid and time stamps cut, on one line."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log written)"
+    kept = [LOG_PREFIX.sub("", line).strip() for line in lines if line.strip()][-LOG_TAIL:]
+    return " | ".join(kept) or "(empty)"
 
 
 def seed(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
@@ -173,15 +218,22 @@ def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
 
 
 def run_demo(
-    seconds: float, module: Path | None, metrics_port: int, say: Say, isatty: bool
+    seconds: float,
+    module: Path | None,
+    metrics_port: int,
+    say: Say,
+    isatty: bool,
+    server: str | None = None,
 ) -> None:
     """Seed, sweep live, restart the server halfway, sweep again, summarise, clean up."""
+    binary = find_server(server)
     found = find_module(module)
     executor = "native" if found else "script"
+    say(f"server: {binary}")
     say(f"module: {found or 'not found, using the Lua port (--executor script)'}")
     with (
         tempfile.TemporaryDirectory(prefix="sweeperd-demo-") as tmp,
-        throwaway_server(Path(tmp), found) as (url, restart),
+        throwaway_server(Path(tmp), found, binary) as (url, restart),
     ):
         client = connect(url, socket_timeout=5.0)
         info = read_server_info(client)

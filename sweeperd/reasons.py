@@ -31,6 +31,8 @@ REDIRECTS = (Reason.MOVED, Reason.MIGRATING)  # a Cluster sent the call elsewher
 
 COUNTER_TEXTS = ("hash value is not an integer", "increment or decrement would overflow")
 ARGUMENT_TEXTS = ("must be a positive integer", "wrong number of arguments")
+# A server without the verb: its reply to a client, and to a script (Redis 7.0, then Valkey).
+NO_VERB_TEXTS = ("unknown command", "Unknown Redis command", "Unknown command called from script")
 NOPERM_TEXTS = ("NOPERM", "no permissions to run", "can't run this command or subcommand")
 
 
@@ -58,7 +60,7 @@ def reason_of_text(text: str) -> Reason:
         return Reason.COUNTER
     if any(t in text for t in ARGUMENT_TEXTS):
         return Reason.ARGUMENTS
-    if "unknown command" in text or "Unknown Redis command" in text:  # from a script: the latter
+    if any(t in text for t in NO_VERB_TEXTS):
         return Reason.NO_VERB
     return Reason.OTHER
 

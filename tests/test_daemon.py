@@ -174,10 +174,12 @@ class TestIsolation:
 
 
 class TestRestart:
-    def test_restart_is_counted_and_leases_come_back_exempt(self, workdir: Path) -> None:
+    def test_restart_is_counted_and_leases_come_back_exempt(
+        self, server_kind: str, workdir: Path
+    ) -> None:
         """A server restarted with AOF under the daemon: counted once, leases exempt."""
         keys = QueueKeys("restart")
-        with RedisServer(workdir / "aof", appendonly=True) as server:
+        with RedisServer(workdir / "aof", kind=server_kind, appendonly=True) as server:
             client = server.client()
             first = run_id(client)
             with DaemonProcess(
@@ -223,7 +225,7 @@ class TestRestart:
 
 
 class TestLifecycle:
-    def test_server_down_at_start_then_up(self, workdir: Path) -> None:
+    def test_server_down_at_start_then_up(self, server_kind: str, workdir: Path) -> None:
         """Started before its server, the daemon is not ready and owns no queue (no heartbeat
         answered), then ready and sweeping."""
         port = free_port()
@@ -234,7 +236,7 @@ class TestLifecycle:
             assert daemon.get("/readyz")[0] == 503
             daemon.wait_value("sweeperd_redis_up", 0, node=node)
             assert daemon.value("sweeperd_owned_queues") == 0
-            with RedisServer(workdir / "late", port=port) as server:
+            with RedisServer(workdir / "late", kind=server_kind, port=port) as server:
                 client = server.client()
                 lease(client, keys, b"j", attempts="1")
                 wait_until(lambda: daemon.get("/readyz")[0] == 200, what="/readyz 200")

@@ -5,22 +5,34 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
-from sweeperd.demo import BACKLOG, MAX_STALLED
+import pytest
+
+from sweeperd.demo import BACKLOG, MAX_STALLED, find_module, find_server
+from tests.server import REPO, server_binary
+
+
+def demo(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sweeperd", "demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=cwd,
+    )
 
 
 class TestDemo:
-    def test_the_demo_sweeps_its_queues_and_cleans_up(self) -> None:
-        """The demo exits 0 and its summary shows the backlog drained, the dead, the exempt
-        and the ghost, and the restart it caused."""
-        done = subprocess.run(
-            [sys.executable, "-m", "sweeperd", "demo", "--seconds", "6"],
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
+    def test_the_demo_sweeps_its_queues_and_cleans_up(self, server_kind: str) -> None:
+        """On each server (--server), with the module named relative to the working directory,
+        the demo exits 0 and its summary shows the backlog drained, the dead, the exempt and
+        the ghost, and the restart it caused."""
+        done = demo("--seconds", "6", "--server", server_binary(server_kind),
+                    "--module", "emq_stalled.so", cwd=REPO / "module")  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         out = done.stdout
+        assert f"module: {REPO / 'module' / 'emq_stalled.so'}" in out
         reports = re.search(r"reports\s+recovered\s+(\d+) \(exempt (\d+)\)\s+dead\s+(\d+)", out)
         assert reports is not None, out
         # stalled 0 or 1 before, 1 or 2 after: under the demo's budget of 3, none dies
@@ -33,3 +45,52 @@ class TestDemo:
         assert emails is not None, out
         assert (int(emails.group(1)) >= 2, emails.group(2)) == (True, "1"), out
         assert "server restarts seen: 1" in out
+
+    def test_a_server_that_does_not_start_is_one_line(self, server_kind: str) -> None:
+        """A server that exits at start (its module is not one): exit 3 and one line naming the
+        server and ending its log, no traceback."""
+        binary = server_binary(server_kind)
+        done = demo("--server", binary, "--module", "README.md")
+        assert done.returncode == 3, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"sweeperd: {binary} exited with code 1; its log ends: "), line
+        assert line.endswith(f"Can't load module from {REPO / 'README.md'}: server aborting")
+
+    def test_a_missing_module_or_server_is_a_bad_option(self) -> None:
+        """A --module that is no file, or a --server that is no executable: exit 2, one line."""
+        for args, said in [
+            (["--module", "no-such.so"], "sweeperd: --module no-such.so (SWEEPERD_MODULE): "),
+            (["--server", "no-such-server"], "sweeperd: --server no-such-server: "),
+        ]:
+            done = demo(*args)
+            assert done.returncode == 2, done.stderr
+            [line] = done.stderr.splitlines()
+            assert line.startswith(said), line
+
+
+class TestFinding:
+    def test_the_first_server_on_path(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Without --server: redis-server when both are on PATH, else valkey-server, else a
+        FileNotFoundError saying how to install one."""
+        for name in ("valkey-server", "redis-server"):
+            (tmp_path / name).write_text("#!/bin/sh\n")
+            (tmp_path / name).chmod(0o755)
+        monkeypatch.setenv("PATH", str(tmp_path))
+        assert find_server(None) == str(tmp_path / "redis-server")
+        (tmp_path / "redis-server").unlink()
+        assert find_server(None) == str(tmp_path / "valkey-server")
+        assert find_server("valkey-server") == str(tmp_path / "valkey-server")
+        (tmp_path / "valkey-server").unlink()
+        with pytest.raises(FileNotFoundError, match="apt-get install redis-server"):
+            find_server(None)
+
+    def test_a_relative_module_is_made_absolute(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The server runs in a directory of its own: a module named relative to the working
+        directory is passed to it as an absolute path."""
+        (tmp_path / "m.so").write_bytes(b"")
+        monkeypatch.chdir(tmp_path)
+        assert find_module(Path("m.so")) == tmp_path / "m.so"

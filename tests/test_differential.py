@@ -331,7 +331,13 @@ def counted(record_property: Callable[[str, object], None]) -> Iterator[None]:
 DIFFERENTIAL = settings(  # as many examples as the profile says (tests/conftest.py)
     deadline=None,
     derandomize=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        # Run once per server kind, each time on a new instance of the class: the state of a
+        # run is its harness's (the server of its kind), never the instance's.
+        HealthCheck.differing_executors,
+    ],
 )
 
 

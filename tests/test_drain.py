@@ -194,7 +194,7 @@ class TestDrain:
         assert rig.node.last_answer >= ticked + 9  # nine more calls, a second of clock each
 
     def test_a_share_below_one_pauses_as_long_as_the_call_ran(
-        self, r: redis.Redis, rig: Rig
+        self, r: redis.Redis, rig: Rig, server_kind: str
     ) -> None:
         """At drain_share 0.5 the pause owed after a call equals its server time, and the next
         call waits for it; at 1 none is owed and the next call is sent before the last is
@@ -210,7 +210,10 @@ class TestDrain:
         r.config_resetstat()
         pause = rig.drainer.step()
         ran_s = int(r.info("commandstats")["cmdstat_evalsha"]["usec"]) / 1_000_000
-        assert pause is not None and 0.5 * ran_s <= pause <= ran_s  # the script's own timing
+        # The script's own timing: TIME's on Redis; on Valkey the server's CPU time (os.clock),
+        # which leaves out a preemption that commandstats' wall time counts.
+        least = {"redis": 0.5 * ran_s, "valkey": 0.0}[server_kind]
+        assert pause is not None and pause > 0 and least <= pause <= ran_s
 
     def test_call_size_adapts_to_the_target(
         self, r: redis.Redis, redis_server: RedisServer

@@ -25,10 +25,12 @@ def queue_series(d: DaemonProcess) -> set[str]:
 
 
 class TestOutage:
-    def test_a_one_replica_outage_keeps_every_series(self, tmp_path: Path) -> None:
+    def test_a_one_replica_outage_keeps_every_series(
+        self, tmp_path: Path, server_kind: str
+    ) -> None:
         """The server down 30 s (many heartbeats), one replica sharing: no per-queue series
         goes at any scrape, and after the restart recovered_total goes on from where it was."""
-        server = RedisServer(tmp_path / "server", appendonly=True).start()
+        server = RedisServer(tmp_path / "server", kind=server_kind, appendonly=True).start()
         try:
             with server.client() as c:
                 for job in (b"a", b"b", b"c"):

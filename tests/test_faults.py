@@ -99,15 +99,15 @@ def commandstat_calls(client: redis.Redis, command: str) -> int:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
+def server(server_kind: str, tmp_path: Path) -> Iterator[RedisServer]:
     """A server of the test's own, with the module: the test may stop, hang or fill it."""
-    with RedisServer(tmp_path / "redis") as started:
+    with RedisServer(tmp_path / "redis", kind=server_kind) as started:
         yield started
 
 
 @pytest.fixture
-def aof_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis-aof", appendonly=True) as started:
+def aof_server(server_kind: str, tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis-aof", kind=server_kind, appendonly=True) as started:
         yield started
 
 

@@ -412,9 +412,9 @@ def seed_mixed(r: redis.Redis) -> None:
 
 
 @pytest.fixture
-def primary(tmp_path: Path) -> Iterator[RedisServer]:
+def primary(server_kind: str, tmp_path: Path) -> Iterator[RedisServer]:
     """A module server of this test's own, for replicas to attach to."""
-    with RedisServer(tmp_path / "primary") as server:
+    with RedisServer(tmp_path / "primary", kind=server_kind) as server:
         yield server
 
 
@@ -433,7 +433,9 @@ class TestReplication:
         """After sweeps of every verdict the replica's DUMPs equal the primary's."""
         origin = ("127.0.0.1", primary.port)
         with (
-            RedisServer(tmp_path / "replica", module=None, replicaof=origin) as replica,
+            RedisServer(
+                tmp_path / "replica", kind=primary.kind, module=None, replicaof=origin
+            ) as replica,
             primary.client() as p,
             replica.client() as rep,
         ):
@@ -449,9 +451,9 @@ class TestReplication:
 class TestAof:
     """The AOF carries the effects, and a restart's new run_id exempts the old leases."""
 
-    def test_restart_exempts_then_reloads_exactly(self, tmp_path: Path) -> None:
+    def test_restart_exempts_then_reloads_exactly(self, server_kind: str, tmp_path: Path) -> None:
         """Leases of the previous process return uncounted; the AOF reloads the swept keyspace."""
-        with RedisServer(tmp_path / "aof", appendonly=True) as server:
+        with RedisServer(tmp_path / "aof", kind=server_kind, appendonly=True) as server:
             with server.client() as r:
                 first = run_id(r)
                 for job_id in (b"a", b"b"):

@@ -68,13 +68,14 @@ def target_of(request: pytest.FixtureRequest, kind: str) -> Target:
 
 
 @pytest.fixture(params=["native", "script"])
-def target(request: pytest.FixtureRequest) -> Target:
-    """Each executor on the server it runs on."""
+def target(request: pytest.FixtureRequest, server_kind: str) -> Target:
+    """Each executor on the server it runs on, of each server kind."""
     return target_of(request, request.param)
 
 
 @pytest.fixture
-def native(request: pytest.FixtureRequest) -> Target:
+def native(request: pytest.FixtureRequest, server_kind: str) -> Target:
+    """The native executor on the module server, of each server kind."""
     return target_of(request, "native")
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from sweeperd.keyspace import QueueKeys
-from tests.server import RedisServer, free_port
+from tests.server import PROMETHEUS_ONLY, RedisServer, free_port
 from tests.test_ship import RULES, dashboard_exprs, metric_names, with_grafana_values
 
 PAST_MS = 1_000_000  # a lease deadline long gone
@@ -210,6 +210,7 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
             process.stop()
 
 
+@pytest.mark.only_on("redis", reason=PROMETHEUS_ONLY)
 class TestPrometheusEndToEnd:
     def test_prometheus_scrapes_sweeperd(self, stack: Stack) -> None:
         """The sweeperd target turns up in Prometheus, and every shipped rule is loaded."""

@@ -29,9 +29,10 @@ SPREAD_MS = 2000  # their deadlines spread over this, so that they fall due whil
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp("reshard")) as made:
+def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster of each server kind for the module's tests; each test finds it settled and
+    empty."""
+    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-reshard"), kind=server_kind) as made:
         yield made
 
 

@@ -36,8 +36,9 @@ class Target:
 
 
 @pytest.fixture(params=["native", "script"])
-def on(request: pytest.FixtureRequest) -> Target:
-    """The module server with the native executor, or the plain one with the Lua port."""
+def on(request: pytest.FixtureRequest, server_kind: str) -> Target:
+    """The module server with the native executor, or the plain one with the Lua port, of
+    each server kind."""
     if request.param == "native":
         return Target(request.getfixturevalue("r"), NATIVE)
     return Target(request.getfixturevalue("r_plain"), SCRIPT)

@@ -23,9 +23,10 @@ KEYS = QueueKeys(QUEUE)
 
 
 @pytest.fixture(scope="module")
-def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+def group(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
     """One primary, replica and Sentinels for the module's tests."""
-    with SentinelGroup(tmp_path_factory.mktemp("sentinel")) as made:
+    workdir = tmp_path_factory.mktemp(f"{server_kind}-sentinel")
+    with SentinelGroup(workdir, kind=server_kind) as made:
         yield made
 
 

@@ -100,9 +100,9 @@ def top(server: RedisServer, *args: str) -> Ran:
 
 
 @pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[RedisServer]:
+def own_server(server_kind: str, tmp_path: Path) -> Iterator[RedisServer]:
     """A server of this test alone: it is restarted."""
-    with RedisServer(tmp_path) as server:
+    with RedisServer(tmp_path, kind=server_kind) as server:
         yield server
 
 

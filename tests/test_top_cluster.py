@@ -20,9 +20,9 @@ from tests.topologies import Cluster, wait_for, write_leases
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp("top-cluster")) as made:
+    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-top-cluster"), kind=server_kind) as made:
         yield made
 
 

@@ -123,6 +123,8 @@ class TestRoleChange:
         self, redis_server: RedisServer, tmp_path: Path
     ) -> None:
         """A node that answers as a replica is no primary: the tick routes its queues again."""
-        replica = RedisServer(tmp_path / "replica", replicaof=("127.0.0.1", redis_server.port))
+        replica = RedisServer(
+            tmp_path / "replica", kind=redis_server.kind, replicaof=("127.0.0.1", redis_server.port)
+        )
         with replica, pytest.raises(NotPrimary, match="is a slave now"):
             self.node(replica).look(1.0)

@@ -40,15 +40,14 @@ def failures(d: DaemonProcess, queue: str, reason: str) -> float:
     return d.value("sweeperd_sweep_failures_total", queue=queue, reason=reason) or 0.0
 
 
-def lone_cluster_node(workdir: Path, port: int | None = None) -> RedisServer:
-    """A one-node Redis Cluster (every slot on it), the module loaded."""
-    port = port or free_bus_port()
-    server = RedisServer(
+def lone_cluster_node(workdir: Path, kind: str) -> RedisServer:
+    """A one-node Cluster (every slot on it), the module loaded."""
+    return RedisServer(
         workdir,
-        port=port,
+        kind=kind,
+        port=free_bus_port(),
         extra={"cluster-enabled": "yes", "cluster-config-file": str(workdir / "nodes.conf")},
     )
-    return server
 
 
 def serve_every_slot(server: RedisServer) -> None:
@@ -59,8 +58,10 @@ def serve_every_slot(server: RedisServer) -> None:
 
 
 @pytest.fixture(scope="module")
-def lone_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with lone_cluster_node(tmp_path_factory.mktemp("lone-node")) as server:
+def lone_node(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with lone_cluster_node(
+        tmp_path_factory.mktemp(f"{server_kind}-lone-node"), server_kind
+    ) as server:
         serve_every_slot(server)
         yield server
 
@@ -93,10 +94,10 @@ class TestClusterNodeWithoutFlag:
                        "--metrics-addr", f"127.0.0.1:{free_port()}")  # fmt: skip
         assert one_line(ran, 1) == f"127.0.0.1:{lone_node.port} {CLUSTER_WORDS}"
 
-    def test_run_fails_every_tick(self, tmp_path: Path) -> None:
+    def test_run_fails_every_tick(self, tmp_path: Path, server_kind: str) -> None:
         """A Cluster node that comes up after run started without --cluster: every tick fails
         with reason moved and the fix logged, not ready, nothing written."""
-        node = lone_cluster_node(tmp_path / "node")
+        node = lone_cluster_node(tmp_path / "node", server_kind)
         args = ("--redis-url", node.url, "-q", "q", "--interval", "0.2", "--jitter", "0")
         with DaemonProcess(tmp_path, *args) as d:
             with node:
@@ -133,9 +134,11 @@ class TestClusterFlagAtOneServer:
 
 
 @pytest.fixture(scope="module")
-def bare_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def bare_cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three primaries and no replica: one dead primary takes the Cluster down."""
-    with Cluster(tmp_path_factory.mktemp("bare-cluster"), replicas=0) as made:
+    with Cluster(
+        tmp_path_factory.mktemp(f"{server_kind}-bare-cluster"), kind=server_kind, replicas=0
+    ) as made:
         yield made
 
 
@@ -242,24 +245,25 @@ class TestLoading:
         server.extra["loading-process-events-interval-bytes"] = "1024"  # answer while loading
         loading_start(server)
 
-    def test_once_says_loading(self, tmp_path: Path) -> None:
+    def test_once_says_loading(self, tmp_path: Path, server_kind: str) -> None:
         """once while the server loads: exit 3, reason loading (not reply_lost), one line."""
-        server = RedisServer(tmp_path / "server").start()
+        server = RedisServer(tmp_path / "server", kind=server_kind).start()
         try:
             self.restart_loading(server)
             ran = sweeperd("once", "--redis-url", server.url, "-q", "q", "--json")
             assert ran.code == 3, ran.err
             error = json.loads(ran.out)["error"]
             assert error["reason"] == "loading"
-            assert error["message"].startswith("LOADING Redis is loading the dataset in memory")
+            name = "Valkey" if server_kind == "valkey" else "Redis"  # each names itself
+            assert error["message"].startswith(f"LOADING {name} is loading the dataset in memory")
         finally:
             server.stop()
 
-    def test_the_restart_sweep_waits_for_the_load(self, tmp_path: Path) -> None:
+    def test_the_restart_sweep_waits_for_the_load(self, tmp_path: Path, server_kind: str) -> None:
         """A tick that meets a loading server fails with reason loading and comes again soon:
         once it has loaded, the restart is counted and the earlier run's leases come back
         exempt at once, long before the 30 s interval."""
-        server = RedisServer(tmp_path / "server").start()
+        server = RedisServer(tmp_path / "server", kind=server_kind).start()
         try:
             with server.client() as c:
                 write_leases(c, Q, [b"a", b"b"], now_ms() + 1500, run_id(c))

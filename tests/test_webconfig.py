@@ -22,7 +22,7 @@ from sweeperd.webconfig import BadWebConfig, load_web_config
 from tests.certs import Pki, make_pki
 from tests.cli import sweeperd
 from tests.helpers import PAST_MS, lease
-from tests.server import RedisServer, free_port
+from tests.server import PROMETHEUS_ONLY, RedisServer, free_port
 from tests.test_prometheus_e2e import Process, Stack, prometheus_binary
 
 USER, PASSWORD = "prometheus", "scrape-pw-5521"
@@ -144,6 +144,7 @@ def prometheus_config(port: int, pki: Pki, password_file: Path) -> str:
     return yaml.safe_dump({"global": every_second, "scrape_configs": [scrape]})
 
 
+@pytest.mark.only_on("redis", reason=PROMETHEUS_ONLY)
 class TestPrometheusOverTls:
     def test_prometheus_scrapes_over_tls_with_basic_auth(
         self, redis_server: RedisServer, pki: Pki, tmp_path: Path

@@ -1,5 +1,5 @@
-"""Real topologies for the tests: a Redis Cluster of redis-servers with the module, and a
-primary with a replica behind three Sentinels. Started once per test module."""
+"""Real topologies for the tests, of either server kind: a Cluster of servers with the module,
+and a primary with a replica behind three Sentinels. Started once per test module."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import redis
 from redis.crc import key_slot
 
 from sweeperd.keyspace import QueueKeys
-from tests.server import START_TIMEOUT_S, RedisServer, free_port, redis_server_binary
+from tests.server import START_TIMEOUT_S, RedisServer, free_port, server_binary
 
 SETTLE_S = 30.0  # a failover or a rejoin is done within this
 NODE_TIMEOUT_MS = 1000  # cluster-node-timeout: a dead primary is failed over in about 2 s
@@ -102,7 +102,9 @@ class Started:
 class Cluster(Started):
     """Three primaries and a replica each (or none), the module loaded on every node."""
 
-    def __init__(self, workdir: Path, *, primaries: int = 3, replicas: int = 1) -> None:
+    def __init__(
+        self, workdir: Path, *, kind: str = "redis", primaries: int = 3, replicas: int = 1
+    ) -> None:
         self.replicas = replicas
         self.servers: list[RedisServer] = []
         for n in range(primaries * (1 + replicas)):
@@ -110,6 +112,7 @@ class Cluster(Started):
             self.servers.append(
                 RedisServer(
                     workdir / f"node-{n}",
+                    kind=kind,
                     port=port,
                     extra={
                         "cluster-enabled": "yes",
@@ -261,14 +264,43 @@ class Cluster(Started):
                     c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         self.settle()
 
+    def migrate_atomically(self, slot: int, source: RedisServer, target: RedisServer) -> None:
+        """Move one slot by Valkey 9's atomic slot migration (CLUSTER MIGRATESLOTS), waited for
+        until the source says it succeeded and every node agrees on the new owner."""
+        with source.client() as s, target.client() as t:
+            target_id = t.execute_command("CLUSTER", "MYID").decode()
+            before = {job[b"name"] for job in migrations(s)}
+            s.execute_command(
+                "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", target_id
+            )
+
+            def over() -> bool:
+                [job] = [job for job in migrations(s) if job[b"name"] not in before]
+                assert job[b"state"] not in (b"failed", b"cancelled", b"canceled"), job
+                return job[b"state"] == b"success"
+
+            wait_for(over, f"slot {slot} to move to {target.port}")
+        wait_for(lambda: self.owner_port(slot) == target.port, f"slot {slot} owned by its target")
+        self.settle()
+
+    def owner_port(self, slot: int) -> int:
+        return next(port for first, last, port in self.slots() if first <= slot <= last)
+
+
+def migrations(client: redis.Redis) -> list[dict[bytes, object]]:
+    """CLUSTER GETSLOTMIGRATIONS: each migration the node knows as a dict of its fields."""
+    reply = client.execute_command("CLUSTER", "GETSLOTMIGRATIONS")  # type: ignore[no-untyped-call]
+    return [e if isinstance(e, dict) else dict(zip(e[::2], e[1::2], strict=True)) for e in reply]
+
 
 class SentinelGroup(Started):
-    """A primary, its replica and three Sentinels watching them (redis-server --sentinel)."""
+    """A primary, its replica and three Sentinels watching them (<kind>-server --sentinel)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, kind: str = "redis") -> None:
         self.workdir = workdir
-        self.primary = RedisServer(workdir / "primary")
-        self.replica = RedisServer(workdir / "replica")
+        self.kind = kind
+        self.primary = RedisServer(workdir / "primary", kind=kind)
+        self.replica = RedisServer(workdir / "replica", kind=kind)
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.sentinels: list[subprocess.Popen[bytes]] = []
 
@@ -288,7 +320,7 @@ class SentinelGroup(Started):
             )
             self.sentinels.append(
                 subprocess.Popen(
-                    [redis_server_binary(), str(conf), "--sentinel"], stdout=subprocess.DEVNULL
+                    [server_binary(self.kind), str(conf), "--sentinel"], stdout=subprocess.DEVNULL
                 )
             )
         wait_for(self.watched, "the Sentinels to see each other and the replica")
