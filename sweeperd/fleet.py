@@ -17,6 +17,7 @@ from sweeperd.drain import Drainer
 from sweeperd.executors import ExecutorChoice
 from sweeperd.holds import Holds
 from sweeperd.keyspace import QueueKeys
+from sweeperd.layoutwatch import LayoutWatch
 from sweeperd.ledger import Ledger
 from sweeperd.membership import members_key
 from sweeperd.metrics import Metrics
@@ -38,10 +39,7 @@ from sweeperd.topology import (
 log = structlog.get_logger("sweeperd.fleet")
 
 WORKERS = 4  # ticks one primary runs at once (batches falling due together)
-CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
-SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
-SENTINEL_TICK_S = 0.1  # and before every tick, unless it answered within this
-DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
+SENTINEL_TICK_S = 0.1  # Sentinel is asked for the primary before every tick, unless within this
 UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
 
 
@@ -103,25 +101,17 @@ class Fleet:
         self.metrics = metrics
         self.tuning = tuning
         self.on_restart = on_restart
-        self.on_moved = on_moved  # the layout changed: every queue's next tick at once
         self.on_retry = on_retry  # a primary asks to be swept again soon (it was loading)
         self.clock = clock
-        self.source = source if source is not None else source_of(connection)
         self.fan_out = connection.topology.cluster
-        self.every_s = {"cluster": CLUSTER_REFRESH_S, "sentinel": SENTINEL_REFRESH_S}.get(
-            connection.topology.mode
-        )
         self.layout: Layout | None = None
         self.members: dict[str, Member] = {}
-        self.read_at: float | None = None  # when the layout was last asked for
-        self.doubted = threading.Event()
-        self.stopped = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.unreachable: str | None = None  # the last failure to read the layout, logged once
-        self.wrong: SweepError | None = None  # the servers are not the topology the options say
         self.started = False
         self.lock = threading.RLock()  # the members and the layout
-        self.reading = threading.Lock()  # one read of the layout at a time
+        self.watch = LayoutWatch(
+            source if source is not None else source_of(connection), self.mode, self.applied,
+            on_moved=on_moved, clock=clock,
+        )  # fmt: skip
         self.slots: dict[str, int] = {}
         self.holds = Holds(clock)  # every primary's: a queue held on one resumes on another
         metrics.add_collector(self.holds)
@@ -130,43 +120,21 @@ class Fleet:
 
     # The layout.
     def refresh(self) -> bool:
-        """Read the layout, add the new primaries, drop the gone; whether slots changed hands.
-        One read at a time: a slow read must not undo a newer one."""
-        with self.reading:
-            return self.read()
+        """Read the layout now (see LayoutWatch.refresh)."""
+        return self.watch.refresh()
 
-    def read(self) -> bool:
-        self.doubted.clear()
-        self.read_at = self.clock()
-        try:
-            layout = self.source.read()
-        except SweepError as exc:  # what answers is not the topology the options name
-            said = self.wrong is not None and self.wrong.message == exc.message
-            if self.started and not said:  # at the start, the refusal to start says it
-                log.error("topology_wrong", mode=self.mode, reason=str(exc.reason),
-                          error=exc.message)  # fmt: skip
-            self.wrong = exc
-            return False
-        except UNREACHABLE as exc:
-            if self.unreachable != str(exc):
-                log.warning("topology_unreachable", mode=self.mode, error=str(exc))
-            self.unreachable = str(exc)
-            return False
-        if self.unreachable is not None or self.wrong is not None:
-            log.info("topology_reachable", mode=self.mode)
-        self.unreachable = self.wrong = None
+    def doubt(self) -> None:
+        """Something said the layout moved: read it again soon."""
+        self.watch.doubt()
+
+    @property
+    def wrong(self) -> SweepError | None:
+        """Why the servers are not the topology the options name, while they are not."""
+        return self.watch.wrong
+
+    def applied(self, layout: Layout) -> bool:
         with self.lock:
             return self.apply(layout)
-
-    def watch(self) -> None:
-        """The layout thread: read again every `every_s`, or soon after a doubt."""
-        while not self.stopped.is_set():
-            if self.doubted.wait(self.every_s):
-                self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
-            if self.stopped.is_set():
-                return
-            if self.refresh():
-                self.on_moved()
 
     def apply(self, layout: Layout) -> bool:
         old, self.layout = self.layout, layout
@@ -184,13 +152,6 @@ class Fleet:
             log.warning("topology_changed", mode=self.mode, added=added, gone=gone,
                         primaries=list(layout.primaries))  # fmt: skip
         return moved
-
-    def asked_before(self, seconds: float) -> bool:
-        return self.read_at is None or self.clock() - self.read_at >= seconds
-
-    def doubt(self) -> None:
-        """Something said the layout moved: read it again soon."""
-        self.doubted.set()
 
     @property
     def mode(self) -> str:
@@ -310,7 +271,7 @@ class Fleet:
         """One tick of the batch on every primary that owns some of it. Behind Sentinel the
         primary is asked for first: a demoted one may go on answering as a primary for seconds,
         and what it writes then is lost."""
-        if self.mode == "sentinel" and self.asked_before(SENTINEL_TICK_S):
+        if self.mode == "sentinel" and self.watch.asked_before(SENTINEL_TICK_S):
             self.refresh()
         for name, queues in self.route(batch).items():
             member = self.members.get(name)
@@ -355,17 +316,13 @@ class Fleet:
             self.started = True
             for m in self.members.values():
                 m.drainer.start()
-        if self.every_s is not None:
-            self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)
-            self.thread.start()
+        self.watch.start()
 
     def stop(self, timeout_s: float) -> None:
-        self.stopped.set()
-        self.doubted.set()
+        self.watch.stop()
         with self.lock:
             members = list(self.members.values())
         for m in members:
             m.drainer.stop(timeout_s / max(1, len(members)))
             if m.pool is not None:
                 m.pool.shutdown(wait=False, cancel_futures=True)
-        self.source.close()
