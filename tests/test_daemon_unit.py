@@ -11,11 +11,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from sweeperd.daemon import DISCOVERED_TTL_S, OVERRUN_LOG_S, READY_INTERVALS, Daemon
+from sweeperd.daemon import OVERRUN_LOG_S, Daemon
+from sweeperd.health import READY_INTERVALS
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node
 from sweeperd.notify import Notifier
+from sweeperd.queueset import DISCOVERED_TTL_S
 from sweeperd.reasons import Reason
 from sweeperd.settings import ConfigError, Settings, build_settings
 from tests.helpers import lease
@@ -121,7 +123,7 @@ class TestDiscovery:
             ("redis_up", None),
             ("queues_discovered", ["found"]),
         ]
-        assert daemon.swept == {"fixed", "found"}
+        assert daemon.queues.swept == {"fixed", "found"}
         assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
         assert node_of(daemon).up is True
 
@@ -139,7 +141,7 @@ class TestDiscovery:
             daemon.discover()
             daemon.discover()
         assert [e["event"] for e in logs] == ["redis_down"]
-        assert daemon.discovered.keys() == {"found"} and node_of(daemon).up is False
+        assert daemon.queues.discovered.keys() == {"found"} and node_of(daemon).up is False
 
     def test_a_drained_queue_keeps_its_series_for_an_hour(
         self, r: redis.Redis, daemon: Daemon, clock: Clock
@@ -152,13 +154,13 @@ class TestDiscovery:
         r.delete(QueueKeys("found").active)  # drained: EchoMQ's last lease left
         clock.now += DISCOVERED_TTL_S
         daemon.discover()
-        assert daemon.swept == {"fixed", "found"}
+        assert daemon.queues.swept == {"fixed", "found"}
         assert value(daemon, "sweeperd_sweep_failures_total", queue="found", reason="timeout") == 1
         clock.now += 1.0
         with capture_logs() as logs:
             daemon.discover()
         assert [(e["event"], e.get("dropped")) for e in logs] == [("queues_discovered", ["found"])]
-        assert daemon.swept == {"fixed"}
+        assert daemon.queues.swept == {"fixed"}
         assert value(daemon, "sweeperd_recovered_total", queue="found") is None
 
 
@@ -172,13 +174,13 @@ class TestNodeSeries:
 class TestReadiness:
     def test_ready_within_three_intervals_of_an_answer(self, daemon: Daemon, clock: Clock) -> None:
         """Not ready before any answer; ready for three intervals after one; then not."""
-        daemon.apply_queues()
-        assert not daemon.ready()
+        daemon.queues.apply()
+        assert not daemon.health.ready()
         with node_of(daemon).lock:
             node_of(daemon).answered(clock.now)
         clock.now += READY_INTERVALS * 5
-        assert daemon.ready()
+        assert daemon.health.ready()
         assert value(daemon, "sweeperd_ready") == 1
         clock.now += 0.1
-        assert not daemon.ready()
+        assert not daemon.health.ready()
         assert value(daemon, "sweeperd_ready") == 0
