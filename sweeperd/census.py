@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis
+from redis.client import Pipeline
 
 from sweeperd.constants import METRICS_FAILED_FIELD
 from sweeperd.keyspace import QueueKeys
@@ -26,41 +28,81 @@ class Census:
     exists: bool  # any of the queue's own keys (see has_keys): false for a typo, a wrong root
 
 
-def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
-    """Counts read in one round trip, on the server's clock."""
-    info = read_server_info(client)
-    pipe = client.pipeline(transaction=False)
+COUNTS = 5  # the reads of a queue's counts (queue_counts): its five commands
+
+
+def queue_counts(pipe: Pipeline, keys: QueueKeys) -> None:
+    """The reads of a queue's counts, on a pipeline: ZCARD active, its oldest lease (ZRANGE 0
+    0 WITHSCORES), ZCARD pending, ZCARD dead, and the metrics:failed count (HGET)."""
     pipe.zcard(keys.active)
-    pipe.zcount(keys.active, "-inf", info.time_ms)
     pipe.zrange(keys.active, 0, 0, withscores=True)
     pipe.zcard(keys.pending)
     pipe.zcard(keys.dead)
     pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
-    active, expired, oldest, pending, dead, failed = pipe.execute()
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A queue's counts as read; None where a read was refused (or a count not an integer)."""
+
+    active: int | None
+    oldest_overdue_s: float | None  # how long its oldest expired lease has been overdue
+    pending: int | None
+    dead: int | None
+    failed: int | None  # the metrics:failed count: 0 when missing
+    exists: bool  # any of the queue's own keys (keys.absent() says what none means)
+
+
+def counts_of(replies: Sequence[object], now_ms: int) -> Counts:
+    """The replies of queue_counts' reads (an error in place of a refused one), at `now_ms` on
+    the server's clock."""
+    active, oldest, pending, dead, failed = replies
+    return Counts(
+        _int(active), overdue_s(oldest, now_ms), _int(pending), _int(dead), _failed(failed),
+        # Redis keeps no empty sorted set: a count of 0 is no key; the failed count, a field
+        exists=bool(_int(active) or _int(pending) or _int(dead)) or isinstance(failed, bytes),
+    )  # fmt: skip
+
+
+def _int(reply: object) -> int | None:
+    return reply if isinstance(reply, int) else None
+
+
+def _failed(reply: object) -> int | None:
+    """The metrics:failed count: a missing one is 0; refused, or not an integer, None."""
+    if isinstance(reply, bytes):
+        return string2ll(reply)
+    return None if isinstance(reply, redis.RedisError) else 0
+
+
+def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
+    """Counts read in one round trip, on the server's clock."""
+    info = read_server_info(client)
+    pipe = client.pipeline(transaction=False)
+    pipe.zcount(keys.active, "-inf", info.time_ms)
+    queue_counts(pipe, keys)
+    expired, *replies = pipe.execute()
+    counts = counts_of(replies, info.time_ms)
     return Census(
         queue=keys.queue,
-        active=active,
+        active=counts.active or 0,
         expired=expired,
-        oldest_overdue_s=overdue_s(oldest, info.time_ms),
-        pending=pending,
-        dead=dead,
-        failed=string2ll(failed) if failed is not None else 0,
+        oldest_overdue_s=counts.oldest_overdue_s,
+        pending=counts.pending or 0,
+        dead=counts.dead or 0,
+        failed=counts.failed,
         run_id=info.run_id.decode(),
         verb_available=has_verb(client),
-        exists=bool(active or pending or dead) or failed is not None,
+        exists=counts.exists,
     )
 
 
 def has_keys(client: redis.Redis, keys: QueueKeys) -> bool:
-    """Whether any of the queue's own keys exists (keys.absent() says what none means), read
-    with the commands the least ACL user has: Redis keeps no empty sorted set, so a ZCARD of 0
-    is no key; the failed count is one hash field."""
+    """Whether any of the queue's own keys exists, read with the commands the least ACL user
+    has (Counts.exists)."""
     pipe = client.pipeline(transaction=False)
-    for key in (keys.active, keys.pending, keys.dead):
-        pipe.zcard(key)
-    pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
-    *sizes, failed = pipe.execute()
-    return any(sizes) or failed is not None
+    queue_counts(pipe, keys)
+    return counts_of(pipe.execute(), 0).exists
 
 
 def overdue_s(oldest: object, now_ms: int) -> float | None:

@@ -3,6 +3,7 @@ still loading its dataset, and whether it knows the verb."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
@@ -34,11 +35,16 @@ def parse_info(raw: bytes | str) -> dict[str, str]:
     return fields
 
 
+def server_ms(fields: Mapping[str, str]) -> int:
+    """The server's clock when it answered INFO server, in ms since the Unix epoch."""
+    return int(fields.get("server_time_usec", "0")) // 1000
+
+
 def server_info_of(raw: bytes | str) -> ServerInfo:
     fields = parse_info(raw)
     return ServerInfo(
         run_id=fields["run_id"].encode(),
-        time_ms=int(fields.get("server_time_usec", "0")) // 1000,
+        time_ms=server_ms(fields),
         version=fields.get("valkey_version") or fields.get("redis_version", "unknown"),
         role=fields.get("role", "master"),
         replid=fields.get("master_replid", "").encode(),

@@ -18,13 +18,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from sweeperd.census import overdue_s
-from sweeperd.constants import METRICS_FAILED_FIELD, VERB
+from sweeperd.census import COUNTS, counts_of, queue_counts
+from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
-from sweeperd.model import string2ll
-from sweeperd.serverinfo import parse_info, verb_in
-
-DETAIL_COMMANDS = 5  # per row shown: ZCARD, ZRANGE 0 0 WITHSCORES, ZCARD, ZCARD, HGET
+from sweeperd.serverinfo import parse_info, server_ms, verb_in
 
 # A row's state: where its numbers come from (README: sweeperd top, the --json `state`).
 OK = "ok"  # read now
@@ -113,7 +110,7 @@ class NodeReader:
         `detail` and the live members: one round trip of reads. An unreachable server raises."""
         if self.offset_ms is None:  # once, at the start: the server's clock bounds "expired"
             raw = self.client.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
-            self.offset_ms = _server_ms(parse_info(raw)) - now * 1000
+            self.offset_ms = server_ms(parse_info(raw)) - now * 1000
         due = int(now * 1000 + self.offset_ms)
         shown = [q for q in queues if q in detail]
         pipe = self.client.pipeline(transaction=False)
@@ -122,19 +119,14 @@ class NodeReader:
         for queue in queues:
             pipe.zcount(QueueKeys(queue, self.root).active, "-inf", due)
         for queue in shown:
-            keys = QueueKeys(queue, self.root)
-            pipe.zcard(keys.active)
-            pipe.zrange(keys.active, 0, 0, withscores=True)
-            pipe.zcard(keys.pending)
-            pipe.zcard(keys.dead)
-            pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
+            queue_counts(pipe, QueueKeys(queue, self.root))
         if members_key is not None:
             pipe.zrangebyscore(members_key, due, "+inf")
         replies = pipe.execute(raise_on_error=False)
         if isinstance(replies[0], redis.RedisError):
             raise replies[0]
         info = parse_info(replies[0])
-        self.offset_ms = _server_ms(info) - now * 1000
+        self.offset_ms = server_ms(info) - now * 1000
         down = next((r for r in replies if isinstance(r, ClusterDownError)), None)
         server = self._server(info, replies[1], None if down is None else said(down))
         if down is not None:  # said once, on the server's line
@@ -147,8 +139,8 @@ class NodeReader:
             chunk: Sequence[object] = ()
             if queue in detail:
                 n = shown.index(queue)
-                chunk = counts[n * DETAIL_COMMANDS : (n + 1) * DETAIL_COMMANDS]
-            rows.append(self._row(queue, [expired[queue], *chunk], _server_ms(info), now))
+                chunk = counts[n * COUNTS : (n + 1) * COUNTS]
+            rows.append(self._row(queue, [expired[queue], *chunk], server_ms(info), now))
         if members_key is None:
             return NodeRead(server, rows)
         members = replies[-1]
@@ -179,15 +171,16 @@ class NodeReader:
         refused = next((r for r in replies if isinstance(r, redis.RedisError)), None)
         read = [None if isinstance(r, redis.RedisError) else r for r in replies]
         row = QueueRow(
-            queue, self.node, _int(read[0]), state=ERROR if refused else OK,
+            queue, self.node, read[0] if isinstance(read[0], int) else None,
+            state=ERROR if refused else OK,
             error=None if refused is None else said(refused), as_of=now,
         )  # fmt: skip
         if len(read) == 1:
             return row
-        active, oldest, pending, dead, _ = read[1:]
+        counts = counts_of(replies[1:], server_ms)
         return replace(
-            row, active=_int(active), oldest_overdue_s=overdue_s(oldest, server_ms),
-            pending=_int(pending), dead=_int(dead), failed=_failed(replies[-1]),
+            row, active=counts.active, oldest_overdue_s=counts.oldest_overdue_s,
+            pending=counts.pending, dead=counts.dead, failed=counts.failed,
         )  # fmt: skip
 
 
@@ -201,18 +194,3 @@ def _where(exc: redis.RedisError) -> str:
         host, port = exc.node_addr
         return f"slot {exc.slot_id} {_moving(exc)} to {host}:{port}"
     return said(exc)
-
-
-def _int(reply: object) -> int | None:
-    return reply if isinstance(reply, int) else None
-
-
-def _failed(reply: object) -> int | None:
-    """The metrics:failed count: a missing one is 0; refused, or not an integer, None."""
-    if isinstance(reply, bytes):
-        return string2ll(reply)
-    return None if isinstance(reply, redis.RedisError) else 0
-
-
-def _server_ms(info: Mapping[str, str]) -> int:
-    return int(info.get("server_time_usec", "0")) // 1000
