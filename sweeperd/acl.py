@@ -39,20 +39,6 @@ def commands_for(
     return list(dict.fromkeys(wanted))
 
 
-def setuser_line(
-    executor: str,
-    *,
-    root: str = "emq",
-    user: str = "sweeperd",
-    password: str = "<password>",
-    sharing: bool = True,
-    discover: bool = False,
-) -> str:
-    """The one ACL SETUSER line for a user that can do exactly what sweeperd does."""
-    grants = " ".join(f"+{c}" for c in commands_for(executor, sharing=sharing, discover=discover))
-    return f"ACL SETUSER {user} reset on >{password} ~{root}:* {grants}"
-
-
 def refused_command(text: str, script_source: str, *, pcall_refusal: str = VERB) -> str:
     """The command an ACL refusal inside the sweep script was about.
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sweeperd.constants import LEASE_EPOCH, LLONG_MAX, LLONG_MIN, METRICS_FAILED_FIELD
-from sweeperd.keyspace import QueueKeys
+from sweeperd.constants import LEASE_EPOCH, LLONG_MAX, LLONG_MIN
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_AN_INTEGER = "ERR hash value is not an integer"
 OVERFLOW = "ERR increment or decrement would overflow"
-ARITY = "ERR wrong number of arguments for 'emq.stalled.check' command"
 ZSET_OR_NONE = frozenset({"zset", "none"})
 HASH_OR_NONE = frozenset({"hash", "none"})
 
@@ -113,33 +111,6 @@ def string2ll(raw: bytes) -> int | None:
     return value if LLONG_MIN <= value <= LLONG_MAX else None
 
 
-def parse_positive(name: str, raw: bytes) -> int | Refusal:
-    """`max_stalled` and `limit`: a positive 64-bit integer, or a refusal naming the argument."""
-    value = string2ll(raw)
-    if value is None or value < 1:
-        return Refusal(f"ERR {name} must be a positive integer")
-    return value
-
-
-def parse_arguments(argv: Sequence[bytes]) -> tuple[int, int] | Refusal:
-    """The six arguments after the verb's name: arity, then max_stalled, then limit."""
-    if len(argv) != 6:
-        return Refusal(ARITY)
-    max_stalled = parse_positive("max_stalled", argv[4])
-    if isinstance(max_stalled, Refusal):
-        return max_stalled
-    limit = parse_positive("limit", argv[5])
-    if isinstance(limit, Refusal):
-        return limit
-    return max_stalled, limit
-
-
-def select(active: Iterable[tuple[bytes, float]], now_ms: int, limit: int) -> list[bytes]:
-    """ZRANGEBYSCORE active -inf now LIMIT 0 limit: by score, then by member bytes."""
-    due = sorted((score, member) for member, score in active if score <= now_ms)
-    return [member for _, member in due[:limit]]
-
-
 def reply_safe(text: bytes) -> str:
     """An error text as a client reads it: cut at a NUL (the server builds it as a C string),
     CR and LF turned into spaces."""
@@ -208,39 +179,3 @@ def decide(snapshot: Snapshot, epoch: bytes, max_stalled: int) -> Plan | Refusal
         judgements.append(judged)
     plan = Plan(tuple(judgements))
     return check_targets(plan, snapshot) or plan
-
-
-Write = tuple[bytes, ...]
-
-
-def writes(plan: Plan, keys: QueueKeys) -> list[Write]:
-    """The write pass of a plan, as the commands it amounts to, in selection order."""
-    active, pending, dead = (k.encode() for k in (keys.active, keys.pending, keys.dead))
-    ops: list[Write] = []
-    for j in plan.judgements:
-        row = keys.job(j.job_id)
-        ops.append((b"ZREM", active, j.job_id))
-        if j.verdict is Verdict.EXEMPT:
-            ops.append((b"HSET", row, b"state", b"pending"))
-            ops.append((b"ZADD", pending, b"0", j.job_id))
-        elif j.verdict is Verdict.RECOVERED:
-            ops.append((b"HSET", row, b"stalled", str(j.stalled).encode(), b"state", b"pending"))
-            ops.append((b"ZADD", pending, b"0", j.job_id))
-        elif j.verdict is Verdict.DEAD:
-            ops.append(
-                (
-                    b"HSET",
-                    row,
-                    b"stalled",
-                    str(j.stalled).encode(),
-                    b"state",
-                    b"dead",
-                    b"last_error",
-                    b"stalled",
-                )
-            )
-            ops.append((b"ZADD", dead, b"0", j.job_id))
-            ops.append(
-                (b"HINCRBY", keys.metrics_failed.encode(), METRICS_FAILED_FIELD.encode(), b"1")
-            )
-    return ops

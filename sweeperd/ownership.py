@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 
 
 def weight(member: str, queue: str) -> int:
@@ -15,10 +15,3 @@ def weight(member: str, queue: str) -> int:
 def owner(queue: str, members: Iterable[str]) -> str | None:
     """The member with the highest bid for the queue (ties to the greater id); None if none."""
     return max(members, key=lambda member: (weight(member, queue), member), default=None)
-
-
-def owned_by(member: str, queues: Iterable[str], members: Collection[str]) -> list[str]:
-    """The queues, in their order, that `member` owns among `members` (nothing if not one)."""
-    if member not in members:
-        return []
-    return [queue for queue in queues if owner(queue, members) == member]

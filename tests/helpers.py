@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterable
 from typing import cast
 
 import redis
 
+from sweeperd import acl
 from sweeperd.keyspace import QueueKeys
+from sweeperd.ownership import owner
 
 PAST_MS = 1_000_000  # a deadline long gone: 1970, a thousand seconds in
 FUTURE_OFFSET_MS = 3_600_000  # an hour ahead: not expired during any test
@@ -53,3 +56,26 @@ def hash_of(r: redis.Redis, key: str | bytes) -> dict[bytes, bytes]:
 def members(r: redis.Redis, key: str) -> list[bytes]:
     """A sorted set's members in score order."""
     return cast(list[bytes], r.zrange(key, 0, -1))
+
+
+def owned_by(member: str, queues: Iterable[str], members: Collection[str]) -> list[str]:
+    """The queues, in their order, that `member` owns among `members` (nothing if not one)."""
+    if member not in members:
+        return []
+    return [queue for queue in queues if owner(queue, members) == member]
+
+
+def setuser_line(
+    executor: str,
+    *,
+    root: str = "emq",
+    user: str = "sweeperd",
+    password: str = "<password>",
+    sharing: bool = True,
+    discover: bool = False,
+) -> str:
+    """The one ACL SETUSER line for a user that can do exactly what sweeperd does."""
+    grants = " ".join(
+        f"+{c}" for c in acl.commands_for(executor, sharing=sharing, discover=discover)
+    )
+    return f"ACL SETUSER {user} reset on >{password} ~{root}:* {grants}"

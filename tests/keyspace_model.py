@@ -2,17 +2,84 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import redis
 
 from sweeperd import model
+from sweeperd.constants import METRICS_FAILED_FIELD
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import server_text
 
 Reply = tuple[tuple[bytes, ...], tuple[bytes, ...]] | str  # (recovered, dead), or an error text
+
+
+ARITY = "ERR wrong number of arguments for 'emq.stalled.check' command"
+
+
+def parse_positive(name: str, raw: bytes) -> int | model.Refusal:
+    """`max_stalled` and `limit`: a positive 64-bit integer, or a refusal naming the argument."""
+    value = model.string2ll(raw)
+    if value is None or value < 1:
+        return model.Refusal(f"ERR {name} must be a positive integer")
+    return value
+
+
+def parse_arguments(argv: Sequence[bytes]) -> tuple[int, int] | model.Refusal:
+    """The six arguments after the verb's name: arity, then max_stalled, then limit."""
+    if len(argv) != 6:
+        return model.Refusal(ARITY)
+    max_stalled = parse_positive("max_stalled", argv[4])
+    if isinstance(max_stalled, model.Refusal):
+        return max_stalled
+    limit = parse_positive("limit", argv[5])
+    if isinstance(limit, model.Refusal):
+        return limit
+    return max_stalled, limit
+
+
+def select(active: Iterable[tuple[bytes, float]], now_ms: int, limit: int) -> list[bytes]:
+    """ZRANGEBYSCORE active -inf now LIMIT 0 limit: by score, then by member bytes."""
+    due = sorted((score, member) for member, score in active if score <= now_ms)
+    return [member for _, member in due[:limit]]
+
+
+Write = tuple[bytes, ...]
+
+
+def writes(plan: model.Plan, keys: QueueKeys) -> list[Write]:
+    """The write pass of a plan, as the commands it amounts to, in selection order."""
+    active, pending, dead = (k.encode() for k in (keys.active, keys.pending, keys.dead))
+    ops: list[Write] = []
+    for j in plan.judgements:
+        row = keys.job(j.job_id)
+        ops.append((b"ZREM", active, j.job_id))
+        if j.verdict is model.Verdict.EXEMPT:
+            ops.append((b"HSET", row, b"state", b"pending"))
+            ops.append((b"ZADD", pending, b"0", j.job_id))
+        elif j.verdict is model.Verdict.RECOVERED:
+            ops.append((b"HSET", row, b"stalled", str(j.stalled).encode(), b"state", b"pending"))
+            ops.append((b"ZADD", pending, b"0", j.job_id))
+        elif j.verdict is model.Verdict.DEAD:
+            ops.append(
+                (
+                    b"HSET",
+                    row,
+                    b"stalled",
+                    str(j.stalled).encode(),
+                    b"state",
+                    b"dead",
+                    b"last_error",
+                    b"stalled",
+                )
+            )
+            ops.append((b"ZADD", dead, b"0", j.job_id))
+            ops.append(
+                (b"HINCRBY", keys.metrics_failed.encode(), METRICS_FAILED_FIELD.encode(), b"1")
+            )
+    return ops
 
 
 @dataclass
@@ -133,13 +200,13 @@ def snapshot(space: Keyspace, keys: QueueKeys, now_ms: int, limit: int) -> model
     }
     types = {name: space.type_of(key) for name, key in named.items()}
     active = space.zsets.get(named["active"], {})
-    chosen = model.select(active.items(), now_ms, limit)
+    chosen = select(active.items(), now_ms, limit)
     leases = tuple(model.Lease(job_id, space.row(keys.job(job_id))) for job_id in chosen)
     metrics = space.hashes.get(named["metrics"], {})
     return model.Snapshot(leases, types, metrics.get(b"count"))
 
 
-def apply(space: Keyspace, writes: Sequence[model.Write]) -> Keyspace:
+def apply(space: Keyspace, writes: Sequence[Write]) -> Keyspace:
     """The keyspace after the write pass: ZREM drops an emptied zset; HSET, ZADD create."""
     after = space.copy()
     for command, key, *args in writes:
@@ -167,14 +234,14 @@ def expected(
     before: Keyspace, argv: Sequence[bytes], keys: QueueKeys, epoch: bytes, now_ms: int
 ) -> tuple[Reply, Keyspace]:
     """The model's reply and keyspace after one call with the verb's arguments `argv`."""
-    parsed = model.parse_arguments(argv)
+    parsed = parse_arguments(argv)
     if isinstance(parsed, model.Refusal):
         return parsed.message, before
     max_stalled, limit = parsed
     plan = model.decide(snapshot(before, keys, now_ms, limit), epoch, max_stalled)
     if isinstance(plan, model.Refusal):
         return plan.message, before
-    return (tuple(plan.recovered), tuple(plan.dead)), apply(before, model.writes(plan, keys))
+    return (tuple(plan.recovered), tuple(plan.dead)), apply(before, writes(plan, keys))
 
 
 def error_text(exc: redis.ResponseError) -> str:

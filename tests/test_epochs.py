@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from sweeperd import acl
 from sweeperd.connection import connect
 from sweeperd.constants import VERB
 from sweeperd.executors import NATIVE, SCRIPT, Executor
@@ -19,7 +18,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.replies import Call, SweepReply
 from sweeperd.rounds import sweep_round
 from sweeperd.scripts import STALLED_CHECK
-from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, now_ms, run_id
+from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, now_ms, run_id, setuser_line
 from tests.server import RedisServer
 from tests.topologies import free_bus_port, wait_for
 
@@ -257,7 +256,7 @@ def as_user(on: Target) -> Iterator[Callable[[str], redis.Redis]]:
 
 
 def least_privilege(executor: Executor) -> str:
-    return acl.setuser_line(executor.name, user=USER, password=PASSWORD)
+    return setuser_line(executor.name, user=USER, password=PASSWORD)
 
 
 class TestEpochsPerId:

@@ -12,10 +12,10 @@ from sweeperd.connection import connect
 from sweeperd.executors import ExecutorChoice
 from sweeperd.membership import MembershipStore, members_key
 from sweeperd.node import Node
-from sweeperd.ownership import owned_by
 from sweeperd.settings import QueueSettings, build_settings
 from sweeperd.sharing import Sharing
 from sweeperd.sizing import CallSizer
+from tests.helpers import owned_by
 from tests.server import RedisServer, free_port
 
 KEY = "emq:sweeperd:{members}"

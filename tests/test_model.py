@@ -8,7 +8,6 @@ from sweeperd import model
 from sweeperd.constants import LLONG_MAX, LLONG_MIN
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import (
-    ARITY,
     NOT_AN_INTEGER,
     OVERFLOW,
     WRONGTYPE,
@@ -20,6 +19,7 @@ from sweeperd.model import (
     Snapshot,
     Verdict,
 )
+from tests import keyspace_model
 
 Q = QueueKeys("q")
 EPOCH = b"a" * 40
@@ -102,8 +102,8 @@ class TestParseArguments:
 
     def test_valid(self) -> None:
         """Six arguments with two positive integers give (max_stalled, limit)."""
-        assert model.parse_arguments([*VERB_KEYS, b"3", b"100"]) == (3, 100)
-        assert model.parse_arguments([*VERB_KEYS, b"9223372036854775807", b"1"]) == (
+        assert keyspace_model.parse_arguments([*VERB_KEYS, b"3", b"100"]) == (3, 100)
+        assert keyspace_model.parse_arguments([*VERB_KEYS, b"9223372036854775807", b"1"]) == (
             LLONG_MAX,
             1,
         )
@@ -112,26 +112,28 @@ class TestParseArguments:
     def test_arity(self, count: int) -> None:
         """Any count but six is the server's usual arity error."""
         argv = [*VERB_KEYS, b"1", b"1", b"1"][:count]
-        assert model.parse_arguments(argv) == Refusal(ARITY)
-        assert ARITY == "ERR wrong number of arguments for 'emq.stalled.check' command"
+        assert keyspace_model.parse_arguments(argv) == Refusal(keyspace_model.ARITY)
+        assert (
+            keyspace_model.ARITY == "ERR wrong number of arguments for 'emq.stalled.check' command"
+        )
 
     @pytest.mark.parametrize("bad", [b"0", b"-1", b"x", b"", b"+1", b"01", b"9223372036854775808"])
     def test_max_stalled_named(self, bad: bytes) -> None:
         """A max_stalled that is not a positive 64-bit integer is refused by name."""
-        assert model.parse_arguments([*VERB_KEYS, bad, b"1"]) == Refusal(
+        assert keyspace_model.parse_arguments([*VERB_KEYS, bad, b"1"]) == Refusal(
             "ERR max_stalled must be a positive integer"
         )
 
     @pytest.mark.parametrize("bad", [b"0", b"-1", b"x", b"1.5"])
     def test_limit_named(self, bad: bytes) -> None:
         """A limit that is not a positive 64-bit integer is refused by name."""
-        assert model.parse_arguments([*VERB_KEYS, b"1", bad]) == Refusal(
+        assert keyspace_model.parse_arguments([*VERB_KEYS, b"1", bad]) == Refusal(
             "ERR limit must be a positive integer"
         )
 
     def test_max_stalled_before_limit(self) -> None:
         """When both are bad the refusal names max_stalled, the one read first."""
-        assert model.parse_arguments([*VERB_KEYS, b"0", b"0"]) == Refusal(
+        assert keyspace_model.parse_arguments([*VERB_KEYS, b"0", b"0"]) == Refusal(
             "ERR max_stalled must be a positive integer"
         )
 
@@ -142,28 +144,28 @@ class TestSelect:
     def test_score_order_and_bound(self) -> None:
         """Members due by now (inclusive) come lowest score first; later ones are left."""
         active = [(b"c", 300.0), (b"a", 100.0), (b"b", 200.0), (b"late", 301.0)]
-        assert model.select(active, 300, 10) == [b"a", b"b", b"c"]
+        assert keyspace_model.select(active, 300, 10) == [b"a", b"b", b"c"]
 
     def test_ties_by_member_bytes(self) -> None:
         """Equal scores are ordered by member bytes, unsigned, as the zset orders them."""
         active = [(b"b", 5.0), (b"\xff", 5.0), (b"B", 5.0), (b"a", 5.0), (b"ab", 5.0)]
-        assert model.select(active, 5, 10) == [b"B", b"a", b"ab", b"b", b"\xff"]
+        assert keyspace_model.select(active, 5, 10) == [b"B", b"a", b"ab", b"b", b"\xff"]
 
     def test_infinities(self) -> None:
         """A -inf deadline is always due and first; a +inf one never is."""
         active = [(b"never", float("inf")), (b"x", 0.0), (b"always", float("-inf"))]
-        assert model.select(active, LLONG_MAX, 10) == [b"always", b"x"]
+        assert keyspace_model.select(active, LLONG_MAX, 10) == [b"always", b"x"]
 
     def test_limit(self) -> None:
         """At most `limit` members are taken, the earliest."""
         active = [(str(n).encode(), float(n)) for n in range(10)]
-        assert model.select(active, 100, 3) == [b"0", b"1", b"2"]
-        assert model.select(active, 100, 1) == [b"0"]
+        assert keyspace_model.select(active, 100, 3) == [b"0", b"1", b"2"]
+        assert keyspace_model.select(active, 100, 1) == [b"0"]
 
     def test_nothing_due(self) -> None:
         """An empty active set or one with only future deadlines selects nothing."""
-        assert model.select([], 100, 10) == []
-        assert model.select([(b"a", 101.0)], 100, 10) == []
+        assert keyspace_model.select([], 100, 10) == []
+        assert keyspace_model.select([(b"a", 101.0)], 100, 10) == []
 
 
 class TestJudgeLease:
@@ -396,12 +398,12 @@ class TestWrites:
     def test_ghost(self) -> None:
         """A ghost is only removed from active."""
         plan = Plan((Judgement(b"g", Verdict.GHOST),))
-        assert model.writes(plan, Q) == [(b"ZREM", b"emq:{q}:active", b"g")]
+        assert keyspace_model.writes(plan, Q) == [(b"ZREM", b"emq:{q}:active", b"g")]
 
     def test_exempt(self) -> None:
         """An exempt lease goes to pending with its state; stalled is not written."""
         plan = Plan((Judgement(b"e", Verdict.EXEMPT),))
-        assert model.writes(plan, Q) == [
+        assert keyspace_model.writes(plan, Q) == [
             (b"ZREM", b"emq:{q}:active", b"e"),
             (b"HSET", ROW + b"e", b"state", b"pending"),
             (b"ZADD", b"emq:{q}:pending", b"0", b"e"),
@@ -410,7 +412,7 @@ class TestWrites:
     def test_recovered(self) -> None:
         """A recovered lease gets its new stalled count and goes to pending."""
         plan = Plan((Judgement(b"r", Verdict.RECOVERED, 2),))
-        assert model.writes(plan, Q) == [
+        assert keyspace_model.writes(plan, Q) == [
             (b"ZREM", b"emq:{q}:active", b"r"),
             (b"HSET", ROW + b"r", b"stalled", b"2", b"state", b"pending"),
             (b"ZADD", b"emq:{q}:pending", b"0", b"r"),
@@ -419,7 +421,7 @@ class TestWrites:
     def test_dead(self) -> None:
         """A dead lease is marked, dead-lettered and counted in metrics:failed."""
         plan = Plan((Judgement(b"d", Verdict.DEAD, 1),))
-        assert model.writes(plan, Q) == [
+        assert keyspace_model.writes(plan, Q) == [
             (b"ZREM", b"emq:{q}:active", b"d"),
             (
                 b"HSET",
@@ -439,7 +441,7 @@ class TestWrites:
         """Ops follow the judgements' order, under the queue's own root, ids kept as bytes."""
         keys = QueueKeys("jobs", "app")
         plan = Plan((Judgement(b"\xff\x00", Verdict.GHOST), Judgement(b"n", Verdict.RECOVERED, -4)))
-        assert model.writes(plan, keys) == [
+        assert keyspace_model.writes(plan, keys) == [
             (b"ZREM", b"app:{jobs}:active", b"\xff\x00"),
             (b"ZREM", b"app:{jobs}:active", b"n"),
             (b"HSET", b"app:{jobs}:job:n", b"stalled", b"-4", b"state", b"pending"),
@@ -448,4 +450,4 @@ class TestWrites:
 
     def test_empty(self) -> None:
         """An empty plan writes nothing."""
-        assert model.writes(Plan(), Q) == []
+        assert keyspace_model.writes(Plan(), Q) == []

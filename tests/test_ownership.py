@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from sweeperd.ownership import owned_by, owner, weight
+from sweeperd.ownership import owner, weight
+from tests.helpers import owned_by
 
 QUEUES = [f"queue-{n}" for n in range(10_000)]
 

@@ -12,8 +12,8 @@ from sweeperd.executors import NATIVE
 from sweeperd.keyspace import QueueKeys
 from sweeperd.once import OnceResult, sweep
 from sweeperd.progress import done_of, drain_bar
+from tests.rig import seed
 from tests.server import RedisServer
-from tests.test_drain import seed
 
 
 class Clock:

@@ -15,9 +15,8 @@ import redis
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.membership import members_key
-from sweeperd.ownership import owned_by
 from tests.daemon_process import DaemonProcess, wait_until
-from tests.helpers import hash_of, lease, members, now_ms
+from tests.helpers import hash_of, lease, members, now_ms, owned_by
 from tests.server import RedisServer
 
 QUEUES = [f"q{n:03}" for n in range(300)]

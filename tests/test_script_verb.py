@@ -10,7 +10,7 @@ import redis
 from sweeperd.constants import LLONG_MAX, LLONG_MIN
 from sweeperd.executors import SCRIPT
 from sweeperd.keyspace import QueueKeys
-from sweeperd.model import ARITY, NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
+from sweeperd.model import NOT_AN_INTEGER, OVERFLOW, WRONGTYPE
 from sweeperd.replies import Call, SweepReply
 from sweeperd.rounds import sweep_round
 from sweeperd.scripts import STALLED_CHECK, SWEEP_SCRIPT
@@ -24,7 +24,7 @@ from tests.helpers import (
     now_ms,
     run_id,
 )
-from tests.keyspace_model import Reply, call
+from tests.keyspace_model import ARITY, Reply, call
 
 Q = QueueKeys("q")
 BAD_NUMBERS = ["0", "-1", "x", "+1", "01", "-0", " 1", "", "1.0", "9223372036854775808"]

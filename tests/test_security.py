@@ -13,7 +13,7 @@ from sweeperd.keyspace import QueueKeys
 from tests.certs import Pki, make_ca, make_pki
 from tests.cli import sweeperd, sweeperd_many
 from tests.daemon_process import DaemonProcess, wait_until
-from tests.helpers import PAST_MS, lease, members
+from tests.helpers import PAST_MS, lease, members, setuser_line
 from tests.server import RedisServer
 
 Q = QueueKeys("q")
@@ -202,7 +202,7 @@ class TestLeastPrivilege:
         """README.md's ACL SETUSER lines are exactly acl.setuser_line's, one per executor."""
         readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
         for executor in ("native", "script"):
-            assert f"\n{acl.setuser_line(executor)}\n" in readme, executor
+            assert f"\n{setuser_line(executor)}\n" in readme, executor
 
     @pytest.mark.parametrize("executor", ["native", "script"])
     def test_the_readme_user_runs_once_inspect_and_run(
@@ -210,7 +210,7 @@ class TestLeastPrivilege:
     ) -> None:
         """The README's ACL SETUSER line for the executor, exactly: once, inspect and run
         (with --discover) all work."""
-        set_user(admin, acl.setuser_line(executor, password=PASSWORD, discover=True))
+        set_user(admin, setuser_line(executor, password=PASSWORD, discover=True))
         expired(admin, b"a", b"b")
         url = user_url(acl_server)
         common = ["--redis-url", url, "--queue", "q"]
@@ -232,7 +232,7 @@ class TestLeastPrivilege:
         """inspect and once as the README's user send nothing it may not run: no CLIENT SETINFO
         in the handshake (Valkey and Redis >= 7.2 know it, the user lacks it), so the ACL LOG
         stays empty."""
-        set_user(admin, acl.setuser_line("native", password=PASSWORD))
+        set_user(admin, setuser_line("native", password=PASSWORD))
         admin.acl_log_reset()
         expired(admin, b"a")
         common = ["--redis-url", user_url(acl_server), "--queue", "q"]
@@ -247,7 +247,7 @@ class TestLeastPrivilege:
         """A user missing any one command of the line (but for the replicas' heartbeat, which
         once does not send): once exits 1 with reason noperm and a message naming that
         command, and nothing is lost (every id still in active or moved whole)."""
-        line = acl.setuser_line(executor, password=PASSWORD, sharing=False)
+        line = setuser_line(executor, password=PASSWORD, sharing=False)
         needed = [c for c in grants(line) if c != "command|info" or executor == "native"]
         for command in needed:
             expired(admin, b"a")
@@ -269,7 +269,7 @@ class TestLeastPrivilege:
     ) -> None:
         """once --dry-run by the README's user alone: exit 1, reason noperm, the read it lacks
         named (never a wrongtype verdict); with the README's dry-run grants it predicts."""
-        line = acl.setuser_line(executor, password=PASSWORD)
+        line = setuser_line(executor, password=PASSWORD)
         set_user(admin, line)
         expired(admin, b"a")
         args = ["once", "--redis-url", user_url(acl_server), "--queue", "q", "--dry-run",
@@ -291,7 +291,7 @@ class TestSecrets:
     ) -> None:
         """The password, from a file, a systemd credential or the URL, is in no argv, log line
         (the started event included), metric, landing page, /proc cmdline or error message."""
-        set_user(admin, acl.setuser_line("native", password=PASSWORD))
+        set_user(admin, setuser_line("native", password=PASSWORD))
         password_file = workdir / "password"
         password_file.write_text(PASSWORD + "\n")
         credentials = workdir / "credentials"

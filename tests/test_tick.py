@@ -10,8 +10,8 @@ from sweeperd.connection import connect
 from sweeperd.keyspace import QueueKeys
 from sweeperd.node import Node
 from tests.helpers import lease
+from tests.rig import Rig, queue
 from tests.server import RedisServer
-from tests.test_drain import Rig, queue
 
 
 class TestTickFailures:

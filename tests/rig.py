@@ -1,0 +1,78 @@
+"""A node with its ledger, drainer and ticks in-process on a real server, time passed in: the
+sweep path without the daemon around it, for the tests of its parts."""
+
+from __future__ import annotations
+
+import redis
+from prometheus_client import CollectorRegistry
+
+from sweeperd.connection import connect
+from sweeperd.drain import Drainer
+from sweeperd.executors import ExecutorChoice
+from sweeperd.keyspace import QueueKeys
+from sweeperd.ledger import Ledger
+from sweeperd.metrics import Metrics
+from sweeperd.node import Node
+from sweeperd.settings import QueueSettings
+from sweeperd.sizing import CallSizer
+from sweeperd.sweepseries import QueueMetrics
+from sweeperd.tick import Tick
+from tests.helpers import PAST_MS
+
+ALL_RECOVER = 2**62
+
+
+class Clock:
+    """Monotonic time passed in: each reading moves it on by `step` seconds."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now = 1000.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def seed(r: redis.Redis, keys: QueueKeys, count: int, **row: object) -> None:
+    """`count` expired leases with rows (attempts 1 unless given), deadlines in id order."""
+    pipe = r.pipeline(transaction=False)
+    for n in range(count):
+        job = f"j{n:06}"
+        pipe.zadd(keys.active, {job: PAST_MS + n})
+        pipe.hset(keys.job(job), mapping={"attempts": 1, **row})  # type: ignore[dict-item]
+    pipe.execute()
+
+
+def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> QueueSettings:
+    return QueueSettings(name, 5.0, max_stalled, limit)
+
+
+class Rig:
+    """A node, its metrics, ledger and drainer on the module server, time passed in."""
+
+    def __init__(self, url: str, *, target_s: float = 0.002, clock: Clock | None = None) -> None:
+        self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
+        self.clock = clock or Clock()
+        self.node = Node("n:1", connect(url, socket_timeout=5.0), ExecutorChoice.AUTO,
+                         CallSizer(target_s))  # fmt: skip
+        self.ledger = Ledger(self.metrics.numbers, "n:1")
+        self.restarts: list[Node] = []
+        self.drainer = Drainer(
+            self.node, self.ledger, share=1.0, on_restart=self.restarts.append, clock=self.clock
+        )
+        self.node.look(self.clock())
+
+    def tick(self, *queues: QueueSettings) -> None:
+        Tick(self.node, self.ledger, self.drainer, "emq",
+             clock=self.clock).run(queues)  # fmt: skip
+
+    def drain(self) -> int:
+        """Steps until no queue is backlogged; the number of calls."""
+        calls = 0
+        while self.drainer.step() is not None:
+            calls += 1
+        return calls
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name, labels)
