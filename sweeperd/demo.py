@@ -71,6 +71,7 @@ def find_module(given: Path | None) -> Path | None:
 
 
 def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

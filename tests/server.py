@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
 
 import redis
+
+from sweeperd.demo import free_port as free_port  # the demo's, for every test too
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_PATH = REPO / "module" / "emq_stalled.so"
@@ -24,14 +25,6 @@ PROMETHEUS_ONLY = (
     "what it proves is a real Prometheus reading sweeperd's HTTP side; the server under the "
     "daemon is incidental, and the daemon is proven on both servers by test_daemon"
 )
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def selected_kinds(value: str | None = None) -> tuple[str, ...]:
