@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sweeperd.connection import (
-    BadConnection,
     BadTlsFile,
     Connection,
     TlsFiles,
@@ -31,6 +30,7 @@ from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
 from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.urls import BadConnection
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
 QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set

@@ -10,12 +10,13 @@ import redis
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from sweeperd.connection import connect, url_at
+from sweeperd.connection import connect
 from sweeperd.executors import ExecutorChoice
 from sweeperd.metrics import Metrics
 from sweeperd.node import Node, NotPrimary
 from sweeperd.sizing import CallSizer
 from sweeperd.topology import Layout, predecessor
+from sweeperd.urls import url_at
 from tests.server import RedisServer
 from tests.test_settings import build, refusal
 
