@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,77 +18,12 @@ from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
+from sweeperd.tls import NO_TLS, TlsFiles
 from sweeperd.urls import BadConnection, check_url, node_name, redact, url_at
 from sweeperd.wire import CONNECTION_CLASSES, no_retry
 
 CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
-
-
-class BadTlsFile(BadConnection):
-    """A TLS file that cannot be used; `key` is its setting (redis_ca_file, ...)."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """The CA bundle that vouches for the server, and the client's own certificate and key."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def __bool__(self) -> bool:
-        return any((self.ca_file, self.cert_file, self.key_file))
-
-    def checked(self, scheme: str) -> TlsFiles:
-        """Each file readable and what it claims to be, the key matching the certificate."""
-        if not self:
-            return self
-        if scheme != "rediss":
-            given = next(k for k, v in self.by_key().items() if v)
-            raise BadTlsFile(given, "is for rediss:// URLs only (TLS); the URL is not one")
-        if self.key_file and not self.cert_file:
-            raise BadTlsFile("redis_key_file", "needs its certificate (the cert file) as well")
-        context = ssl.create_default_context()
-        try:
-            if self.ca_file:
-                context.load_verify_locations(cafile=self.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise BadTlsFile("redis_ca_file", _tls_problem(self.ca_file, exc)) from None
-        try:
-            if self.cert_file:
-                context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise BadTlsFile("redis_cert_file", _tls_problem(self.cert_file, exc)) from None
-        return self
-
-    def by_key(self) -> dict[str, str | None]:
-        return {
-            "redis_ca_file": self.ca_file,
-            "redis_cert_file": self.cert_file,
-            "redis_key_file": self.key_file,
-        }
-
-    def client_options(self) -> dict[str, object]:
-        """redis-py's SSLConnection options; the hostname is checked unless the URL says not."""
-        options: dict[str, object] = {"ssl_check_hostname": True}
-        if self.ca_file:
-            options["ssl_ca_certs"] = self.ca_file
-        if self.cert_file:
-            options["ssl_certfile"] = self.cert_file
-        if self.key_file:
-            options["ssl_keyfile"] = self.key_file
-        return options
-
-
-def _tls_problem(path: str | None, exc: OSError | ssl.SSLError) -> str:
-    if isinstance(exc, ssl.SSLError):
-        return f"{path} is not a usable PEM file for TLS ({exc.reason or exc})"
-    return f"cannot read {path}: {exc.strerror or exc}"
 
 
 def _raw(response: Any, **_options: Any) -> Any:
@@ -112,7 +46,7 @@ def connect(
         retry=no_retry(),
         connection_class=CONNECTION_CLASSES.get(scheme, CONNECTION_CLASSES["redis"]),
         **({"password": password} if password is not None else {}),
-        **((tls or TlsFiles()).client_options() if scheme == "rediss" else {}),
+        **((tls or NO_TLS).client_options() if scheme == "rediss" else {}),
     )
     # redis-py turns an all-digit run_id into an int and fails on COMMAND INFO of an
     # unknown verb; sweeperd parses both itself.
@@ -197,7 +131,7 @@ class Connection:
     url: str
     password: str | None = field(repr=False)
     socket_timeout: float  # seconds, connect and read
-    tls: TlsFiles = TlsFiles()
+    tls: TlsFiles = NO_TLS
     topology: Topology = STANDALONE
 
     @classmethod
@@ -211,7 +145,7 @@ class Connection:
     ) -> Connection:
         """Check every part now, and build one connection object without connecting."""
         url = check_url(url)
-        files = (tls or TlsFiles()).checked(url.partition("://")[0])
+        files = (tls or NO_TLS).checked(url.partition("://")[0])
         made = cls(url, password, check_timeout(socket_timeout), files, topology)
         topology.check(made.url)
         try:

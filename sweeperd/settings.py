@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sweeperd.connection import (
-    BadTlsFile,
     Connection,
-    TlsFiles,
     Topology,
     check_address,
     check_timeout,
@@ -30,6 +28,7 @@ from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
 from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.tls import BadTlsFile, TlsFiles
 from sweeperd.urls import BadConnection
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
