@@ -22,7 +22,13 @@ from sweeperd.connection import (
     credential_path,
     read_password,
 )
-from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S, MIN_HEARTBEAT_S
+from sweeperd.constants import (
+    BOOLEAN_WORDS,
+    LLONG_MAX,
+    MAX_INTERVAL_S,
+    MAX_SOCKET_TIMEOUT_S,
+    MIN_HEARTBEAT_S,
+)
 from sweeperd.executors import ExecutorChoice
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
@@ -43,7 +49,6 @@ FILE_KEYS = (*(k for k in KNOWN_KEYS if OPTIONS[k].toml), TABLES)
 MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
 
 E = TypeVar("E", bound=StrEnum)
-BOOLEAN_TEXTS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 
 
 class Shard(StrEnum):
@@ -408,8 +413,8 @@ def _not_empty(key: str, given: _Given) -> _Given:
 
 def _switch(given: _Given) -> bool:
     value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_TEXTS:
-        value = BOOLEAN_TEXTS[value.strip().lower()]
+    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_WORDS:
+        value = BOOLEAN_WORDS[value.strip().lower()]
     if not isinstance(value, bool):
         raise ConfigError(f"{given.where} must be true or false, not {_shown(given.value)}")
     return value

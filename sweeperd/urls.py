@@ -6,10 +6,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import redis
 
+from sweeperd.constants import BOOLEAN_WORDS
+
 URL_SCHEMES = ("redis", "rediss", "unix")
 MAX_DB = 2**31 - 1  # the most `databases` a server may be configured with
 SSL_CERT_REQS = ("none", "optional", "required")
-BOOLEAN_WORDS = ("0", "1", "true", "false", "yes", "no")
 URL_QUERY_KEYS = ("db", "username", "password", "ssl_cert_reqs", "ssl_check_hostname")
 SECRET_QUERY_KEYS = ("password",)
 
