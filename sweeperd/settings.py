@@ -34,9 +34,13 @@ from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, LogFormat, redact_text
 from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.ownership import Shard
 from sweeperd.tls import BadTlsFile, TlsFiles
 from sweeperd.urls import BadConnection
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
+
+# What the commands and the daemon import from here (Shard is defined in ownership.py).
+__all__ = ["ConfigError", "QueueSettings", "Settings", "Shard", "build_settings", "queue_names"]
 
 QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
 # The settings of the file and of overrides, with their defaults; "queues" has none.
@@ -49,11 +53,6 @@ FILE_KEYS = (*(k for k in KNOWN_KEYS if OPTIONS[k].toml), TABLES)
 MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
 
 E = TypeVar("E", bound=StrEnum)
-
-
-class Shard(StrEnum):
-    ON = "on"  # replicas share the queues by rendezvous hashing over the live members
-    OFF = "off"  # this replica sweeps every queue and joins no membership
 
 
 class ConfigError(Exception):
