@@ -2,36 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import math
-import os
-import socket
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from sweeperd import coercers
+from sweeperd.coercers import ConfigError, Given, shown, why_unreadable
 from sweeperd.connection import (
     Connection,
     Topology,
-    check_address,
     check_timeout,
     credential_path,
     read_password,
 )
 from sweeperd.constants import (
-    BOOLEAN_WORDS,
-    LLONG_MAX,
-    MAX_INTERVAL_S,
     MAX_SOCKET_TIMEOUT_S,
-    MIN_HEARTBEAT_S,
 )
 from sweeperd.executors import ExecutorChoice
-from sweeperd.keyspace import is_queue_name
-from sweeperd.logs import LEVELS, LogFormat, redact_text
+from sweeperd.logs import LogFormat, redact_text
 from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
 from sweeperd.ownership import Shard
@@ -50,16 +41,6 @@ TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list o
 OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
 # instance_id is per replica: not in the file.
 FILE_KEYS = (*(k for k in KNOWN_KEYS if OPTIONS[k].toml), TABLES)
-MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
-
-E = TypeVar("E", bound=StrEnum)
-
-
-class ConfigError(Exception):
-    """A setting that cannot be used; the message is one line naming it and the fix."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.splitlines()))
 
 
 @dataclass(frozen=True)
@@ -126,169 +107,12 @@ class Settings:
         return f"Settings({self.describe()!r})"
 
 
-@dataclass(frozen=True)
-class _Given:
-    """A value and where it came from: a flag/env var, the file or the default."""
-
-    value: object
-    where: str
-    text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
-
-
-def _shown(value: object) -> str:
-    return repr(redact_text(value)) if isinstance(value, str) else repr(value)
-
-
-def _number(given: _Given, what: str) -> float:
-    value = given.value
-    if isinstance(value, str) and given.text_ok:
-        with contextlib.suppress(ValueError):
-            value = float(value)
-    number = math.nan
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        with contextlib.suppress(OverflowError):
-            number = float(value)
-    if not math.isfinite(number):
-        raise ConfigError(f"{given.where} must be {what}, not {_shown(given.value)}")
-    return number
-
-
-def _bounded(given: _Given, what: str, low: float, high: float, *, low_ok: bool) -> float:
-    """A finite number in [low, high] (or (low, high] when not low_ok), refused naming `what`."""
-    value = _number(given, what)
-    if not (low <= value if low_ok else low < value) or value > high:
-        raise ConfigError(f"{given.where} must be {what}, not {value:g}")
-    return value
-
-
-def _seconds(given: _Given) -> float:
-    return _bounded(
-        given, f"a positive number of seconds up to {MAX_INTERVAL_S:g}", 0, MAX_INTERVAL_S,
-        low_ok=False,
-    )  # fmt: skip
-
-
-def _discover(given: _Given) -> float:
-    what = f"0 (off) or a positive number of seconds up to {MAX_INTERVAL_S:g}"
-    return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
-
-
-def _jitter(given: _Given) -> float:
-    return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)
-
-
-def _drain_share(given: _Given) -> float:
-    return _bounded(given, "a fraction above 0 and at most 1", 0, 1, low_ok=False)
-
-
-def _milliseconds(given: _Given) -> float:
-    return _bounded(given, "a positive number of milliseconds", 0, math.inf, low_ok=False)
-
-
-def _heartbeat(given: _Given) -> float:
-    what = f"a number of seconds from {MIN_HEARTBEAT_S:g} to {MAX_INTERVAL_S:g}"
-    return _bounded(given, what, MIN_HEARTBEAT_S, MAX_INTERVAL_S, low_ok=True)
-
-
-def _instance_id(given: _Given) -> str:
-    """The member id: given, or hostname:pid, which is unique among a host's processes."""
-    if given.value is None:
-        return f"{socket.gethostname()}:{os.getpid()}"
-    text = _text(given)
-    if not text or len(text) > MAX_INSTANCE_ID or not text.isprintable() or " " in text:
-        raise ConfigError(
-            f"{given.where} must be 1 to {MAX_INSTANCE_ID} printable characters without spaces "
-            f"(e.g. the pod name), not {_shown(given.value)}"
-        )
-    return text
-
-
-def _positive_int(given: _Given) -> int:
-    value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lstrip("+-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LLONG_MAX:
-        raise ConfigError(
-            f"{given.where} must be a whole number from 1 to {LLONG_MAX}, not {_shown(given.value)}"
-        )
-    return value
-
-
-def _text(given: _Given) -> str:
-    if not isinstance(given.value, str):
-        raise ConfigError(f"{given.where} must be a string, not {_shown(given.value)}")
-    return given.value
-
-
-def _choice(given: _Given, choices: type[E]) -> E:
-    text = _text(given).strip().lower()
-    try:
-        return choices(text)
-    except ValueError:
-        known = ", ".join(c.value for c in choices)
-        raise ConfigError(
-            f"{given.where} must be one of {known}, not {_shown(given.value)}"
-        ) from None
-
-
-def _log_level(given: _Given) -> str:
-    text = _text(given).strip().lower()
-    if text not in LEVELS:
-        known = ", ".join(LEVELS)
-        raise ConfigError(f"{given.where} must be one of {known}, not {_shown(given.value)}")
-    return text
-
-
-def _metrics_addr(given: _Given) -> tuple[str, int]:
-    text = _text(given).strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-        sep = "" if ":" in host else sep  # a bare IPv6 address: it needs its brackets
-    if (
-        not sep
-        or any(c.isspace() for c in host)
-        or not port.isdigit()
-        or not 1 <= int(port) <= 65535
-    ):
-        raise ConfigError(
-            f"{given.where} must be HOST:PORT with a port from 1 to 65535 "
-            f"(e.g. 0.0.0.0:9787, :9787, [::1]:9787), not {_shown(given.value)}"
-        )
-    return host, int(port)
-
-
-def _root(given: _Given) -> str:
-    root = _text(given)
-    if not root or any(c in "{}" or c.isspace() for c in root):
-        raise ConfigError(
-            f"{given.where} must be a non-empty key root without {{, }} or whitespace, "
-            f"not {_shown(root)}"
-        )
-    return root
-
-
-def _queue_name(name: object, where: str) -> str:
-    if not is_queue_name(name):
-        raise ConfigError(
-            f"queue name {_shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
-        )
-    return str(name)
-
-
-def _why(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return exc.strerror or str(exc)
-
-
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            f"cannot read the config file {path} ({OPTIONS['config'].where}): {_why(exc)}"
+            f"cannot read the config file {path} ({OPTIONS['config'].where}): {why_unreadable(exc)}"
         ) from None
     try:
         data = tomllib.loads(text)
@@ -312,7 +136,7 @@ def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: 
 
 def _file_queues(
     data: Mapping[str, Any], path: Path
-) -> tuple[dict[str, dict[str, _Given]], tuple[str, ...]]:
+) -> tuple[dict[str, dict[str, Given]], tuple[str, ...]]:
     """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
     values its table sets; and the notes on how to write the file now. `[queues.<name>]`
     tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
@@ -330,12 +154,12 @@ def _file_queues(
             f"{TABLES} in {path} must be [{TABLES}.<name>] tables; a list of names is "
             "queues = [...]"
         )
-    queues: dict[str, dict[str, _Given]] = {
-        _queue_name(name, f"queues in {path}"): {} for name in listed
+    queues: dict[str, dict[str, Given]] = {
+        coercers.queue_name(name, f"queues in {path}"): {} for name in listed
     }
     for spelled, given in ((TABLES, tables), (OLD_TABLES, old)):
         for name, table in given.items():
-            _queue_name(name, f"{spelled} in {path}")
+            coercers.queue_name(name, f"{spelled} in {path}")
             if spelled == OLD_TABLES and name in tables:
                 raise ConfigError(
                     f"queue {name} has two tables in {path}, [{TABLES}.{name}] and "
@@ -352,13 +176,13 @@ def _file_queues(
     return queues, notes
 
 
-def _queue_table(table: object, spelled: str, path: Path) -> dict[str, _Given]:
+def _queue_table(table: object, spelled: str, path: Path) -> dict[str, Given]:
     """One queue's table: the values it sets, each named by the table as written."""
     if not isinstance(table, dict):
         raise ConfigError(f"{spelled} in {path} must be a table ([{spelled}])")
     where = f"[{spelled}] in {path}"
     _refuse_unknown(table, QUEUE_KEYS, where)
-    return {key: _Given(value, f"{key} of {where}", False) for key, value in table.items()}
+    return {key: Given(value, f"{key} of {where}", False) for key, value in table.items()}
 
 
 def queue_names(value: object) -> list[str]:
@@ -366,38 +190,38 @@ def queue_names(value: object) -> list[str]:
     where = OPTIONS["queues"].where
     entries = [value] if isinstance(value, str) else value
     if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{where} must be queue names, not {_shown(value)}")
+        raise ConfigError(f"{where} must be queue names, not {shown(value)}")
     names: list[str] = []
     for entry in entries:
         pieces = str(entry).replace(",", " ").split()
         if not pieces:  # nothing but separators: the message shows what was given
             raise ConfigError(
-                f"queue name {_shown(entry)} in {where} must be non-empty, "
+                f"queue name {shown(entry)} in {where} must be non-empty, "
                 "without {, } or whitespace"
             )
-        names += [_queue_name(p, where) for p in pieces]
+        names += [coercers.queue_name(p, where) for p in pieces]
     return names
 
 
 def _gather(
     overrides: Mapping[str, object], data: Mapping[str, Any], path: Path | None
-) -> dict[str, _Given]:
+) -> dict[str, Given]:
     """Every setting with its winning value: an override, else the file's, else the default."""
     unknown = set(overrides) - set(KNOWN_KEYS)
     if unknown:
         raise ValueError(f"build_settings: unknown override keys {sorted(unknown)}")
-    chosen: dict[str, _Given] = {}
+    chosen: dict[str, Given] = {}
     for key, default in DEFAULTS.items():
         if overrides.get(key) is not None:
-            chosen[key] = _not_empty(key, _Given(overrides[key], OPTIONS[key].where, True))
+            chosen[key] = _not_empty(key, Given(overrides[key], OPTIONS[key].where, True))
         elif key in data:
-            chosen[key] = _not_empty(key, _Given(data[key], f"{key} in {path}", False))
+            chosen[key] = _not_empty(key, Given(data[key], f"{key} in {path}", False))
         else:
-            chosen[key] = _Given(default, f"the default {key}", False)
+            chosen[key] = Given(default, f"the default {key}", False)
     return chosen
 
 
-def _not_empty(key: str, given: _Given) -> _Given:
+def _not_empty(key: str, given: Given) -> Given:
     """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
     would otherwise mean the default, e.g. whatever server listens on localhost."""
     if isinstance(given.value, str) and not given.value.strip():
@@ -410,36 +234,10 @@ def _not_empty(key: str, given: _Given) -> _Given:
     return given
 
 
-def _switch(given: _Given) -> bool:
-    value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_WORDS:
-        value = BOOLEAN_WORDS[value.strip().lower()]
-    if not isinstance(value, bool):
-        raise ConfigError(f"{given.where} must be true or false, not {_shown(given.value)}")
-    return value
-
-
-def _sentinels(given: _Given) -> tuple[tuple[str, int], ...]:
-    """Sentinel addresses: commas and spaces separate them, as queue names."""
-    if given.value is None:
-        return ()
-    entries = [given.value] if isinstance(given.value, str) else given.value
-    if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{given.where} must be HOST:PORT addresses, not {_shown(given.value)}")
-    try:
-        return tuple(
-            check_address(piece, "a Sentinel's address")
-            for entry in entries
-            for piece in str(entry).replace(",", " ").split()
-        )
-    except BadConnection as exc:
-        raise ConfigError(f"{given.where}: {exc}") from None
-
-
-def _sentinel_password(given: _Given, config_path: Path | None) -> str | None:
+def _sentinel_password(given: Given, config_path: Path | None) -> str | None:
     if given.value is None:
         return None
-    path = _beside(Path(_text(given)), given, config_path)
+    path = _beside(Path(coercers.string(given)), given, config_path)
     return _secret(path, "Sentinel", f"check {given.where}")
 
 
@@ -449,30 +247,30 @@ def _secret(path: Path, whose: str, fix: str) -> str:
         return read_password(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            f"cannot read the {whose} password file {path}: {_why(exc)}; {fix}"
+            f"cannot read the {whose} password file {path}: {why_unreadable(exc)}; {fix}"
         ) from None
     except BadConnection as exc:
         raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
 
 
-def _beside(path: Path, given: _Given, config_path: Path | None) -> Path:
+def _beside(path: Path, given: Given, config_path: Path | None) -> Path:
     """A relative path in the config file is the file's neighbour."""
     if config_path is not None and not given.text_ok and not path.is_absolute():
         return config_path.parent / path
     return path
 
 
-def _topology(given: Mapping[str, _Given], config_path: Path | None) -> Topology:
+def _topology(given: Mapping[str, Given], config_path: Path | None) -> Topology:
     master = given["sentinel_master"]
     return Topology(
-        cluster=_switch(given["cluster"]),
-        sentinels=_sentinels(given["sentinels"]),
-        sentinel_master=None if master.value is None else _text(master).strip() or None,
+        cluster=coercers.switch(given["cluster"]),
+        sentinels=coercers.sentinels(given["sentinels"]),
+        sentinel_master=None if master.value is None else coercers.string(master).strip() or None,
         sentinel_password=_sentinel_password(given["sentinel_password_file"], config_path),
     )
 
 
-def _password(given: _Given, config_path: Path | None) -> str | None:
+def _password(given: Given, config_path: Path | None) -> str | None:
     """The password from the given file, else systemd's credential, else none."""
     if given.value is None:
         path = credential_path()
@@ -480,7 +278,7 @@ def _password(given: _Given, config_path: Path | None) -> str | None:
             return None
         fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
     else:
-        path = _beside(Path(_text(given)), given, config_path)
+        path = _beside(Path(coercers.string(given)), given, config_path)
         fix = f"check {given.where}"
     return _secret(path, "Redis", fix)
 
@@ -488,7 +286,7 @@ def _password(given: _Given, config_path: Path | None) -> str | None:
 TLS_FIX = "see README.md, Security"
 
 
-def _tls_files(given: Mapping[str, _Given], config_path: Path | None) -> TlsFiles:
+def _tls_files(given: Mapping[str, Given], config_path: Path | None) -> TlsFiles:
     """The TLS files given; a relative path in the config file is the file's neighbour."""
     paths: dict[str, str | None] = {}
     for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
@@ -496,17 +294,17 @@ def _tls_files(given: Mapping[str, _Given], config_path: Path | None) -> TlsFile
         if value is None:
             paths[key] = None
             continue
-        path = Path(_text(given[key]))
+        path = Path(coercers.string(given[key]))
         if config_path is not None and not given[key].text_ok and not path.is_absolute():
             path = config_path.parent / path
         paths[key] = str(path)
     return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
 
 
-def _web_config(given: _Given, config_path: Path | None) -> WebConfig | None:
+def _web_config(given: Given, config_path: Path | None) -> WebConfig | None:
     if given.value is None:
         return None
-    path = Path(_text(given))
+    path = Path(coercers.string(given))
     if config_path is not None and not given.text_ok and not path.is_absolute():
         path = config_path.parent / path
     try:
@@ -515,13 +313,13 @@ def _web_config(given: _Given, config_path: Path | None) -> WebConfig | None:
         raise ConfigError(f"{given.where}: {exc}") from None
 
 
-def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
+def _connection(given: Mapping[str, Given], config_path: Path | None) -> Connection:
     """The connection settings, checked together before anything is sent."""
     url_given, timeout_given = given["redis_url"], given["socket_timeout"]
-    url = _text(url_given)
+    url = coercers.string(url_given)
     try:
         what = f"a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}"
-        timeout = check_timeout(_number(timeout_given, what))
+        timeout = check_timeout(coercers.number(timeout_given, what))
     except BadConnection as exc:
         raise ConfigError(f"{timeout_given.where} {exc}") from None
     password = _password(given["redis_password_file"], config_path)
@@ -538,19 +336,19 @@ def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connec
         raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None
     except BadConnection as exc:
         problem = redact_text(str(exc))
-        raise ConfigError(f"{url_given.where}: {problem}, in {_shown(url)}") from None
+        raise ConfigError(f"{url_given.where}: {problem}, in {shown(url)}") from None
 
 
 def _queues(
-    file_queues: Mapping[str, Mapping[str, _Given]],
+    file_queues: Mapping[str, Mapping[str, Given]],
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
     """The file's queues (a table's own values win over the globals), then the flags' new ones."""
-    parsers: dict[str, Callable[[_Given], Any]] = {
-        "interval": _seconds,
-        "max_stalled": _positive_int,
-        "limit": _positive_int,
+    parsers: dict[str, Callable[[Given], Any]] = {
+        "interval": coercers.seconds,
+        "max_stalled": coercers.positive_int,
+        "limit": coercers.positive_int,
     }
     built: dict[str, QueueSettings] = {}
     for name, table in file_queues.items():
@@ -580,40 +378,40 @@ def build_settings(
     given = _gather(overrides, data, config_path)
     file_queues, notes = _file_queues(data, config_path) if config_path is not None else ({}, ())
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
-    log_format = _choice(given["log_format"], LogFormat)
+    log_format = coercers.choice(given["log_format"], LogFormat)
     if log_format is LogFormat.AUTO:
         log_format = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
-    host, port = _metrics_addr(given["metrics_addr"])
-    interval = _seconds(given["interval"])
-    max_stalled = _positive_int(given["max_stalled"])
-    limit = _positive_int(given["limit"])
-    discover = _discover(given["discover"])
+    host, port = coercers.metrics_addr(given["metrics_addr"])
+    interval = coercers.seconds(given["interval"])
+    max_stalled = coercers.positive_int(given["max_stalled"])
+    limit = coercers.positive_int(given["limit"])
+    discover = coercers.seconds_or_off(given["discover"])
     queues = _queues(file_queues, flag_names, QueueSettings("", interval, max_stalled, limit))
     if not queues and discover == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
         )
     return Settings(
-        prefix_root=_root(given["prefix_root"]),
+        prefix_root=coercers.key_root(given["prefix_root"]),
         interval=interval,
         max_stalled=max_stalled,
         limit=limit,
-        call_target_ms=_milliseconds(given["call_target_ms"]),
-        drain_share=_drain_share(given["drain_share"]),
-        executor=_choice(given["executor"], ExecutorChoice),
+        call_target_ms=coercers.milliseconds(given["call_target_ms"]),
+        drain_share=coercers.share(given["drain_share"]),
+        executor=coercers.choice(given["executor"], ExecutorChoice),
         metrics_host=host,
         metrics_port=port,
         log_format=log_format,
-        log_level=_log_level(given["log_level"]),
-        jitter=_jitter(given["jitter"]),
+        log_level=coercers.log_level(given["log_level"]),
+        jitter=coercers.fraction(given["jitter"]),
         discover=discover,
         queues=queues,
-        queue_metrics=_choice(given["queue_metrics"], QueueMetrics),
+        queue_metrics=coercers.choice(given["queue_metrics"], QueueMetrics),
         config_path=config_path,
         connection=_connection(given, config_path),
-        shard=_choice(given["shard"], Shard),
-        heartbeat=_heartbeat(given["heartbeat"]),
-        instance_id=_instance_id(given["instance_id"]),
+        shard=coercers.choice(given["shard"], Shard),
+        heartbeat=coercers.heartbeat(given["heartbeat"]),
+        instance_id=coercers.instance_id(given["instance_id"]),
         web_config=_web_config(given["web_config_file"], config_path),
         notes=notes,
     )

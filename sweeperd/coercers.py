@@ -1,0 +1,211 @@
+"""Coercers: each turns a given setting into a typed value, or raises ConfigError naming it."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
+
+from sweeperd.connection import check_address
+from sweeperd.constants import BOOLEAN_WORDS, LLONG_MAX, MAX_INTERVAL_S, MIN_HEARTBEAT_S
+from sweeperd.keyspace import is_queue_name
+from sweeperd.logs import LEVELS, redact_text
+from sweeperd.urls import BadConnection
+
+MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message is one line naming it and the fix."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.splitlines()))
+
+
+@dataclass(frozen=True)
+class Given:
+    """A value and where it came from: a flag/env var, the file or the default."""
+
+    value: object
+    where: str
+    text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
+
+
+def shown(value: object) -> str:
+    return repr(redact_text(value)) if isinstance(value, str) else repr(value)
+
+
+def number(given: Given, what: str) -> float:
+    value = given.value
+    if isinstance(value, str) and given.text_ok:
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    parsed = math.nan
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):
+            parsed = float(value)
+    if not math.isfinite(parsed):
+        raise ConfigError(f"{given.where} must be {what}, not {shown(given.value)}")
+    return parsed
+
+
+def _bounded(given: Given, what: str, low: float, high: float, *, low_ok: bool) -> float:
+    """A finite number in [low, high] (or (low, high] when not low_ok), refused naming `what`."""
+    value = number(given, what)
+    if not (low <= value if low_ok else low < value) or value > high:
+        raise ConfigError(f"{given.where} must be {what}, not {value:g}")
+    return value
+
+
+def seconds(given: Given) -> float:
+    return _bounded(
+        given, f"a positive number of seconds up to {MAX_INTERVAL_S:g}", 0, MAX_INTERVAL_S,
+        low_ok=False,
+    )  # fmt: skip
+
+
+def seconds_or_off(given: Given) -> float:
+    what = f"0 (off) or a positive number of seconds up to {MAX_INTERVAL_S:g}"
+    return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
+
+
+def fraction(given: Given) -> float:
+    return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)
+
+
+def share(given: Given) -> float:
+    return _bounded(given, "a fraction above 0 and at most 1", 0, 1, low_ok=False)
+
+
+def milliseconds(given: Given) -> float:
+    return _bounded(given, "a positive number of milliseconds", 0, math.inf, low_ok=False)
+
+
+def heartbeat(given: Given) -> float:
+    what = f"a number of seconds from {MIN_HEARTBEAT_S:g} to {MAX_INTERVAL_S:g}"
+    return _bounded(given, what, MIN_HEARTBEAT_S, MAX_INTERVAL_S, low_ok=True)
+
+
+def instance_id(given: Given) -> str:
+    """The member id: given, or hostname:pid, which is unique among a host's processes."""
+    if given.value is None:
+        return f"{socket.gethostname()}:{os.getpid()}"
+    text = string(given)
+    if not text or len(text) > MAX_INSTANCE_ID or not text.isprintable() or " " in text:
+        raise ConfigError(
+            f"{given.where} must be 1 to {MAX_INSTANCE_ID} printable characters without spaces "
+            f"(e.g. the pod name), not {shown(given.value)}"
+        )
+    return text
+
+
+def positive_int(given: Given) -> int:
+    value = given.value
+    if isinstance(value, str) and given.text_ok and value.strip().lstrip("+-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LLONG_MAX:
+        raise ConfigError(
+            f"{given.where} must be a whole number from 1 to {LLONG_MAX}, not {shown(given.value)}"
+        )
+    return value
+
+
+def string(given: Given) -> str:
+    if not isinstance(given.value, str):
+        raise ConfigError(f"{given.where} must be a string, not {shown(given.value)}")
+    return given.value
+
+
+def choice(given: Given, choices: type[E]) -> E:
+    text = string(given).strip().lower()
+    try:
+        return choices(text)
+    except ValueError:
+        known = ", ".join(c.value for c in choices)
+        raise ConfigError(
+            f"{given.where} must be one of {known}, not {shown(given.value)}"
+        ) from None
+
+
+def log_level(given: Given) -> str:
+    text = string(given).strip().lower()
+    if text not in LEVELS:
+        known = ", ".join(LEVELS)
+        raise ConfigError(f"{given.where} must be one of {known}, not {shown(given.value)}")
+    return text
+
+
+def metrics_addr(given: Given) -> tuple[str, int]:
+    text = string(given).strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+    else:
+        host, sep, port = text.rpartition(":")
+        sep = "" if ":" in host else sep  # a bare IPv6 address: it needs its brackets
+    if (
+        not sep
+        or any(c.isspace() for c in host)
+        or not port.isdigit()
+        or not 1 <= int(port) <= 65535
+    ):
+        raise ConfigError(
+            f"{given.where} must be HOST:PORT with a port from 1 to 65535 "
+            f"(e.g. 0.0.0.0:9787, :9787, [::1]:9787), not {shown(given.value)}"
+        )
+    return host, int(port)
+
+
+def key_root(given: Given) -> str:
+    root = string(given)
+    if not root or any(c in "{}" or c.isspace() for c in root):
+        raise ConfigError(
+            f"{given.where} must be a non-empty key root without {{, }} or whitespace, "
+            f"not {shown(root)}"
+        )
+    return root
+
+
+def queue_name(name: object, where: str) -> str:
+    if not is_queue_name(name):
+        raise ConfigError(
+            f"queue name {shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
+        )
+    return str(name)
+
+
+def why_unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return exc.strerror or str(exc)
+
+
+def switch(given: Given) -> bool:
+    value = given.value
+    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_WORDS:
+        value = BOOLEAN_WORDS[value.strip().lower()]
+    if not isinstance(value, bool):
+        raise ConfigError(f"{given.where} must be true or false, not {shown(given.value)}")
+    return value
+
+
+def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
+    """Sentinel addresses: commas and spaces separate them, as queue names."""
+    if given.value is None:
+        return ()
+    entries = [given.value] if isinstance(given.value, str) else given.value
+    if not isinstance(entries, list | tuple):
+        raise ConfigError(f"{given.where} must be HOST:PORT addresses, not {shown(given.value)}")
+    try:
+        return tuple(
+            check_address(piece, "a Sentinel's address")
+            for entry in entries
+            for piece in str(entry).replace(",", " ").split()
+        )
+    except BadConnection as exc:
+        raise ConfigError(f"{given.where}: {exc}") from None
