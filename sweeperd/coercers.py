@@ -10,11 +10,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
-from sweeperd.connection import check_address
 from sweeperd.constants import BOOLEAN_WORDS, LLONG_MAX, MAX_INTERVAL_S, MIN_HEARTBEAT_S
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, redact_text
-from sweeperd.urls import BadConnection
 
 MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
 
@@ -141,24 +139,33 @@ def log_level(given: Given) -> str:
     return text
 
 
-def metrics_addr(given: Given) -> tuple[str, int]:
-    text = string(given).strip()
+def host_port(text: str, *, empty_host: bool, bare_ipv6: bool) -> tuple[str, int] | None:
+    """HOST:PORT as a pair, an IPv6 host in brackets and a port from 1 to 65535; None for
+    anything else. `empty_host` takes `:PORT` (the host ""); `bare_ipv6` takes `::1:26379`, the
+    last colon starting the port."""
+    text = text.strip()
     if text.startswith("["):
         host, sep, port = text[1:].partition("]:")
     else:
         host, sep, port = text.rpartition(":")
-        sep = "" if ":" in host else sep  # a bare IPv6 address: it needs its brackets
-    if (
-        not sep
-        or any(c.isspace() for c in host)
-        or not port.isdigit()
-        or not 1 <= int(port) <= 65535
-    ):
+        if ":" in host and not bare_ipv6:
+            return None
+    if not sep or not (host or empty_host) or any(c.isspace() for c in host):
+        return None
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    return host, int(port)
+
+
+def metrics_addr(given: Given) -> tuple[str, int]:
+    """Where the HTTP side listens: no host is every interface; an IPv6 host needs brackets."""
+    address = host_port(string(given), empty_host=True, bare_ipv6=False)
+    if address is None:
         raise ConfigError(
             f"{given.where} must be HOST:PORT with a port from 1 to 65535 "
             f"(e.g. 0.0.0.0:9787, :9787, [::1]:9787), not {shown(given.value)}"
         )
-    return host, int(port)
+    return address
 
 
 def key_root(given: Given) -> str:
@@ -195,17 +202,20 @@ def switch(given: Given) -> bool:
 
 
 def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
-    """Sentinel addresses: commas and spaces separate them, as queue names."""
+    """Sentinel addresses: commas and spaces separate them, as queue names; each names its host,
+    an IPv6 one with or without brackets."""
     if given.value is None:
         return ()
     entries = [given.value] if isinstance(given.value, str) else given.value
     if not isinstance(entries, list | tuple):
         raise ConfigError(f"{given.where} must be HOST:PORT addresses, not {shown(given.value)}")
-    try:
-        return tuple(
-            check_address(piece, "a Sentinel's address")
-            for entry in entries
-            for piece in str(entry).replace(",", " ").split()
-        )
-    except BadConnection as exc:
-        raise ConfigError(f"{given.where}: {exc}") from None
+    found = []
+    for piece in (p for entry in entries for p in str(entry).replace(",", " ").split()):
+        address = host_port(piece, empty_host=False, bare_ipv6=True)
+        if address is None:
+            raise ConfigError(
+                f"{given.where}: a Sentinel's address must be HOST:PORT with a port from 1 to "
+                f"65535, not {piece!r}"
+            )
+        found.append(address)
+    return tuple(found)

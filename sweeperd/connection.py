@@ -56,18 +56,6 @@ def connect(
     return client
 
 
-def check_address(text: str, what: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) as a pair; anything else is refused naming `what`."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535) or " " in host:
-        raise BadConnection(f"{what} must be HOST:PORT with a port from 1 to 65535, not {text!r}")
-    return host, int(port)
-
-
 def credential_path() -> Path | None:
     """systemd's credential file for the password, when the unit passed one."""
     credentials = os.environ.get("CREDENTIALS_DIRECTORY")
