@@ -8,6 +8,7 @@ import os
 import socket
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TypeVar
 
 from sweeperd.constants import BOOLEAN_WORDS, LLONG_MAX, MAX_INTERVAL_S, MIN_HEARTBEAT_S
@@ -33,6 +34,7 @@ class Given:
     value: object
     where: str
     text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
+    beside: Path | None = None  # the config file's folder, for a value read from the file
 
 
 def shown(value: object) -> str:
@@ -118,6 +120,17 @@ def string(given: Given) -> str:
     if not isinstance(given.value, str):
         raise ConfigError(f"{given.where} must be a string, not {shown(given.value)}")
     return given.value
+
+
+def file_path(given: Given) -> Path | None:
+    """A file's path, None when none is given; a relative path in the config file is the file's
+    neighbour."""
+    if given.value is None:
+        return None
+    path = Path(string(given))
+    if given.beside is not None and not path.is_absolute():
+        return given.beside / path
+    return path
 
 
 def choice(given: Given, choices: type[E]) -> E:

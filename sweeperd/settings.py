@@ -215,7 +215,8 @@ def _gather(
         if overrides.get(key) is not None:
             chosen[key] = _not_empty(key, Given(overrides[key], OPTIONS[key].where, True))
         elif key in data:
-            chosen[key] = _not_empty(key, Given(data[key], f"{key} in {path}", False))
+            beside = path.parent if path else None
+            chosen[key] = _not_empty(key, Given(data[key], f"{key} in {path}", False, beside))
         else:
             chosen[key] = Given(default, f"the default {key}", False)
     return chosen
@@ -234,11 +235,9 @@ def _not_empty(key: str, given: Given) -> Given:
     return given
 
 
-def _sentinel_password(given: Given, config_path: Path | None) -> str | None:
-    if given.value is None:
-        return None
-    path = _beside(Path(coercers.string(given)), given, config_path)
-    return _secret(path, "Sentinel", f"check {given.where}")
+def _sentinel_password(given: Given) -> str | None:
+    path = coercers.file_path(given)
+    return None if path is None else _secret(path, "Sentinel", f"check {given.where}")
 
 
 def _secret(path: Path, whose: str, fix: str) -> str:
@@ -253,32 +252,25 @@ def _secret(path: Path, whose: str, fix: str) -> str:
         raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
 
 
-def _beside(path: Path, given: Given, config_path: Path | None) -> Path:
-    """A relative path in the config file is the file's neighbour."""
-    if config_path is not None and not given.text_ok and not path.is_absolute():
-        return config_path.parent / path
-    return path
-
-
-def _topology(given: Mapping[str, Given], config_path: Path | None) -> Topology:
+def _topology(given: Mapping[str, Given]) -> Topology:
     master = given["sentinel_master"]
     return Topology(
         cluster=coercers.switch(given["cluster"]),
         sentinels=coercers.sentinels(given["sentinels"]),
         sentinel_master=None if master.value is None else coercers.string(master).strip() or None,
-        sentinel_password=_sentinel_password(given["sentinel_password_file"], config_path),
+        sentinel_password=_sentinel_password(given["sentinel_password_file"]),
     )
 
 
-def _password(given: Given, config_path: Path | None) -> str | None:
+def _password(given: Given) -> str | None:
     """The password from the given file, else systemd's credential, else none."""
-    if given.value is None:
+    path = coercers.file_path(given)
+    if path is None:
         path = credential_path()
         if path is None or not path.exists():
             return None
         fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
     else:
-        path = _beside(Path(coercers.string(given)), given, config_path)
         fix = f"check {given.where}"
     return _secret(path, "Redis", fix)
 
@@ -286,34 +278,26 @@ def _password(given: Given, config_path: Path | None) -> str | None:
 TLS_FIX = "see README.md, Security"
 
 
-def _tls_files(given: Mapping[str, Given], config_path: Path | None) -> TlsFiles:
-    """The TLS files given; a relative path in the config file is the file's neighbour."""
+def _tls_files(given: Mapping[str, Given]) -> TlsFiles:
+    """The TLS files given, by their paths."""
     paths: dict[str, str | None] = {}
     for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
-        value = given[key].value
-        if value is None:
-            paths[key] = None
-            continue
-        path = Path(coercers.string(given[key]))
-        if config_path is not None and not given[key].text_ok and not path.is_absolute():
-            path = config_path.parent / path
-        paths[key] = str(path)
+        path = coercers.file_path(given[key])
+        paths[key] = None if path is None else str(path)
     return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
 
 
-def _web_config(given: Given, config_path: Path | None) -> WebConfig | None:
-    if given.value is None:
+def _web_config(given: Given) -> WebConfig | None:
+    path = coercers.file_path(given)
+    if path is None:
         return None
-    path = Path(coercers.string(given))
-    if config_path is not None and not given.text_ok and not path.is_absolute():
-        path = config_path.parent / path
     try:
         return load_web_config(path)
     except BadWebConfig as exc:
         raise ConfigError(f"{given.where}: {exc}") from None
 
 
-def _connection(given: Mapping[str, Given], config_path: Path | None) -> Connection:
+def _connection(given: Mapping[str, Given]) -> Connection:
     """The connection settings, checked together before anything is sent."""
     url_given, timeout_given = given["redis_url"], given["socket_timeout"]
     url = coercers.string(url_given)
@@ -322,9 +306,9 @@ def _connection(given: Mapping[str, Given], config_path: Path | None) -> Connect
         timeout = check_timeout(coercers.number(timeout_given, what))
     except BadConnection as exc:
         raise ConfigError(f"{timeout_given.where} {exc}") from None
-    password = _password(given["redis_password_file"], config_path)
-    tls = _tls_files(given, config_path)
-    topology = _topology(given, config_path)
+    password = _password(given["redis_password_file"])
+    tls = _tls_files(given)
+    topology = _topology(given)
     try:
         topology.check(url.strip())
     except BadConnection as exc:
@@ -408,10 +392,10 @@ def build_settings(
         queues=queues,
         queue_metrics=coercers.choice(given["queue_metrics"], QueueMetrics),
         config_path=config_path,
-        connection=_connection(given, config_path),
+        connection=_connection(given),
         shard=coercers.choice(given["shard"], Shard),
         heartbeat=coercers.heartbeat(given["heartbeat"]),
         instance_id=coercers.instance_id(given["instance_id"]),
-        web_config=_web_config(given["web_config_file"], config_path),
+        web_config=_web_config(given["web_config_file"]),
         notes=notes,
     )
