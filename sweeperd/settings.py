@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -11,6 +9,7 @@ from typing import Any
 
 from sweeperd import coercers
 from sweeperd.coercers import ConfigError, Given, shown, why_unreadable
+from sweeperd.configfile import FileQueues, file_queues, read_config
 from sweeperd.connection import (
     Connection,
     Topology,
@@ -18,13 +17,11 @@ from sweeperd.connection import (
     credential_path,
     read_password,
 )
-from sweeperd.constants import (
-    MAX_SOCKET_TIMEOUT_S,
-)
+from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat, redact_text
 from sweeperd.metrics import QueueMetrics
-from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.options import OPTIONS, SETTING_KEYS
 from sweeperd.ownership import Shard
 from sweeperd.tls import BadTlsFile, TlsFiles
 from sweeperd.urls import BadConnection
@@ -33,14 +30,9 @@ from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 # What the commands and the daemon import from here (Shard is defined in ownership.py).
 __all__ = ["ConfigError", "QueueSettings", "Settings", "Shard", "build_settings", "queue_names"]
 
-QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
 # The settings of the file and of overrides, with their defaults; "queues" has none.
 DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
 KNOWN_KEYS = (*DEFAULTS, "queues")
-TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list of names
-OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
-# instance_id is per replica: not in the file.
-FILE_KEYS = (*(k for k in KNOWN_KEYS if OPTIONS[k].toml), TABLES)
 
 
 @dataclass(frozen=True)
@@ -105,84 +97,6 @@ class Settings:
 
     def __repr__(self) -> str:
         return f"Settings({self.describe()!r})"
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the config file {path} ({OPTIONS['config'].where}): {why_unreadable(exc)}"
-        ) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    _refuse_unknown(data, FILE_KEYS, f"config file {path}")
-    return data
-
-
-def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: str) -> None:
-    for key in table:
-        if key in REMOVED_KEYS and key not in known:
-            raise ConfigError(f"{REMOVED_KEYS[key]}; remove it from {where}")
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(
-                f"unknown key {key!r} in {where}{hint}; known keys: {', '.join(known)}"
-            )
-
-
-def _file_queues(
-    data: Mapping[str, Any], path: Path
-) -> tuple[dict[str, dict[str, Given]], tuple[str, ...]]:
-    """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
-    values its table sets; and the notes on how to write the file now. `[queues.<name>]`
-    tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
-    listed, tables = data.get("queues", []), data.get(TABLES, {})
-    old: dict[str, Any] = {}
-    if isinstance(listed, dict):
-        old, listed = listed, []
-    if not isinstance(listed, list):
-        raise ConfigError(
-            f"queues in {path} must be a list of names; a queue's own values go in "
-            f"[{TABLES}.<name>] tables"
-        )
-    if not isinstance(tables, dict):
-        raise ConfigError(
-            f"{TABLES} in {path} must be [{TABLES}.<name>] tables; a list of names is "
-            "queues = [...]"
-        )
-    queues: dict[str, dict[str, Given]] = {
-        coercers.queue_name(name, f"queues in {path}"): {} for name in listed
-    }
-    for spelled, given in ((TABLES, tables), (OLD_TABLES, old)):
-        for name, table in given.items():
-            coercers.queue_name(name, f"{spelled} in {path}")
-            if spelled == OLD_TABLES and name in tables:
-                raise ConfigError(
-                    f"queue {name} has two tables in {path}, [{TABLES}.{name}] and "
-                    f"[{OLD_TABLES}.{name}]: keep [{TABLES}.{name}]"
-                )
-            queues[name] = _queue_table(table, f"{spelled}.{name}", path)
-    notes: tuple[str, ...] = ()
-    if old:
-        renamed = ", ".join(f"[{TABLES}.{name}]" for name in old)
-        notes = (
-            f"config file {path}: [{OLD_TABLES}.<name>] tables are read as [{TABLES}.<name>]; "
-            f"rename them {renamed} (queues = [...] is the list of names)",
-        )
-    return queues, notes
-
-
-def _queue_table(table: object, spelled: str, path: Path) -> dict[str, Given]:
-    """One queue's table: the values it sets, each named by the table as written."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{spelled} in {path} must be a table ([{spelled}])")
-    where = f"[{spelled}] in {path}"
-    _refuse_unknown(table, QUEUE_KEYS, where)
-    return {key: Given(value, f"{key} of {where}", False) for key, value in table.items()}
 
 
 def queue_names(value: object) -> list[str]:
@@ -324,7 +238,7 @@ def _connection(given: Mapping[str, Given]) -> Connection:
 
 
 def _queues(
-    file_queues: Mapping[str, Mapping[str, Given]],
+    tables: FileQueues,
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
@@ -335,7 +249,7 @@ def _queues(
         "limit": coercers.positive_int,
     }
     built: dict[str, QueueSettings] = {}
-    for name, table in file_queues.items():
+    for name, table in tables.items():
         own = {key: parsers[key](given) for key, given in table.items()}
         built[name] = QueueSettings(
             name,
@@ -358,9 +272,9 @@ def build_settings(
     `run`, `once` and `inspect` all build their settings here; `logs_to_tty` says whether the
     logs' stream (stderr) is a terminal, which is what the log format auto follows.
     """
-    data = _read_file(config_path) if config_path is not None else {}
+    data = read_config(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
-    file_queues, notes = _file_queues(data, config_path) if config_path is not None else ({}, ())
+    tables, notes = file_queues(data, config_path) if config_path is not None else ({}, ())
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
     log_format = coercers.choice(given["log_format"], LogFormat)
     if log_format is LogFormat.AUTO:
@@ -370,7 +284,7 @@ def build_settings(
     max_stalled = coercers.positive_int(given["max_stalled"])
     limit = coercers.positive_int(given["limit"])
     discover = coercers.seconds_or_off(given["discover"])
-    queues = _queues(file_queues, flag_names, QueueSettings("", interval, max_stalled, limit))
+    queues = _queues(tables, flag_names, QueueSettings("", interval, max_stalled, limit))
     if not queues and discover == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
