@@ -1,16 +1,15 @@
-"""How sweeperd reaches a server: the connection settings, checked once, and the client they make.
+"""How sweeperd reaches a server: the checked connection and the clients it makes.
 
-Every connection option is checked here before anything is sent. A new one (a TLS file, a
-cluster or Sentinel mode) is a field of `Connection`, its check in `Connection.checked` and its
-use in `Connection.client`, beside a row in options.OPTIONS.
+Every connection option is checked in `Connection.checked` before anything is sent (the URL's
+rules are in urls.py, the TLS files' in tls.py). A new one is a field of `Connection`, its
+check there and its use in `Connection.client`, read from the settings in connsettings.py
+beside a row in options.OPTIONS.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -22,7 +21,6 @@ from sweeperd.tls import NO_TLS, TlsFiles
 from sweeperd.urls import BadConnection, check_url, node_name, redact, url_at
 from sweeperd.wire import CONNECTION_CLASSES, no_retry
 
-CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 
 
@@ -54,20 +52,6 @@ def connect(
     client.set_response_callback("COMMAND INFO", _raw)
     client.set_response_callback("COMMAND", _raw)
     return client
-
-
-def credential_path() -> Path | None:
-    """systemd's credential file for the password, when the unit passed one."""
-    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
-    return Path(credentials) / CREDENTIAL_NAME if credentials else None
-
-
-def read_password(path: Path) -> str:
-    """The password in a file, its line end stripped; an empty one is refused."""
-    password = path.read_text(encoding="utf-8").rstrip("\r\n")
-    if not password:
-        raise BadConnection(f"the password file {path} is empty")
-    return password
 
 
 def check_timeout(value: float) -> float:

@@ -8,23 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from sweeperd import coercers
-from sweeperd.coercers import ConfigError, Given, shown, why_unreadable
+from sweeperd.coercers import ConfigError, Given, shown
 from sweeperd.configfile import FileQueues, file_queues, read_config
-from sweeperd.connection import (
-    Connection,
-    Topology,
-    check_timeout,
-    credential_path,
-    read_password,
-)
-from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
+from sweeperd.connection import Connection
+from sweeperd.connsettings import connection_of
 from sweeperd.executors import ExecutorChoice
-from sweeperd.logs import LogFormat, redact_text
+from sweeperd.logs import LogFormat
 from sweeperd.metrics import QueueMetrics
 from sweeperd.options import OPTIONS, SETTING_KEYS
 from sweeperd.ownership import Shard
-from sweeperd.tls import BadTlsFile, TlsFiles
-from sweeperd.urls import BadConnection
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
 # What the commands and the daemon import from here (Shard is defined in ownership.py).
@@ -149,58 +141,6 @@ def _not_empty(key: str, given: Given) -> Given:
     return given
 
 
-def _sentinel_password(given: Given) -> str | None:
-    path = coercers.file_path(given)
-    return None if path is None else _secret(path, "Sentinel", f"check {given.where}")
-
-
-def _secret(path: Path, whose: str, fix: str) -> str:
-    """A password file's content; any problem is one line naming the file and `fix`."""
-    try:
-        return read_password(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the {whose} password file {path}: {why_unreadable(exc)}; {fix}"
-        ) from None
-    except BadConnection as exc:
-        raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
-
-
-def _topology(given: Mapping[str, Given]) -> Topology:
-    master = given["sentinel_master"]
-    return Topology(
-        cluster=coercers.switch(given["cluster"]),
-        sentinels=coercers.sentinels(given["sentinels"]),
-        sentinel_master=None if master.value is None else coercers.string(master).strip() or None,
-        sentinel_password=_sentinel_password(given["sentinel_password_file"]),
-    )
-
-
-def _password(given: Given) -> str | None:
-    """The password from the given file, else systemd's credential, else none."""
-    path = coercers.file_path(given)
-    if path is None:
-        path = credential_path()
-        if path is None or not path.exists():
-            return None
-        fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
-    else:
-        fix = f"check {given.where}"
-    return _secret(path, "Redis", fix)
-
-
-TLS_FIX = "see README.md, Security"
-
-
-def _tls_files(given: Mapping[str, Given]) -> TlsFiles:
-    """The TLS files given, by their paths."""
-    paths: dict[str, str | None] = {}
-    for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
-        path = coercers.file_path(given[key])
-        paths[key] = None if path is None else str(path)
-    return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
-
-
 def _web_config(given: Given) -> WebConfig | None:
     path = coercers.file_path(given)
     if path is None:
@@ -209,32 +149,6 @@ def _web_config(given: Given) -> WebConfig | None:
         return load_web_config(path)
     except BadWebConfig as exc:
         raise ConfigError(f"{given.where}: {exc}") from None
-
-
-def _connection(given: Mapping[str, Given]) -> Connection:
-    """The connection settings, checked together before anything is sent."""
-    url_given, timeout_given = given["redis_url"], given["socket_timeout"]
-    url = coercers.string(url_given)
-    try:
-        what = f"a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}"
-        timeout = check_timeout(coercers.number(timeout_given, what))
-    except BadConnection as exc:
-        raise ConfigError(f"{timeout_given.where} {exc}") from None
-    password = _password(given["redis_password_file"])
-    tls = _tls_files(given)
-    topology = _topology(given)
-    try:
-        topology.check(url.strip())
-    except BadConnection as exc:
-        raise ConfigError(str(exc)) from None
-    try:
-        return Connection.checked(url, password, timeout, tls, topology)
-    except BadTlsFile as exc:
-        where = given[exc.key].where
-        raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None
-    except BadConnection as exc:
-        problem = redact_text(str(exc))
-        raise ConfigError(f"{url_given.where}: {problem}, in {shown(url)}") from None
 
 
 def _queues(
@@ -306,7 +220,7 @@ def build_settings(
         queues=queues,
         queue_metrics=coercers.choice(given["queue_metrics"], QueueMetrics),
         config_path=config_path,
-        connection=_connection(given),
+        connection=connection_of(given),
         shard=coercers.choice(given["shard"], Shard),
         heartbeat=coercers.heartbeat(given["heartbeat"]),
         instance_id=coercers.instance_id(given["instance_id"]),
