@@ -11,7 +11,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TypeVar
 
-from sweeperd.constants import BOOLEAN_WORDS, LLONG_MAX, MAX_INTERVAL_S, MIN_HEARTBEAT_S
+from sweeperd.constants import (
+    BOOLEAN_WORDS,
+    LLONG_MAX,
+    MAX_INTERVAL_S,
+    MAX_SOCKET_TIMEOUT_S,
+    MIN_HEARTBEAT_S,
+)
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, redact_text
 
@@ -41,7 +47,7 @@ def shown(value: object) -> str:
     return repr(redact_text(value)) if isinstance(value, str) else repr(value)
 
 
-def number(given: Given, what: str) -> float:
+def _number(given: Given, what: str) -> float:
     value = given.value
     if isinstance(value, str) and given.text_ok:
         with contextlib.suppress(ValueError):
@@ -57,17 +63,25 @@ def number(given: Given, what: str) -> float:
 
 def _bounded(given: Given, what: str, low: float, high: float, *, low_ok: bool) -> float:
     """A finite number in [low, high] (or (low, high] when not low_ok), refused naming `what`."""
-    value = number(given, what)
+    value = _number(given, what)
     if not (low <= value if low_ok else low < value) or value > high:
         raise ConfigError(f"{given.where} must be {what}, not {value:g}")
     return value
 
 
 def seconds(given: Given) -> float:
-    return _bounded(
-        given, f"a positive number of seconds up to {MAX_INTERVAL_S:g}", 0, MAX_INTERVAL_S,
-        low_ok=False,
-    )  # fmt: skip
+    """An interval: seconds, above 0 and at most a day."""
+    return _seconds_up_to(given, MAX_INTERVAL_S)
+
+
+def timeout_seconds(given: Given) -> float:
+    """A socket timeout: seconds, above 0 and at most an hour."""
+    return _seconds_up_to(given, MAX_SOCKET_TIMEOUT_S)
+
+
+def _seconds_up_to(given: Given, high: float) -> float:
+    what = f"a positive number of seconds up to {high:g}"
+    return _bounded(given, what, 0, high, low_ok=False)
 
 
 def seconds_or_off(given: Given) -> float:

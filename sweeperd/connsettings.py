@@ -8,8 +8,7 @@ from pathlib import Path
 
 from sweeperd import coercers
 from sweeperd.coercers import ConfigError, Given, shown, why_unreadable
-from sweeperd.connection import Connection, Topology, check_timeout
-from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
+from sweeperd.connection import Connection, Topology
 from sweeperd.logs import redact_text
 from sweeperd.options import OPTIONS
 from sweeperd.tls import BadTlsFile, TlsFiles
@@ -21,13 +20,9 @@ TLS_FIX = "see README.md, Security"
 
 def connection_of(given: Mapping[str, Given]) -> Connection:
     """The connection settings, checked together before anything is sent."""
-    url_given, timeout_given = given["redis_url"], given["socket_timeout"]
+    url_given = given["redis_url"]
     url = coercers.string(url_given)
-    try:
-        what = f"a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}"
-        timeout = check_timeout(coercers.number(timeout_given, what))
-    except BadConnection as exc:
-        raise ConfigError(f"{timeout_given.where} {exc}") from None
+    timeout = coercers.timeout_seconds(given["socket_timeout"])
     password = _password(given["redis_password_file"])
     tls = _tls_files(given)
     topology = _topology(given)
