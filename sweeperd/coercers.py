@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -147,15 +148,25 @@ def file_path(given: Given) -> Path | None:
     return path
 
 
-def choice(given: Given, choices: type[E]) -> E:
-    text = string(given).strip().lower()
-    try:
-        return choices(text)
-    except ValueError:
-        known = ", ".join(c.value for c in choices)
-        raise ConfigError(
-            f"{given.where} must be one of {known}, not {shown(given.value)}"
-        ) from None
+def choice_of(choices: type[E]) -> Callable[[Given], E]:
+    """The coercer to one of an enum's values, given in any case."""
+
+    def coerce(given: Given) -> E:
+        text = string(given).strip().lower()
+        try:
+            return choices(text)
+        except ValueError:
+            known = ", ".join(c.value for c in choices)
+            raise ConfigError(
+                f"{given.where} must be one of {known}, not {shown(given.value)}"
+            ) from None
+
+    return coerce
+
+
+def optional_name(given: Given) -> str | None:
+    """A name, stripped; None when none is given."""
+    return None if given.value is None else string(given).strip() or None
 
 
 def log_level(given: Given) -> str:
@@ -233,11 +244,8 @@ def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
     an IPv6 one with or without brackets."""
     if given.value is None:
         return ()
-    entries = [given.value] if isinstance(given.value, str) else given.value
-    if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{given.where} must be HOST:PORT addresses, not {shown(given.value)}")
     found = []
-    for piece in (p for entry in entries for p in str(entry).replace(",", " ").split()):
+    for piece in (p for entry in _entries(given, "HOST:PORT addresses") for p in _pieces(entry)):
         address = host_port(piece, empty_host=False, bare_ipv6=True)
         if address is None:
             raise ConfigError(
@@ -246,3 +254,30 @@ def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
             )
         found.append(address)
     return tuple(found)
+
+
+def queue_list(given: Given) -> list[str]:
+    """Queue names from --queue / SWEEPERD_QUEUES: commas and spaces separate names."""
+    names: list[str] = []
+    for entry in _entries(given, "queue names"):
+        pieces = _pieces(entry)
+        if not pieces:  # nothing but separators: the message shows what was given
+            raise ConfigError(
+                f"queue name {shown(entry)} in {given.where} must be non-empty, "
+                "without {, } or whitespace"
+            )
+        names += [queue_name(p, given.where) for p in pieces]
+    return names
+
+
+def _entries(given: Given, what: str) -> list[object] | tuple[object, ...]:
+    """A list setting's entries: one text (an env var, a file's string) or a list of them."""
+    entries = [given.value] if isinstance(given.value, str) else given.value
+    if not isinstance(entries, list | tuple):
+        raise ConfigError(f"{given.where} must be {what}, not {shown(given.value)}")
+    return entries
+
+
+def _pieces(entry: object) -> list[str]:
+    """The items of one entry: commas and spaces separate them."""
+    return str(entry).replace(",", " ").split()

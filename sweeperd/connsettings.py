@@ -5,57 +5,60 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from sweeperd import coercers
-from sweeperd.coercers import ConfigError, Given, shown, why_unreadable
+from sweeperd.coercers import ConfigError, shown, why_unreadable
 from sweeperd.connection import Connection, Topology
 from sweeperd.logs import redact_text
 from sweeperd.options import OPTIONS
-from sweeperd.tls import BadTlsFile, TlsFiles
+from sweeperd.tls import TLS_KEYS, BadTlsFile, TlsFiles
 from sweeperd.urls import BadConnection
 
 CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
 TLS_FIX = "see README.md, Security"
 
 
-def connection_of(given: Mapping[str, Given]) -> Connection:
-    """The connection settings, checked together before anything is sent."""
-    url_given = given["redis_url"]
-    url = coercers.string(url_given)
-    timeout = coercers.timeout_seconds(given["socket_timeout"])
-    password = _password(given["redis_password_file"])
-    tls = _tls_files(given)
-    topology = _topology(given)
+def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connection:
+    """The connection settings, read by their coercers, checked together before anything is
+    sent; `where` names each setting as a refusal does."""
+    url = typed["redis_url"]
+    password = _password(typed["redis_password_file"], where["redis_password_file"])
+    tls = TlsFiles(*(None if typed[key] is None else str(typed[key]) for key in TLS_KEYS))
+    topology = Topology(
+        cluster=typed["cluster"],
+        sentinels=typed["sentinels"],
+        sentinel_master=typed["sentinel_master"],
+        sentinel_password=_sentinel_password(
+            typed["sentinel_password_file"], where["sentinel_password_file"]
+        ),
+    )
     try:
         topology.check(url.strip())
     except BadConnection as exc:
         raise ConfigError(str(exc)) from None
     try:
-        return Connection.checked(url, password, timeout, tls, topology)
+        return Connection.checked(url, password, typed["socket_timeout"], tls, topology)
     except BadTlsFile as exc:
-        where = given[exc.key].where
-        raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None
+        raise ConfigError(f"{where[exc.key]} {exc}; {TLS_FIX}") from None
     except BadConnection as exc:
         problem = redact_text(str(exc))
-        raise ConfigError(f"{url_given.where}: {problem}, in {shown(url)}") from None
+        raise ConfigError(f"{where['redis_url']}: {problem}, in {shown(url)}") from None
 
 
-def _password(given: Given) -> str | None:
+def _password(path: Path | None, where: str) -> str | None:
     """The password from the given file, else systemd's credential, else none."""
-    path = coercers.file_path(given)
     if path is None:
         path = credential_path()
         if path is None or not path.exists():
             return None
         fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
     else:
-        fix = f"check {given.where}"
+        fix = f"check {where}"
     return _secret(path, "Redis", fix)
 
 
-def _sentinel_password(given: Given) -> str | None:
-    path = coercers.file_path(given)
-    return None if path is None else _secret(path, "Sentinel", f"check {given.where}")
+def _sentinel_password(path: Path | None, where: str) -> str | None:
+    return None if path is None else _secret(path, "Sentinel", f"check {where}")
 
 
 def _secret(path: Path, whose: str, fix: str) -> str:
@@ -70,25 +73,6 @@ def _secret(path: Path, whose: str, fix: str) -> str:
     if not password:
         raise ConfigError(f"the password file {path} is empty; write the password in it, or {fix}")
     return password
-
-
-def _topology(given: Mapping[str, Given]) -> Topology:
-    master = given["sentinel_master"]
-    return Topology(
-        cluster=coercers.switch(given["cluster"]),
-        sentinels=coercers.sentinels(given["sentinels"]),
-        sentinel_master=None if master.value is None else coercers.string(master).strip() or None,
-        sentinel_password=_sentinel_password(given["sentinel_password_file"]),
-    )
-
-
-def _tls_files(given: Mapping[str, Given]) -> TlsFiles:
-    """The TLS files given, by their paths."""
-    paths: dict[str, str | None] = {}
-    for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
-        path = coercers.file_path(given[key])
-        paths[key] = None if path is None else str(path)
-    return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
 
 
 def credential_path() -> Path | None:

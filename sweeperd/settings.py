@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from sweeperd import coercers
-from sweeperd.coercers import ConfigError, Given, shown
+from sweeperd.coercers import ConfigError, Given
 from sweeperd.configfile import FileQueues, file_queues, read_config
 from sweeperd.connection import Connection
 from sweeperd.connsettings import connection_of
@@ -93,20 +93,7 @@ class Settings:
 
 def queue_names(value: object) -> list[str]:
     """Queue names from --queue / SWEEPERD_QUEUES: commas and spaces separate names."""
-    where = OPTIONS["queues"].where
-    entries = [value] if isinstance(value, str) else value
-    if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{where} must be queue names, not {shown(value)}")
-    names: list[str] = []
-    for entry in entries:
-        pieces = str(entry).replace(",", " ").split()
-        if not pieces:  # nothing but separators: the message shows what was given
-            raise ConfigError(
-                f"queue name {shown(entry)} in {where} must be non-empty, "
-                "without {, } or whitespace"
-            )
-        names += [coercers.queue_name(p, where) for p in pieces]
-    return names
+    return coercers.queue_list(Given(value, OPTIONS["queues"].where, True))
 
 
 def _gather(
@@ -141,14 +128,14 @@ def _not_empty(key: str, given: Given) -> Given:
     return given
 
 
-def _web_config(given: Given) -> WebConfig | None:
-    path = coercers.file_path(given)
+def _web_config(path: Path | None, where: str) -> WebConfig | None:
+    """The web config file named, read and checked."""
     if path is None:
         return None
     try:
         return load_web_config(path)
     except BadWebConfig as exc:
-        raise ConfigError(f"{given.where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _queues(
@@ -157,14 +144,9 @@ def _queues(
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
     """The file's queues (a table's own values win over the globals), then the flags' new ones."""
-    parsers: dict[str, Callable[[Given], Any]] = {
-        "interval": coercers.seconds,
-        "max_stalled": coercers.positive_int,
-        "limit": coercers.positive_int,
-    }
     built: dict[str, QueueSettings] = {}
     for name, table in tables.items():
-        own = {key: parsers[key](given) for key, given in table.items()}
+        own = {key: _parse(key, given) for key, given in table.items()}
         built[name] = QueueSettings(
             name,
             own.get("interval", defaults.interval),
@@ -178,52 +160,45 @@ def _queues(
     return tuple(built.values())
 
 
+def _parse(key: str, given: Given) -> Any:
+    """The value of one setting, read by the coercer its row in the options table names."""
+    parse = OPTIONS[key].parse
+    assert parse is not None, f"{key} has no coercer in options.OPTIONS"
+    return parse(given)
+
+
 def build_settings(
     overrides: Mapping[str, object], config_path: Path | None, *, logs_to_tty: bool
 ) -> Settings:
     """Defaults, then the TOML file, then flags/env (`overrides`; None = not given), checked.
 
     `run`, `once` and `inspect` all build their settings here; `logs_to_tty` says whether the
-    logs' stream (stderr) is a terminal, which is what the log format auto follows.
+    logs' stream (stderr) is a terminal, which is what the log format auto follows. Each value
+    is read by its coercer in the options table's order; the files named (passwords, TLS
+    files, the web config) are read after every value is.
     """
     data = read_config(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
     tables, notes = file_queues(data, config_path) if config_path is not None else ({}, ())
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
-    log_format = coercers.choice(given["log_format"], LogFormat)
-    if log_format is LogFormat.AUTO:
-        log_format = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
-    host, port = coercers.metrics_addr(given["metrics_addr"])
-    interval = coercers.seconds(given["interval"])
-    max_stalled = coercers.positive_int(given["max_stalled"])
-    limit = coercers.positive_int(given["limit"])
-    discover = coercers.seconds_or_off(given["discover"])
-    queues = _queues(tables, flag_names, QueueSettings("", interval, max_stalled, limit))
-    if not queues and discover == 0:
+    typed = {key: _parse(key, value) for key, value in given.items()}
+    if typed["log_format"] is LogFormat.AUTO:
+        typed["log_format"] = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
+    defaults = QueueSettings("", typed["interval"], typed["max_stalled"], typed["limit"])
+    queues = _queues(tables, flag_names, defaults)
+    if not queues and typed["discover"] == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
         )
+    where = {key: value.where for key, value in given.items()}
+    host, port = typed["metrics_addr"]
     return Settings(
-        prefix_root=coercers.key_root(given["prefix_root"]),
-        interval=interval,
-        max_stalled=max_stalled,
-        limit=limit,
-        call_target_ms=coercers.milliseconds(given["call_target_ms"]),
-        drain_share=coercers.share(given["drain_share"]),
-        executor=coercers.choice(given["executor"], ExecutorChoice),
+        **{f.name: typed[f.name] for f in fields(Settings) if f.name in typed},
+        connection=connection_of(typed, where),
         metrics_host=host,
         metrics_port=port,
-        log_format=log_format,
-        log_level=coercers.log_level(given["log_level"]),
-        jitter=coercers.fraction(given["jitter"]),
-        discover=discover,
         queues=queues,
-        queue_metrics=coercers.choice(given["queue_metrics"], QueueMetrics),
         config_path=config_path,
-        connection=connection_of(given),
-        shard=coercers.choice(given["shard"], Shard),
-        heartbeat=coercers.heartbeat(given["heartbeat"]),
-        instance_id=coercers.instance_id(given["instance_id"]),
-        web_config=_web_config(given["web_config_file"]),
+        web_config=_web_config(typed["web_config_file"], where["web_config_file"]),
         notes=notes,
     )

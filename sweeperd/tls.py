@@ -7,6 +7,12 @@ from dataclasses import dataclass
 
 from sweeperd.urls import BadConnection
 
+TLS_KEYS = (
+    "redis_ca_file",
+    "redis_cert_file",
+    "redis_key_file",
+)  # the settings, in TlsFiles' order
+
 
 class BadTlsFile(BadConnection):
     """A TLS file that cannot be used; `key` is its setting (redis_ca_file, ...)."""
@@ -50,11 +56,8 @@ class TlsFiles:
         return self
 
     def by_key(self) -> dict[str, str | None]:
-        return {
-            "redis_ca_file": self.ca_file,
-            "redis_cert_file": self.cert_file,
-            "redis_key_file": self.key_file,
-        }
+        """Each file by the setting that names it."""
+        return dict(zip(TLS_KEYS, (self.ca_file, self.cert_file, self.key_file), strict=True))
 
     def client_options(self) -> dict[str, object]:
         """redis-py's SSLConnection options; the hostname is checked unless the URL says not."""
