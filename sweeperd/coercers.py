@@ -45,10 +45,19 @@ class Given:
 
 
 def shown(value: object) -> str:
+    """A value as a refusal quotes it: text with any credentials in a URL removed."""
     return repr(redact_text(value)) if isinstance(value, str) else repr(value)
 
 
+def why_unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a file could not be read, in a few words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return exc.strerror or str(exc)
+
+
 def _number(given: Given, what: str) -> float:
+    """A finite number (text is read as one from a flag or env var), refused naming `what`."""
     value = given.value
     if isinstance(value, str) and given.text_ok:
         with contextlib.suppress(ValueError):
@@ -81,30 +90,71 @@ def timeout_seconds(given: Given) -> float:
 
 
 def _seconds_up_to(given: Given, high: float) -> float:
+    """Seconds, above 0 and at most `high`."""
     what = f"a positive number of seconds up to {high:g}"
     return _bounded(given, what, 0, high, low_ok=False)
 
 
 def seconds_or_off(given: Given) -> float:
+    """A period: 0 for off, or seconds up to a day."""
     what = f"0 (off) or a positive number of seconds up to {MAX_INTERVAL_S:g}"
     return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
 
 
 def fraction(given: Given) -> float:
+    """A fraction from 0 to 1, both taken."""
     return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)
 
 
 def share(given: Given) -> float:
+    """A share above 0 and at most 1."""
     return _bounded(given, "a fraction above 0 and at most 1", 0, 1, low_ok=False)
 
 
 def milliseconds(given: Given) -> float:
+    """Milliseconds, above 0."""
     return _bounded(given, "a positive number of milliseconds", 0, math.inf, low_ok=False)
 
 
 def heartbeat(given: Given) -> float:
+    """A member's time to live: seconds, long enough for a round trip, at most a day."""
     what = f"a number of seconds from {MIN_HEARTBEAT_S:g} to {MAX_INTERVAL_S:g}"
     return _bounded(given, what, MIN_HEARTBEAT_S, MAX_INTERVAL_S, low_ok=True)
+
+
+def positive_int(given: Given) -> int:
+    """A whole number from 1 to LLONG_MAX (text from a flag or env var; never a bool)."""
+    value = given.value
+    if isinstance(value, str) and given.text_ok and value.strip().lstrip("+-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LLONG_MAX:
+        raise ConfigError(
+            f"{given.where} must be a whole number from 1 to {LLONG_MAX}, not {shown(given.value)}"
+        )
+    return value
+
+
+def string(given: Given) -> str:
+    """Text, as given."""
+    if not isinstance(given.value, str):
+        raise ConfigError(f"{given.where} must be a string, not {shown(given.value)}")
+    return given.value
+
+
+def optional_name(given: Given) -> str | None:
+    """A name, stripped; None when none is given."""
+    return None if given.value is None else string(given).strip() or None
+
+
+def key_root(given: Given) -> str:
+    """The key root: not empty, no braces (a hash tag) and no whitespace."""
+    root = string(given)
+    if not root or any(c in "{}" or c.isspace() for c in root):
+        raise ConfigError(
+            f"{given.where} must be a non-empty key root without {{, }} or whitespace, "
+            f"not {shown(root)}"
+        )
+    return root
 
 
 def instance_id(given: Given) -> str:
@@ -120,32 +170,13 @@ def instance_id(given: Given) -> str:
     return text
 
 
-def positive_int(given: Given) -> int:
-    value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lstrip("+-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LLONG_MAX:
-        raise ConfigError(
-            f"{given.where} must be a whole number from 1 to {LLONG_MAX}, not {shown(given.value)}"
-        )
-    return value
-
-
-def string(given: Given) -> str:
-    if not isinstance(given.value, str):
-        raise ConfigError(f"{given.where} must be a string, not {shown(given.value)}")
-    return given.value
-
-
-def file_path(given: Given) -> Path | None:
-    """A file's path, None when none is given; a relative path in the config file is the file's
-    neighbour."""
-    if given.value is None:
-        return None
-    path = Path(string(given))
-    if given.beside is not None and not path.is_absolute():
-        return given.beside / path
-    return path
+def log_level(given: Given) -> str:
+    """One of logs.LEVELS, in any case."""
+    text = string(given).strip().lower()
+    if text not in LEVELS:
+        known = ", ".join(LEVELS)
+        raise ConfigError(f"{given.where} must be one of {known}, not {shown(given.value)}")
+    return text
 
 
 def choice_of(choices: type[E]) -> Callable[[Given], E]:
@@ -164,17 +195,25 @@ def choice_of(choices: type[E]) -> Callable[[Given], E]:
     return coerce
 
 
-def optional_name(given: Given) -> str | None:
-    """A name, stripped; None when none is given."""
-    return None if given.value is None else string(given).strip() or None
+def switch(given: Given) -> bool:
+    """On or off: a bool, or one of the on/off words from a flag or env var."""
+    value = given.value
+    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_WORDS:
+        value = BOOLEAN_WORDS[value.strip().lower()]
+    if not isinstance(value, bool):
+        raise ConfigError(f"{given.where} must be true or false, not {shown(given.value)}")
+    return value
 
 
-def log_level(given: Given) -> str:
-    text = string(given).strip().lower()
-    if text not in LEVELS:
-        known = ", ".join(LEVELS)
-        raise ConfigError(f"{given.where} must be one of {known}, not {shown(given.value)}")
-    return text
+def file_path(given: Given) -> Path | None:
+    """A file's path, None when none is given; a relative path in the config file is the file's
+    neighbour."""
+    if given.value is None:
+        return None
+    path = Path(string(given))
+    if given.beside is not None and not path.is_absolute():
+        return given.beside / path
+    return path
 
 
 def host_port(text: str, *, empty_host: bool, bare_ipv6: bool) -> tuple[str, int] | None:
@@ -206,39 +245,6 @@ def metrics_addr(given: Given) -> tuple[str, int]:
     return address
 
 
-def key_root(given: Given) -> str:
-    root = string(given)
-    if not root or any(c in "{}" or c.isspace() for c in root):
-        raise ConfigError(
-            f"{given.where} must be a non-empty key root without {{, }} or whitespace, "
-            f"not {shown(root)}"
-        )
-    return root
-
-
-def queue_name(name: object, where: str) -> str:
-    if not is_queue_name(name):
-        raise ConfigError(
-            f"queue name {shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
-        )
-    return str(name)
-
-
-def why_unreadable(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return exc.strerror or str(exc)
-
-
-def switch(given: Given) -> bool:
-    value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_WORDS:
-        value = BOOLEAN_WORDS[value.strip().lower()]
-    if not isinstance(value, bool):
-        raise ConfigError(f"{given.where} must be true or false, not {shown(given.value)}")
-    return value
-
-
 def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
     """Sentinel addresses: commas and spaces separate them, as queue names; each names its host,
     an IPv6 one with or without brackets."""
@@ -254,6 +260,15 @@ def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
             )
         found.append(address)
     return tuple(found)
+
+
+def queue_name(name: object, where: str) -> str:
+    """A queue name, as keyspace.is_queue_name takes it; `where` names the list it is in."""
+    if not is_queue_name(name):
+        raise ConfigError(
+            f"queue name {shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
+        )
+    return str(name)
 
 
 def queue_list(given: Given) -> list[str]:
