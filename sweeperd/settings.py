@@ -19,7 +19,8 @@ from sweeperd.options import OPTIONS, SETTING_KEYS
 from sweeperd.ownership import Shard
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
-# What the commands and the daemon import from here (Shard is defined in ownership.py).
+# What the commands and the daemon import from here (ConfigError is defined in coercers.py,
+# Shard in ownership.py, beneath the options table that names their readers).
 __all__ = ["ConfigError", "QueueSettings", "Settings", "Shard", "build_settings", "queue_names"]
 
 # The settings of the file and of overrides, with their defaults; "queues" has none.
