@@ -1,105 +1,27 @@
-"""How sweeperd reaches a server: the connection settings, checked once, and the client they make.
+"""How sweeperd reaches a server: the checked connection and the clients it makes.
 
-Every connection option is checked here before anything is sent. A new one (a TLS file, a
-cluster or Sentinel mode) is a field of `Connection`, its check in `Connection.checked` and its
-use in `Connection.client`, beside a row in options.OPTIONS.
+Every connection option is checked in `Connection.checked` before anything is sent (the URL's
+rules are in urls.py, the TLS files' in tls.py). A new one is a field of `Connection`, its
+check there and its use in `Connection.client`, read from the settings in connsettings.py
+beside a row in options.OPTIONS.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import ssl
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import redis
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from sweeperd.constants import MAX_SOCKET_TIMEOUT_S
+from sweeperd.tls import NO_TLS, TlsFiles
+from sweeperd.urls import BadConnection, check_url, node_name, redact, url_at
 from sweeperd.wire import CONNECTION_CLASSES, no_retry
 
-CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
-URL_SCHEMES = ("redis", "rediss", "unix")
-MAX_DB = 2**31 - 1  # the most `databases` a server may be configured with
-SSL_CERT_REQS = ("none", "optional", "required")
-BOOLEAN_WORDS = ("0", "1", "true", "false", "yes", "no")
-URL_QUERY_KEYS = ("db", "username", "password", "ssl_cert_reqs", "ssl_check_hostname")
-SECRET_QUERY_KEYS = ("password",)
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
-
-
-class BadConnection(ValueError):
-    """A connection setting that cannot be used; the message names the part that is wrong."""
-
-
-class BadTlsFile(BadConnection):
-    """A TLS file that cannot be used; `key` is its setting (redis_ca_file, ...)."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """The CA bundle that vouches for the server, and the client's own certificate and key."""
-
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def __bool__(self) -> bool:
-        return any((self.ca_file, self.cert_file, self.key_file))
-
-    def checked(self, scheme: str) -> TlsFiles:
-        """Each file readable and what it claims to be, the key matching the certificate."""
-        if not self:
-            return self
-        if scheme != "rediss":
-            given = next(k for k, v in self.by_key().items() if v)
-            raise BadTlsFile(given, "is for rediss:// URLs only (TLS); the URL is not one")
-        if self.key_file and not self.cert_file:
-            raise BadTlsFile("redis_key_file", "needs its certificate (the cert file) as well")
-        context = ssl.create_default_context()
-        try:
-            if self.ca_file:
-                context.load_verify_locations(cafile=self.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise BadTlsFile("redis_ca_file", _tls_problem(self.ca_file, exc)) from None
-        try:
-            if self.cert_file:
-                context.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise BadTlsFile("redis_cert_file", _tls_problem(self.cert_file, exc)) from None
-        return self
-
-    def by_key(self) -> dict[str, str | None]:
-        return {
-            "redis_ca_file": self.ca_file,
-            "redis_cert_file": self.cert_file,
-            "redis_key_file": self.key_file,
-        }
-
-    def client_options(self) -> dict[str, object]:
-        """redis-py's SSLConnection options; the hostname is checked unless the URL says not."""
-        options: dict[str, object] = {"ssl_check_hostname": True}
-        if self.ca_file:
-            options["ssl_ca_certs"] = self.ca_file
-        if self.cert_file:
-            options["ssl_certfile"] = self.cert_file
-        if self.key_file:
-            options["ssl_keyfile"] = self.key_file
-        return options
-
-
-def _tls_problem(path: str | None, exc: OSError | ssl.SSLError) -> str:
-    if isinstance(exc, ssl.SSLError):
-        return f"{path} is not a usable PEM file for TLS ({exc.reason or exc})"
-    return f"cannot read {path}: {exc.strerror or exc}"
 
 
 def _raw(response: Any, **_options: Any) -> Any:
@@ -122,7 +44,7 @@ def connect(
         retry=no_retry(),
         connection_class=CONNECTION_CLASSES.get(scheme, CONNECTION_CLASSES["redis"]),
         **({"password": password} if password is not None else {}),
-        **((tls or TlsFiles()).client_options() if scheme == "rediss" else {}),
+        **((tls or NO_TLS).client_options() if scheme == "rediss" else {}),
     )
     # redis-py turns an all-digit run_id into an int and fails on COMMAND INFO of an
     # unknown verb; sweeperd parses both itself.
@@ -132,136 +54,6 @@ def connect(
     return client
 
 
-def url_at(url: str, host: str, port: int) -> str:
-    """The same URL (credentials, db, query) pointed at another host and port."""
-    scheme, _, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    user, at, _hostport = netloc.rpartition("@")
-    shown_host = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{user}{at}{shown_host}:{port}{slash}{path}"
-
-
-def check_address(text: str, what: str) -> tuple[str, int]:
-    """HOST:PORT (an IPv6 host in brackets) as a pair; anything else is refused naming `what`."""
-    text = text.strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535) or " " in host:
-        raise BadConnection(f"{what} must be HOST:PORT with a port from 1 to 65535, not {text!r}")
-    return host, int(port)
-
-
-def credential_path() -> Path | None:
-    """systemd's credential file for the password, when the unit passed one."""
-    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
-    return Path(credentials) / CREDENTIAL_NAME if credentials else None
-
-
-def read_password(path: Path) -> str:
-    """The password in a file, its line end stripped; an empty one is refused."""
-    password = path.read_text(encoding="utf-8").rstrip("\r\n")
-    if not password:
-        raise BadConnection(f"the password file {path} is empty")
-    return password
-
-
-def redact(url: str) -> str:
-    """The URL with any user and password removed, the query's too, fit for logs and labels."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        netloc = netloc.rsplit("@", 1)[1]
-    head, question, query = path.partition("?")
-    if question:
-        pairs = [pair.partition("=") for pair in query.split("&")]
-        query = "&".join(
-            f"{k}{eq}{'<redacted>' if k in SECRET_QUERY_KEYS and v else v}" for k, eq, v in pairs
-        )
-    return f"{scheme}{sep}{netloc}{slash}{head}{question}{query}"
-
-
-def node_name(url: str) -> str:
-    """The `node` label of a server: host:port, or the socket path."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return parts.path
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
-
-
-def _port(netloc: str) -> None:
-    hostport = netloc.rsplit("@", 1)[-1]
-    if hostport.startswith("["):
-        port = hostport.partition("]")[2].removeprefix(":") if "]:" in hostport else None
-    else:
-        port = hostport.rpartition(":")[2] if ":" in hostport else None
-    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
-        raise BadConnection(f"the port must be a number from 1 to 65535, not {port!r}")
-
-
-def _db(text: str, what: str) -> int:
-    if not (text.isascii() and text.isdigit() and int(text) <= MAX_DB):
-        raise BadConnection(f"the db ({what}) must be a number from 0 to {MAX_DB}, not {text!r}")
-    return int(text)
-
-
-def _query(scheme: str, query: str) -> dict[str, str]:
-    pairs = parse_qsl(query, keep_blank_values=True)
-    given: dict[str, str] = {}
-    for key, value in pairs:
-        if key not in URL_QUERY_KEYS:
-            raise BadConnection(
-                f"unknown query key {key!r} (sweeperd takes {', '.join(URL_QUERY_KEYS)})"
-            )
-        if key in given:
-            raise BadConnection(f"the query key {key!r} is given twice")
-        given[key] = value
-    if "db" in given:
-        _db(given["db"], "?db=")
-    ssl_keys = [k for k in given if k.startswith("ssl_")]
-    if ssl_keys and scheme != "rediss":
-        raise BadConnection(f"{ssl_keys[0]} is for rediss:// URLs only")
-    if given.get("ssl_cert_reqs", "required") not in SSL_CERT_REQS:
-        raise BadConnection(
-            f"ssl_cert_reqs must be one of {', '.join(SSL_CERT_REQS)}, "
-            f"not {given['ssl_cert_reqs']!r}"
-        )
-    if given.get("ssl_check_hostname", "true").lower() not in BOOLEAN_WORDS:
-        raise BadConnection(
-            f"ssl_check_hostname must be true or false, not {given['ssl_check_hostname']!r}"
-        )
-    return given
-
-
-def check_url(url: str) -> str:
-    """The URL, stripped, once every part of it is one redis-py will use as written."""
-    url = url.strip()
-    scheme = url.partition("://")[0] if "://" in url else ""
-    if scheme not in URL_SCHEMES:
-        raise BadConnection("the scheme must be redis://, rediss:// or unix://")
-    parts = urlsplit(url)
-    if parts.fragment:
-        raise BadConnection("a URL fragment (#...) means nothing here")
-    query = _query(scheme, parts.query)
-    if scheme == "unix":
-        if not parts.path:
-            raise BadConnection("a unix:// URL needs the socket's path (unix:///run/redis.sock)")
-        return url
-    _port(parts.netloc)
-    if parts.path not in ("", "/"):
-        _db(parts.path.removeprefix("/"), "the path after the host")
-        if "db" in query:
-            raise BadConnection("the db is given twice, in the path and as ?db=")
-    try:
-        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        raise BadConnection(str(exc).rstrip(".")) from None
-    return url
-
-
 def check_timeout(value: float) -> float:
     """A socket timeout a socket takes: positive, finite and at most an hour."""
     if not (math.isfinite(value) and 0 < value <= MAX_SOCKET_TIMEOUT_S):
@@ -269,6 +61,10 @@ def check_timeout(value: float) -> float:
             f"must be a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}, not {value:g}"
         )
     return value
+
+
+class TopologyRefused(BadConnection):
+    """The topology options do not go together, or with the URL: the message says which."""
 
 
 @dataclass(frozen=True)
@@ -288,17 +84,17 @@ class Topology:
 
     def check(self, url: str) -> None:
         if self.cluster and self.sentinels:
-            raise BadConnection("--cluster and --sentinel exclude each other: give one")
+            raise TopologyRefused("--cluster and --sentinel exclude each other: give one")
         if bool(self.sentinels) != bool(self.sentinel_master):
-            raise BadConnection("--sentinel and --sentinel-master go together: give both")
+            raise TopologyRefused("--sentinel and --sentinel-master go together: give both")
         if self.mode == "standalone":
             return
         if url.startswith("unix://"):
-            raise BadConnection(
+            raise TopologyRefused(
                 f"a {self.mode} is reached over TCP: use a redis:// or rediss:// URL"
             )
         if self.cluster and int(redis.connection.parse_url(url).get("db") or 0) != 0:  # type: ignore[no-untyped-call]
-            raise BadConnection("a cluster has database 0 only: drop the db from the URL")
+            raise TopologyRefused("a cluster has database 0 only: drop the db from the URL")
 
 
 STANDALONE = Topology()
@@ -311,7 +107,7 @@ class Connection:
     url: str
     password: str | None = field(repr=False)
     socket_timeout: float  # seconds, connect and read
-    tls: TlsFiles = TlsFiles()
+    tls: TlsFiles = NO_TLS
     topology: Topology = STANDALONE
 
     @classmethod
@@ -325,7 +121,7 @@ class Connection:
     ) -> Connection:
         """Check every part now, and build one connection object without connecting."""
         url = check_url(url)
-        files = (tls or TlsFiles()).checked(url.partition("://")[0])
+        files = (tls or NO_TLS).checked(url.partition("://")[0])
         made = cls(url, password, check_timeout(socket_timeout), files, topology)
         topology.check(made.url)
         try:

@@ -41,6 +41,9 @@ MIN_HEARTBEAT_S = 0.5  # below this a round trip could outlive the heartbeat
 LLONG_MAX = 2**63 - 1
 LLONG_MIN = -(2**63)
 
+# The words an on/off setting takes as text, in any case: a switch's env var, ?ssl_check_hostname=.
+BOOLEAN_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
 # Exit codes of the command line.
 EXIT_OK = 0
 EXIT_REFUSED = 1

@@ -12,8 +12,8 @@ from typing import Any, TextIO
 
 import structlog
 
-from sweeperd.connection import redact
 from sweeperd.keyspace import job_id_text
+from sweeperd.urls import redact
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 ID_CAP = 20  # job ids listed in one log event at the most

@@ -1,9 +1,13 @@
-"""Every option of the commands in one table: flag, env var, TOML key, default."""
+"""Every option of the commands in one table: flag, env var, TOML key, default, coercer."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from sweeperd import coercers
+from sweeperd.coercers import Given
 from sweeperd.constants import (
     DEFAULT_CALL_TARGET_MS,
     DEFAULT_DRAIN_SHARE,
@@ -20,11 +24,13 @@ from sweeperd.constants import (
 )
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
+from sweeperd.ownership import Shard
 from sweeperd.sweepseries import QueueMetrics
 
 ENV_PREFIX = "SWEEPERD_"
 RUN, ONCE, INSPECT, TOP = "run", "once", "inspect", "top"
 ALL = (RUN, ONCE, INSPECT, TOP)
+Coercer = Callable[[Given], Any]  # a given value to its typed one, or a ConfigError naming it
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Option:
     short: str = ""
     env: str = ""  # the env var, when not SWEEPERD_<KEY>
     setting: bool = True  # False: one command's own value (top's --rows), in no Settings
+    parse: Coercer | None = None  # how a setting's value is read (coercers.py); None: no setting
 
     @property
     def flag_name(self) -> str:
@@ -96,6 +103,7 @@ OPTIONS: dict[str, Option] = {
             "once and inspect take exactly one; top without it shows every queue it discovers.",
             flag="--queue",
             short="-q",
+            parse=coercers.queue_list,
         ),
         Option(
             "redis_url",
@@ -103,6 +111,7 @@ OPTIONS: dict[str, Option] = {
             ALL,
             "The server: redis://, rediss:// or unix://; credentials are never shown.",
             DEFAULT_REDIS_URL,
+            parse=coercers.string,
         ),
         Option(
             "redis_password_file",
@@ -110,6 +119,7 @@ OPTIONS: dict[str, Option] = {
             ALL,
             "The password, read from this file.",
             shown_default="$CREDENTIALS_DIRECTORY/redis-password if present",
+            parse=coercers.file_path,
         ),
         Option(
             "redis_ca_file",
@@ -117,18 +127,21 @@ OPTIONS: dict[str, Option] = {
             ALL,
             "rediss://: the CA bundle (PEM) that signed the server's certificate; the system's "
             "when unset. The host name is checked unless the URL has ssl_check_hostname=false.",
+            parse=coercers.file_path,
         ),
         Option(
             "redis_cert_file",
             "PATH",
             ALL,
             "rediss://: the client certificate (PEM) for a server with tls-auth-clients.",
+            parse=coercers.file_path,
         ),
         Option(
             "redis_key_file",
             "PATH",
             ALL,
             "rediss://: the client certificate's private key (PEM), unless the cert file has it.",
+            parse=coercers.file_path,
         ),
         Option(
             "cluster",
@@ -137,6 +150,7 @@ OPTIONS: dict[str, Option] = {
             "The URL names any node of a Redis/Valkey Cluster: each queue is swept on the "
             "primary that owns its slot, each primary watched for failovers.",
             False,
+            parse=coercers.switch,
         ),
         Option(
             "sentinels",
@@ -145,12 +159,14 @@ OPTIONS: dict[str, Option] = {
             "A Sentinel to ask for the primary at every tick (repeat the flag, or separate "
             "addresses by commas or spaces); the URL's host is then unused.",
             flag="--sentinel",
+            parse=coercers.sentinels,
         ),
         Option(
             "sentinel_master",
             "NAME",
             ALL,
             "The name the Sentinels monitor the primary under.",
+            parse=coercers.optional_name,
         ),
         Option(
             "sentinel_password_file",
@@ -158,6 +174,7 @@ OPTIONS: dict[str, Option] = {
             ALL,
             "The Sentinels' own password, read from this file (the primary's is "
             "--redis-password-file).",
+            parse=coercers.file_path,
         ),
         Option(
             "socket_timeout",
@@ -165,6 +182,7 @@ OPTIONS: dict[str, Option] = {
             ALL,
             "Seconds a server call may take (connect and read), at most 3600.",
             DEFAULT_SOCKET_TIMEOUT_S,
+            parse=coercers.timeout_seconds,
         ),
         Option(
             "prefix_root",
@@ -172,6 +190,7 @@ OPTIONS: dict[str, Option] = {
             ALL,
             "The key root: queue q lives under <root>:{q}:.",
             DEFAULT_PREFIX_ROOT,
+            parse=coercers.key_root,
         ),
         Option(
             "max_stalled",
@@ -180,6 +199,7 @@ OPTIONS: dict[str, Option] = {
             "The stall budget: a job whose stalled count reaches it is dead-lettered. "
             "run: a [queue.<name>] table's own value wins; once: this one does.",
             DEFAULT_MAX_STALLED,
+            parse=coercers.positive_int,
         ),
         Option(
             "limit",
@@ -188,6 +208,7 @@ OPTIONS: dict[str, Option] = {
             "Expired leases one call takes at the most. run: a [queue.<name>] table's own "
             "value wins; once: this one does.",
             DEFAULT_LIMIT,
+            parse=coercers.positive_int,
         ),
         Option(
             "call_target_ms",
@@ -196,6 +217,7 @@ OPTIONS: dict[str, Option] = {
             "The server time one call stays under: calls are sized to take three quarters "
             "of it, never above --limit.",
             DEFAULT_CALL_TARGET_MS,
+            parse=coercers.milliseconds,
         ),
         Option(
             "executor",
@@ -203,6 +225,7 @@ OPTIONS: dict[str, Option] = {
             (RUN, ONCE),
             "native: the module's verb; script: the Lua port; auto: native where loaded.",
             ExecutorChoice.AUTO.value,
+            parse=coercers.choice_of(ExecutorChoice),
         ),
         Option(
             "interval",
@@ -210,6 +233,7 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "Seconds between two sweeps of a queue, at most 86400.",
             DEFAULT_INTERVAL_S,
+            parse=coercers.seconds,
         ),
         Option(
             "jitter",
@@ -217,6 +241,7 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "Each run moves by up to this fraction of the interval (0 to 1).",
             DEFAULT_JITTER_FRACTION,
+            parse=coercers.fraction,
         ),
         Option(
             "drain_share",
@@ -225,6 +250,7 @@ OPTIONS: dict[str, Option] = {
             "The most of the server's time a backlog drain may take, in (0, 1]; "
             "1: calls back to back.",
             DEFAULT_DRAIN_SHARE,
+            parse=coercers.share,
         ),
         Option(
             "discover",
@@ -234,6 +260,7 @@ OPTIONS: dict[str, Option] = {
             "for an hour dropped); 0: off.",
             0.0,
             shown_default="0 (off)",
+            parse=coercers.seconds_or_off,
         ),
         Option(
             "shard",
@@ -242,6 +269,7 @@ OPTIONS: dict[str, Option] = {
             "on: replicas under one key root share the queues, each sweeping its share; "
             "off: this one sweeps every queue and joins no membership.",
             "on",
+            parse=coercers.choice_of(Shard),
         ),
         Option(
             "heartbeat",
@@ -250,6 +278,7 @@ OPTIONS: dict[str, Option] = {
             "A member's time to live, renewed three times within it: a replica silent this "
             "long loses its queues to the others; at least 0.5.",
             DEFAULT_HEARTBEAT_S,
+            parse=coercers.heartbeat,
         ),
         Option(
             "instance_id",
@@ -259,6 +288,7 @@ OPTIONS: dict[str, Option] = {
             "the config file, which replicas share.",
             shown_default="hostname:pid",
             toml=False,
+            parse=coercers.instance_id,
         ),
         Option(
             "metrics_addr",
@@ -266,6 +296,7 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "Where /metrics, /healthz, /readyz and / are served.",
             DEFAULT_METRICS_ADDR,
+            parse=coercers.metrics_addr,
         ),
         Option(
             "web_config_file",
@@ -273,6 +304,7 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
             "client_ca_file) and basic_auth_users (bcrypt hashes); see README.md, Security.",
+            parse=coercers.file_path,
         ),
         Option(
             "queue_metrics",
@@ -281,6 +313,7 @@ OPTIONS: dict[str, Option] = {
             "Series per queue: basic, what an operator needs (6, and one per failure reason "
             "seen); full adds sweeps, ghosts, durations and set sizes per queue (22).",
             QueueMetrics.BASIC.value,
+            parse=coercers.choice_of(QueueMetrics),
         ),
         Option(
             "log_format",
@@ -288,6 +321,7 @@ OPTIONS: dict[str, Option] = {
             (RUN,),
             "auto: console when stderr is a terminal, else json. NO_COLOR turns colours off.",
             LogFormat.AUTO.value,
+            parse=coercers.choice_of(LogFormat),
         ),
         Option(
             "log_level",
@@ -296,6 +330,7 @@ OPTIONS: dict[str, Option] = {
             "The least level logged: debug, info, warning or error; APScheduler and redis-py "
             "log warnings and up whatever it is.",
             "info",
+            parse=coercers.log_level,
         ),
         Option(
             "drain",

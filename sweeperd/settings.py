@@ -2,61 +2,30 @@
 
 from __future__ import annotations
 
-import contextlib
-import difflib
-import math
-import os
-import socket
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from sweeperd.connection import (
-    BadConnection,
-    BadTlsFile,
-    Connection,
-    TlsFiles,
-    Topology,
-    check_address,
-    check_timeout,
-    credential_path,
-    read_password,
-)
-from sweeperd.constants import LLONG_MAX, MAX_INTERVAL_S, MAX_SOCKET_TIMEOUT_S, MIN_HEARTBEAT_S
+from sweeperd import coercers
+from sweeperd.coercers import ConfigError, Given
+from sweeperd.configfile import FileQueues, file_queues, read_config
+from sweeperd.connection import Connection
+from sweeperd.connsettings import connection_of
 from sweeperd.executors import ExecutorChoice
-from sweeperd.keyspace import is_queue_name
-from sweeperd.logs import LEVELS, LogFormat, redact_text
-from sweeperd.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+from sweeperd.logs import LogFormat
+from sweeperd.options import OPTIONS, SETTING_KEYS
+from sweeperd.ownership import Shard
 from sweeperd.sweepseries import QueueMetrics
 from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
-QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
+# What the commands and the daemon import from here (ConfigError is defined in coercers.py,
+# Shard in ownership.py, beneath the options table that names their readers).
+__all__ = ["ConfigError", "QueueSettings", "Settings", "Shard", "build_settings", "queue_names"]
+
 # The settings of the file and of overrides, with their defaults; "queues" has none.
 DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
 KNOWN_KEYS = (*DEFAULTS, "queues")
-TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list of names
-OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
-# instance_id is per replica: not in the file.
-FILE_KEYS = (*(k for k in KNOWN_KEYS if OPTIONS[k].toml), TABLES)
-MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
-
-E = TypeVar("E", bound=StrEnum)
-BOOLEAN_TEXTS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-
-
-class Shard(StrEnum):
-    ON = "on"  # replicas share the queues by rendezvous hashing over the live members
-    OFF = "off"  # this replica sweeps every queue and joins no membership
-
-
-class ConfigError(Exception):
-    """A setting that cannot be used; the message is one line naming it and the fix."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.splitlines()))
 
 
 @dataclass(frozen=True)
@@ -123,278 +92,31 @@ class Settings:
         return f"Settings({self.describe()!r})"
 
 
-@dataclass(frozen=True)
-class _Given:
-    """A value and where it came from: a flag/env var, the file or the default."""
-
-    value: object
-    where: str
-    text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
-
-
-def _shown(value: object) -> str:
-    return repr(redact_text(value)) if isinstance(value, str) else repr(value)
-
-
-def _number(given: _Given, what: str) -> float:
-    value = given.value
-    if isinstance(value, str) and given.text_ok:
-        with contextlib.suppress(ValueError):
-            value = float(value)
-    number = math.nan
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        with contextlib.suppress(OverflowError):
-            number = float(value)
-    if not math.isfinite(number):
-        raise ConfigError(f"{given.where} must be {what}, not {_shown(given.value)}")
-    return number
-
-
-def _bounded(given: _Given, what: str, low: float, high: float, *, low_ok: bool) -> float:
-    """A finite number in [low, high] (or (low, high] when not low_ok), refused naming `what`."""
-    value = _number(given, what)
-    if not (low <= value if low_ok else low < value) or value > high:
-        raise ConfigError(f"{given.where} must be {what}, not {value:g}")
-    return value
-
-
-def _seconds(given: _Given) -> float:
-    return _bounded(
-        given, f"a positive number of seconds up to {MAX_INTERVAL_S:g}", 0, MAX_INTERVAL_S,
-        low_ok=False,
-    )  # fmt: skip
-
-
-def _discover(given: _Given) -> float:
-    what = f"0 (off) or a positive number of seconds up to {MAX_INTERVAL_S:g}"
-    return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
-
-
-def _jitter(given: _Given) -> float:
-    return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)
-
-
-def _drain_share(given: _Given) -> float:
-    return _bounded(given, "a fraction above 0 and at most 1", 0, 1, low_ok=False)
-
-
-def _milliseconds(given: _Given) -> float:
-    return _bounded(given, "a positive number of milliseconds", 0, math.inf, low_ok=False)
-
-
-def _heartbeat(given: _Given) -> float:
-    what = f"a number of seconds from {MIN_HEARTBEAT_S:g} to {MAX_INTERVAL_S:g}"
-    return _bounded(given, what, MIN_HEARTBEAT_S, MAX_INTERVAL_S, low_ok=True)
-
-
-def _instance_id(given: _Given) -> str:
-    """The member id: given, or hostname:pid, which is unique among a host's processes."""
-    if given.value is None:
-        return f"{socket.gethostname()}:{os.getpid()}"
-    text = _text(given)
-    if not text or len(text) > MAX_INSTANCE_ID or not text.isprintable() or " " in text:
-        raise ConfigError(
-            f"{given.where} must be 1 to {MAX_INSTANCE_ID} printable characters without spaces "
-            f"(e.g. the pod name), not {_shown(given.value)}"
-        )
-    return text
-
-
-def _positive_int(given: _Given) -> int:
-    value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lstrip("+-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LLONG_MAX:
-        raise ConfigError(
-            f"{given.where} must be a whole number from 1 to {LLONG_MAX}, not {_shown(given.value)}"
-        )
-    return value
-
-
-def _text(given: _Given) -> str:
-    if not isinstance(given.value, str):
-        raise ConfigError(f"{given.where} must be a string, not {_shown(given.value)}")
-    return given.value
-
-
-def _choice(given: _Given, choices: type[E]) -> E:
-    text = _text(given).strip().lower()
-    try:
-        return choices(text)
-    except ValueError:
-        known = ", ".join(c.value for c in choices)
-        raise ConfigError(
-            f"{given.where} must be one of {known}, not {_shown(given.value)}"
-        ) from None
-
-
-def _log_level(given: _Given) -> str:
-    text = _text(given).strip().lower()
-    if text not in LEVELS:
-        known = ", ".join(LEVELS)
-        raise ConfigError(f"{given.where} must be one of {known}, not {_shown(given.value)}")
-    return text
-
-
-def _metrics_addr(given: _Given) -> tuple[str, int]:
-    text = _text(given).strip()
-    if text.startswith("["):
-        host, sep, port = text[1:].partition("]:")
-    else:
-        host, sep, port = text.rpartition(":")
-        sep = "" if ":" in host else sep  # a bare IPv6 address: it needs its brackets
-    if (
-        not sep
-        or any(c.isspace() for c in host)
-        or not port.isdigit()
-        or not 1 <= int(port) <= 65535
-    ):
-        raise ConfigError(
-            f"{given.where} must be HOST:PORT with a port from 1 to 65535 "
-            f"(e.g. 0.0.0.0:9787, :9787, [::1]:9787), not {_shown(given.value)}"
-        )
-    return host, int(port)
-
-
-def _root(given: _Given) -> str:
-    root = _text(given)
-    if not root or any(c in "{}" or c.isspace() for c in root):
-        raise ConfigError(
-            f"{given.where} must be a non-empty key root without {{, }} or whitespace, "
-            f"not {_shown(root)}"
-        )
-    return root
-
-
-def _queue_name(name: object, where: str) -> str:
-    if not is_queue_name(name):
-        raise ConfigError(
-            f"queue name {_shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
-        )
-    return str(name)
-
-
-def _why(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return exc.strerror or str(exc)
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the config file {path} ({OPTIONS['config'].where}): {_why(exc)}"
-        ) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    _refuse_unknown(data, FILE_KEYS, f"config file {path}")
-    return data
-
-
-def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: str) -> None:
-    for key in table:
-        if key in REMOVED_KEYS and key not in known:
-            raise ConfigError(f"{REMOVED_KEYS[key]}; remove it from {where}")
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(
-                f"unknown key {key!r} in {where}{hint}; known keys: {', '.join(known)}"
-            )
-
-
-def _file_queues(
-    data: Mapping[str, Any], path: Path
-) -> tuple[dict[str, dict[str, _Given]], tuple[str, ...]]:
-    """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
-    values its table sets; and the notes on how to write the file now. `[queues.<name>]`
-    tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
-    listed, tables = data.get("queues", []), data.get(TABLES, {})
-    old: dict[str, Any] = {}
-    if isinstance(listed, dict):
-        old, listed = listed, []
-    if not isinstance(listed, list):
-        raise ConfigError(
-            f"queues in {path} must be a list of names; a queue's own values go in "
-            f"[{TABLES}.<name>] tables"
-        )
-    if not isinstance(tables, dict):
-        raise ConfigError(
-            f"{TABLES} in {path} must be [{TABLES}.<name>] tables; a list of names is "
-            "queues = [...]"
-        )
-    queues: dict[str, dict[str, _Given]] = {
-        _queue_name(name, f"queues in {path}"): {} for name in listed
-    }
-    for spelled, given in ((TABLES, tables), (OLD_TABLES, old)):
-        for name, table in given.items():
-            _queue_name(name, f"{spelled} in {path}")
-            if spelled == OLD_TABLES and name in tables:
-                raise ConfigError(
-                    f"queue {name} has two tables in {path}, [{TABLES}.{name}] and "
-                    f"[{OLD_TABLES}.{name}]: keep [{TABLES}.{name}]"
-                )
-            queues[name] = _queue_table(table, f"{spelled}.{name}", path)
-    notes: tuple[str, ...] = ()
-    if old:
-        renamed = ", ".join(f"[{TABLES}.{name}]" for name in old)
-        notes = (
-            f"config file {path}: [{OLD_TABLES}.<name>] tables are read as [{TABLES}.<name>]; "
-            f"rename them {renamed} (queues = [...] is the list of names)",
-        )
-    return queues, notes
-
-
-def _queue_table(table: object, spelled: str, path: Path) -> dict[str, _Given]:
-    """One queue's table: the values it sets, each named by the table as written."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{spelled} in {path} must be a table ([{spelled}])")
-    where = f"[{spelled}] in {path}"
-    _refuse_unknown(table, QUEUE_KEYS, where)
-    return {key: _Given(value, f"{key} of {where}", False) for key, value in table.items()}
-
-
 def queue_names(value: object) -> list[str]:
     """Queue names from --queue / SWEEPERD_QUEUES: commas and spaces separate names."""
-    where = OPTIONS["queues"].where
-    entries = [value] if isinstance(value, str) else value
-    if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{where} must be queue names, not {_shown(value)}")
-    names: list[str] = []
-    for entry in entries:
-        pieces = str(entry).replace(",", " ").split()
-        if not pieces:  # nothing but separators: the message shows what was given
-            raise ConfigError(
-                f"queue name {_shown(entry)} in {where} must be non-empty, "
-                "without {, } or whitespace"
-            )
-        names += [_queue_name(p, where) for p in pieces]
-    return names
+    return coercers.queue_list(Given(value, OPTIONS["queues"].where, True))
 
 
 def _gather(
     overrides: Mapping[str, object], data: Mapping[str, Any], path: Path | None
-) -> dict[str, _Given]:
+) -> dict[str, Given]:
     """Every setting with its winning value: an override, else the file's, else the default."""
     unknown = set(overrides) - set(KNOWN_KEYS)
     if unknown:
         raise ValueError(f"build_settings: unknown override keys {sorted(unknown)}")
-    chosen: dict[str, _Given] = {}
+    chosen: dict[str, Given] = {}
     for key, default in DEFAULTS.items():
         if overrides.get(key) is not None:
-            chosen[key] = _not_empty(key, _Given(overrides[key], OPTIONS[key].where, True))
+            chosen[key] = _not_empty(key, Given(overrides[key], OPTIONS[key].where, True))
         elif key in data:
-            chosen[key] = _not_empty(key, _Given(data[key], f"{key} in {path}", False))
+            beside = path.parent if path else None
+            chosen[key] = _not_empty(key, Given(data[key], f"{key} in {path}", False, beside))
         else:
-            chosen[key] = _Given(default, f"the default {key}", False)
+            chosen[key] = Given(default, f"the default {key}", False)
     return chosen
 
 
-def _not_empty(key: str, given: _Given) -> _Given:
+def _not_empty(key: str, given: Given) -> Given:
     """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
     would otherwise mean the default, e.g. whatever server listens on localhost."""
     if isinstance(given.value, str) and not given.value.strip():
@@ -407,151 +129,25 @@ def _not_empty(key: str, given: _Given) -> _Given:
     return given
 
 
-def _switch(given: _Given) -> bool:
-    value = given.value
-    if isinstance(value, str) and given.text_ok and value.strip().lower() in BOOLEAN_TEXTS:
-        value = BOOLEAN_TEXTS[value.strip().lower()]
-    if not isinstance(value, bool):
-        raise ConfigError(f"{given.where} must be true or false, not {_shown(given.value)}")
-    return value
-
-
-def _sentinels(given: _Given) -> tuple[tuple[str, int], ...]:
-    """Sentinel addresses: commas and spaces separate them, as queue names."""
-    if given.value is None:
-        return ()
-    entries = [given.value] if isinstance(given.value, str) else given.value
-    if not isinstance(entries, list | tuple):
-        raise ConfigError(f"{given.where} must be HOST:PORT addresses, not {_shown(given.value)}")
-    try:
-        return tuple(
-            check_address(piece, "a Sentinel's address")
-            for entry in entries
-            for piece in str(entry).replace(",", " ").split()
-        )
-    except BadConnection as exc:
-        raise ConfigError(f"{given.where}: {exc}") from None
-
-
-def _sentinel_password(given: _Given, config_path: Path | None) -> str | None:
-    if given.value is None:
+def _web_config(path: Path | None, where: str) -> WebConfig | None:
+    """The web config file named, read and checked."""
+    if path is None:
         return None
-    path = _beside(Path(_text(given)), given, config_path)
-    return _secret(path, "Sentinel", f"check {given.where}")
-
-
-def _secret(path: Path, whose: str, fix: str) -> str:
-    """A password file's content; any problem is one line naming the file and `fix`."""
-    try:
-        return read_password(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read the {whose} password file {path}: {_why(exc)}; {fix}"
-        ) from None
-    except BadConnection as exc:
-        raise ConfigError(f"{exc}; write the password in it, or {fix}") from None
-
-
-def _beside(path: Path, given: _Given, config_path: Path | None) -> Path:
-    """A relative path in the config file is the file's neighbour."""
-    if config_path is not None and not given.text_ok and not path.is_absolute():
-        return config_path.parent / path
-    return path
-
-
-def _topology(given: Mapping[str, _Given], config_path: Path | None) -> Topology:
-    master = given["sentinel_master"]
-    return Topology(
-        cluster=_switch(given["cluster"]),
-        sentinels=_sentinels(given["sentinels"]),
-        sentinel_master=None if master.value is None else _text(master).strip() or None,
-        sentinel_password=_sentinel_password(given["sentinel_password_file"], config_path),
-    )
-
-
-def _password(given: _Given, config_path: Path | None) -> str | None:
-    """The password from the given file, else systemd's credential, else none."""
-    if given.value is None:
-        path = credential_path()
-        if path is None or not path.exists():
-            return None
-        fix = f"fix the unit's LoadCredential= or set {OPTIONS['redis_password_file'].where}"
-    else:
-        path = _beside(Path(_text(given)), given, config_path)
-        fix = f"check {given.where}"
-    return _secret(path, "Redis", fix)
-
-
-TLS_FIX = "see README.md, Security"
-
-
-def _tls_files(given: Mapping[str, _Given], config_path: Path | None) -> TlsFiles:
-    """The TLS files given; a relative path in the config file is the file's neighbour."""
-    paths: dict[str, str | None] = {}
-    for key in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
-        value = given[key].value
-        if value is None:
-            paths[key] = None
-            continue
-        path = Path(_text(given[key]))
-        if config_path is not None and not given[key].text_ok and not path.is_absolute():
-            path = config_path.parent / path
-        paths[key] = str(path)
-    return TlsFiles(paths["redis_ca_file"], paths["redis_cert_file"], paths["redis_key_file"])
-
-
-def _web_config(given: _Given, config_path: Path | None) -> WebConfig | None:
-    if given.value is None:
-        return None
-    path = Path(_text(given))
-    if config_path is not None and not given.text_ok and not path.is_absolute():
-        path = config_path.parent / path
     try:
         return load_web_config(path)
     except BadWebConfig as exc:
-        raise ConfigError(f"{given.where}: {exc}") from None
-
-
-def _connection(given: Mapping[str, _Given], config_path: Path | None) -> Connection:
-    """The connection settings, checked together before anything is sent."""
-    url_given, timeout_given = given["redis_url"], given["socket_timeout"]
-    url = _text(url_given)
-    try:
-        what = f"a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}"
-        timeout = check_timeout(_number(timeout_given, what))
-    except BadConnection as exc:
-        raise ConfigError(f"{timeout_given.where} {exc}") from None
-    password = _password(given["redis_password_file"], config_path)
-    tls = _tls_files(given, config_path)
-    topology = _topology(given, config_path)
-    try:
-        topology.check(url.strip())
-    except BadConnection as exc:
-        raise ConfigError(str(exc)) from None
-    try:
-        return Connection.checked(url, password, timeout, tls, topology)
-    except BadTlsFile as exc:
-        where = given[exc.key].where
-        raise ConfigError(f"{where} {exc}; {TLS_FIX}") from None
-    except BadConnection as exc:
-        problem = redact_text(str(exc))
-        raise ConfigError(f"{url_given.where}: {problem}, in {_shown(url)}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _queues(
-    file_queues: Mapping[str, Mapping[str, _Given]],
+    tables: FileQueues,
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
     """The file's queues (a table's own values win over the globals), then the flags' new ones."""
-    parsers: dict[str, Callable[[_Given], Any]] = {
-        "interval": _seconds,
-        "max_stalled": _positive_int,
-        "limit": _positive_int,
-    }
     built: dict[str, QueueSettings] = {}
-    for name, table in file_queues.items():
-        own = {key: parsers[key](given) for key, given in table.items()}
+    for name, table in tables.items():
+        own = {key: _parse(key, given) for key, given in table.items()}
         built[name] = QueueSettings(
             name,
             own.get("interval", defaults.interval),
@@ -565,52 +161,45 @@ def _queues(
     return tuple(built.values())
 
 
+def _parse(key: str, given: Given) -> Any:
+    """The value of one setting, read by the coercer its row in the options table names."""
+    parse = OPTIONS[key].parse
+    assert parse is not None, f"{key} has no coercer in options.OPTIONS"
+    return parse(given)
+
+
 def build_settings(
     overrides: Mapping[str, object], config_path: Path | None, *, logs_to_tty: bool
 ) -> Settings:
     """Defaults, then the TOML file, then flags/env (`overrides`; None = not given), checked.
 
     `run`, `once` and `inspect` all build their settings here; `logs_to_tty` says whether the
-    logs' stream (stderr) is a terminal, which is what the log format auto follows.
+    logs' stream (stderr) is a terminal, which is what the log format auto follows. Each value
+    is read by its coercer in the options table's order; the files named (passwords, TLS
+    files, the web config) are read after every value is.
     """
-    data = _read_file(config_path) if config_path is not None else {}
+    data = read_config(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
-    file_queues, notes = _file_queues(data, config_path) if config_path is not None else ({}, ())
+    tables, notes = file_queues(data, config_path) if config_path is not None else ({}, ())
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
-    log_format = _choice(given["log_format"], LogFormat)
-    if log_format is LogFormat.AUTO:
-        log_format = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
-    host, port = _metrics_addr(given["metrics_addr"])
-    interval = _seconds(given["interval"])
-    max_stalled = _positive_int(given["max_stalled"])
-    limit = _positive_int(given["limit"])
-    discover = _discover(given["discover"])
-    queues = _queues(file_queues, flag_names, QueueSettings("", interval, max_stalled, limit))
-    if not queues and discover == 0:
+    typed = {key: _parse(key, value) for key, value in given.items()}
+    if typed["log_format"] is LogFormat.AUTO:
+        typed["log_format"] = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
+    defaults = QueueSettings("", typed["interval"], typed["max_stalled"], typed["limit"])
+    queues = _queues(tables, flag_names, defaults)
+    if not queues and typed["discover"] == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
         )
+    where = {key: value.where for key, value in given.items()}
+    host, port = typed["metrics_addr"]
     return Settings(
-        prefix_root=_root(given["prefix_root"]),
-        interval=interval,
-        max_stalled=max_stalled,
-        limit=limit,
-        call_target_ms=_milliseconds(given["call_target_ms"]),
-        drain_share=_drain_share(given["drain_share"]),
-        executor=_choice(given["executor"], ExecutorChoice),
+        **{f.name: typed[f.name] for f in fields(Settings) if f.name in typed},
+        connection=connection_of(typed, where),
         metrics_host=host,
         metrics_port=port,
-        log_format=log_format,
-        log_level=_log_level(given["log_level"]),
-        jitter=_jitter(given["jitter"]),
-        discover=discover,
         queues=queues,
-        queue_metrics=_choice(given["queue_metrics"], QueueMetrics),
         config_path=config_path,
-        connection=_connection(given, config_path),
-        shard=_choice(given["shard"], Shard),
-        heartbeat=_heartbeat(given["heartbeat"]),
-        instance_id=_instance_id(given["instance_id"]),
-        web_config=_web_config(given["web_config_file"], config_path),
+        web_config=_web_config(typed["web_config_file"], where["web_config_file"]),
         notes=notes,
     )

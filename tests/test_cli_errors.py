@@ -140,6 +140,22 @@ class TestUrl:
         assert PASSWORD not in ran.err
 
 
+class TestDigitsAndOrder:
+    @pytest.mark.parametrize(
+        ("args", "says"),
+        [
+            (["--sentinel", "h:\u00b2", "--sentinel-master", "m"], "a Sentinel's address must be"),
+            (["--limit", "\u00b2"], "--limit (SWEEPERD_LIMIT) must be a whole number"),
+            (["--redis-url", "redis://h:\u00b2/0"], "the port must be a number from 1 to 65535"),
+            (["--redis-url", "REDIS://h", "--cluster"], "the scheme must be redis://"),
+        ],
+    )
+    def test_refused_in_one_line(self, args: list[str], says: str) -> None:
+        """A digit that is no ASCII digit ('²'), and a bad URL scheme with --cluster: exit 2,
+        one line saying what is wrong, never a traceback."""
+        assert says in one_line(sweeperd("once", "-q", "q", *args), 2)
+
+
 class TestTimeouts:
     @pytest.mark.parametrize("value", ["nan", "inf", "1e12", "0"])
     def test_refused(self, redis_server: RedisServer, value: str) -> None:

@@ -9,11 +9,12 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from sweeperd.connection import connect, url_at
+from sweeperd.connection import connect
 from sweeperd.executors import ExecutorChoice
 from sweeperd.node import Node, NotPrimary
 from sweeperd.sizing import CallSizer
 from sweeperd.topology import Layout, predecessor
+from sweeperd.urls import url_at
 from tests.server import RedisServer
 from tests.test_settings import build, refusal
 

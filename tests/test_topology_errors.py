@@ -17,7 +17,7 @@ import redis
 from sweeperd.keyspace import QueueKeys
 from tests.cli import Ran, sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
-from tests.helpers import PAST_MS, dump_all, lease, now_ms, run_id
+from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer, free_port
 from tests.topologies import Cluster, free_bus_port, info, write_leases
 
@@ -266,10 +266,12 @@ class TestLoading:
         server = RedisServer(tmp_path / "server", kind=server_kind).start()
         try:
             with server.client() as c:
-                write_leases(c, Q, [b"a", b"b"], now_ms() + 1500, run_id(c))
+                write_leases(c, Q, [b"a", b"b"], now_ms() + FUTURE_OFFSET_MS, run_id(c))
             args = ("--redis-url", server.url, "-q", "q", "--interval", "30", "--jitter", "0")
             with DaemonProcess(tmp_path, *args) as d:
                 d.wait_swept("q")
+                with server.client() as c:  # due now, saved so, and not swept before the stop
+                    c.zadd(Q.active, {b"a": PAST_MS, b"b": PAST_MS}, xx=True)
                 self.restart_loading(server)
                 assert d.process is not None
                 d.process.send_signal(signal.SIGHUP)  # a tick now, while it loads
