@@ -65,9 +65,14 @@ def when_busy(r: redis.Redis, server: RedisServer, proc: subprocess.Popen[str]) 
     """Wait until a call of `proc` runs on the server: it is connected, and a PING waits."""
     deadline = time.monotonic() + CLI_TIMEOUT_S
     mine = r.client_id()
-    while not [c for c in r.client_list() if c["id"] != str(mine)] or not busy(server):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no call ever ran"
+    try:
+        while not [c for c in r.client_list() if c["id"] != str(mine)] or not busy(server):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no call ever ran"
+    except BaseException:
+        proc.kill()  # a process left running would fail a later test, not this one
+        proc.communicate()
+        raise
 
 
 def finished(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
