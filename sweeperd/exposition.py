@@ -67,7 +67,7 @@ class Family:
     kind: str  # counter or gauge
     help: str
     labels: tuple[str, ...]
-    rows: list[Row]
+    rows: Iterable[Row]  # read once, as the family is written
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class HistogramFamily:
     name: str
     help: str
     labels: tuple[str, ...]
-    rows: list[HistogramRow]
+    rows: Iterable[HistogramRow]
 
     kind = "histogram"
 
@@ -87,39 +87,39 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
     queues, nodes = numbers.listed()
     owned = [q for q in queues if q.owned]
     yield Family("sweeperd_recovered", "counter", HELP["recovered"], ("queue",),
-                 [(q.label, (q.name,), q.recovered) for q in queues])  # fmt: skip
+                 ((q.label, q.values, q.recovered) for q in queues))  # fmt: skip
     yield Family("sweeperd_dead", "counter", HELP["dead"], ("queue",),
-                 [(q.label, (q.name,), q.dead) for q in queues])  # fmt: skip
+                 ((q.label, q.values, q.dead) for q in queues))  # fmt: skip
     yield Family("sweeperd_exempt", "counter", HELP["exempt"], ("queue",),
-                 [(q.label, (q.name,), q.exempt) for q in queues])  # fmt: skip
+                 ((q.label, q.values, q.exempt) for q in queues))  # fmt: skip
     yield Family("sweeperd_sweep_failures", "counter", HELP["failures"], ("queue", "reason"), [
         (f'{q.label},reason="{reason}"', (q.name, reason), count)
         for q in queues for reason, count in list(q.failures.items())
     ])  # fmt: skip
     yield Family("sweeperd_last_success_timestamp_seconds", "gauge", HELP["last_success"],
-                 ("queue",), [(q.label, (q.name,), at) for q in queues
+                 ("queue",), [(q.label, q.values, at) for q in queues
                               if (at := q.last_success) is not None])  # fmt: skip
     yield Family("sweeperd_expired_leases", "gauge", HELP["expired"], ("queue",),
-                 [(q.label, (q.name,), q.expired) for q in owned])  # fmt: skip
+                 ((q.label, q.values, q.expired) for q in owned))  # fmt: skip
     yield Family("sweeperd_oldest_expired_age_seconds", "gauge", HELP["oldest"], ("queue",),
-                 [(q.label, (q.name,), q.oldest_expired_age) for q in owned])  # fmt: skip
+                 ((q.label, q.values, q.oldest_expired_age) for q in owned))  # fmt: skip
     # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
     full = numbers.level is QueueMetrics.FULL
     owners: list[QueueSeries] | list[NodeSeries] = queues if full else nodes
     by = ("queue",) if full else ("node",)
     yield Family("sweeperd_sweeps", "counter", HELP["sweeps"], by,
-                 [(o.label, (o.name,), o.sweeps) for o in owners])  # fmt: skip
+                 ((o.label, o.values, o.sweeps) for o in owners))  # fmt: skip
     yield Family("sweeperd_ghosts_removed", "counter", HELP["ghosts"], by,
-                 [(o.label, (o.name,), o.ghosts) for o in owners])  # fmt: skip
+                 ((o.label, o.values, o.ghosts) for o in owners))  # fmt: skip
     yield HistogramFamily("sweeperd_sweep_duration_seconds", HELP["duration"], by,
-                          [(o.label, (o.name,), o.durations) for o in owners])  # fmt: skip
+                          ((o.label, o.values, o.durations) for o in owners))  # fmt: skip
     if full:
         yield Family("sweeperd_queue_jobs", "gauge", HELP["jobs"], ("queue", "set"), [
             (f'{q.label},set="{name}"', (q.name, name), size)
             for q in owned for name, size in zip(SETS, q.jobs, strict=True)
         ])  # fmt: skip
         yield Family("sweeperd_queue_failed_jobs", "gauge", HELP["failed"], ("queue",),
-                     [(q.label, (q.name,), q.failed) for q in owned])  # fmt: skip
+                     ((q.label, q.values, q.failed) for q in owned))  # fmt: skip
 
 
 def _number(value: float) -> str:

@@ -45,11 +45,12 @@ class Durations:
 class NodeSeries:
     """A node's totals of what is per queue only with --queue-metrics full."""
 
-    __slots__ = ("durations", "ghosts", "label", "name", "sweeps")
+    __slots__ = ("durations", "ghosts", "label", "name", "sweeps", "values")
 
     def __init__(self, node: str) -> None:
         self.name = node
         self.label = f'node="{escaped(node)}"'  # the sample's labels, escaped once
+        self.values = (node,)  # and as the library's families take them
         self.sweeps = 0
         self.ghosts = 0
         self.durations = Durations()
@@ -60,11 +61,12 @@ class QueueSeries:
 
     __slots__ = ("dead", "durations", "exempt", "expired", "failed", "failures", "ghosts", "jobs",
                  "label", "last_success", "name", "oldest_expired_age", "owned", "recovered",
-                 "sweeps")  # fmt: skip
+                 "sweeps", "values")  # fmt: skip
 
     def __init__(self, queue: str) -> None:
         self.name = queue
         self.label = f'queue="{escaped(queue)}"'  # the sample's labels, escaped once
+        self.values = (queue,)  # and as the library's families take them
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
