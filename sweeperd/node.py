@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import redis
 import structlog
 
+from sweeperd.clusternodes import cluster_down
 from sweeperd.executors import Executor, ExecutorChoice, choose
 from sweeperd.reasons import REDIRECTS, Reason, SweepError
 from sweeperd.replies import CallResult
@@ -16,7 +17,7 @@ from sweeperd.rounds import Packed
 from sweeperd.serverinfo import ServerInfo, read_server_info
 from sweeperd.sizing import CallSizer
 from sweeperd.stateseries import NodeState
-from sweeperd.topology import cluster_down, clustered_error
+from sweeperd.topology import clustered_error
 
 log = structlog.get_logger("sweeperd.node")
 

@@ -13,6 +13,7 @@ import redis
 
 from sweeperd import model
 from sweeperd.census import has_keys
+from sweeperd.clusternodes import cluster_down, due_count, migrating_to
 from sweeperd.connection import Connection
 from sweeperd.constants import DEFAULT_CALL_TARGET_MS, METRICS_FAILED_FIELD
 from sweeperd.executors import Executor
@@ -22,7 +23,7 @@ from sweeperd.replies import Call, SweepReply, keeps_draining
 from sweeperd.rounds import sweep_round
 from sweeperd.serverinfo import read_server_info
 from sweeperd.sizing import CallSizer
-from sweeperd.topology import cluster_down, due_count, migrating_to, node_of, slot_of
+from sweeperd.topology import node_of, slot_of
 
 
 @dataclass
