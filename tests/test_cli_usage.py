@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from sweeperd import __version__
-from sweeperd.options import ALL, OPTIONS, markdown_table
+from sweeperd.options import ALL, OPTIONS
 from tests.cli import PYTHON_M, Ran, sweeperd, sweeperd_many, sweeperd_process
-
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.docs import README, options_table
 
 
 def flat(text: str) -> str:
@@ -120,8 +119,8 @@ class TestRunHelp:
 
 class TestReadme:
     def test_table_is_the_options_table(self) -> None:
-        """The README's option table is exactly the one options.markdown_table() renders."""
-        expected = markdown_table()
+        """The README's option table is exactly the one OPTIONS makes (tests/docs.py)."""
+        expected = options_table()
         assert expected in README.read_text(), f"paste this table into README.md:\n{expected}"
 
 
