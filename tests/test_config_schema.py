@@ -16,24 +16,18 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings
 from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
+from tests.docs import REPO, blocks
 from tests.helpers import lease, run_id
 from tests.server import RedisServer
 
-REPO = Path(__file__).resolve().parent.parent
-DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 CONFIGMAP = REPO / "deploy" / "kubernetes" / "configmap.yaml"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 # A line only a sweeperd config file holds: a queue table, or a setting assigned.
 CONFIG_LINE = re.compile(r"^\s*(\[queues?\.|(redis_url|interval|max_stalled|limit)\s*=)", re.M)
 
 
 def toml_examples() -> list[tuple[str, str]]:
     """Every TOML example shipped: the docs' ```toml blocks and the ConfigMap's file."""
-    found = []
-    for path in DOCS:
-        for n, match in enumerate(FENCE.finditer(path.read_text())):
-            if match.group(1) == "toml":
-                found.append((f"{path.relative_to(REPO)} block {n}", match.group(2)))
+    found = [(block.where, block.text) for block in blocks() if block.lang == "toml"]
     [configmap] = [d for d in yaml.safe_load_all(CONFIGMAP.read_text()) if d["kind"] == "ConfigMap"]
     found.append((str(CONFIGMAP.relative_to(REPO)), configmap["data"]["sweeperd.toml"]))
     return found
@@ -73,10 +67,9 @@ class TestExamples:
 
     def test_no_config_hides_in_another_block(self) -> None:
         """A block that looks like a sweeperd config file is tagged toml, so it is tested."""
-        for path in DOCS:
-            for match in FENCE.finditer(path.read_text()):
-                if match.group(1) != "toml":
-                    assert not CONFIG_LINE.search(match.group(2)), (path, match.group(2))
+        for block in blocks():
+            if block.lang != "toml":
+                assert not CONFIG_LINE.search(block.text), (block.where, block.text)
 
 
 class TestQueueTables:
