@@ -303,7 +303,7 @@ OPTIONS: dict[str, Option] = {
             "PATH",
             (RUN,),
             "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
-            "client_ca_file) and basic_auth_users (bcrypt hashes); see README.md, Security.",
+            "client_ca_file) and basic_auth_users (bcrypt hashes); see docs/security.md.",
             parse=coercers.file_path,
         ),
         Option(
