@@ -47,9 +47,9 @@ def refusal(tmp_path: Path, toml: str) -> str:
 
 class TestExamples:
     def test_there_are_examples(self) -> None:
-        """The README's example and the ConfigMap's are found (the search itself works)."""
+        """The configuration page's example and the ConfigMap's are found (the search works)."""
         names = [name for name, _ in toml_examples()]
-        assert any(name.startswith("README.md") for name in names)
+        assert any(name.startswith("docs/configuration.md") for name in names)
         assert names[-1] == "deploy/kubernetes/configmap.yaml"
 
     @pytest.mark.parametrize(("where", "toml"), toml_examples(), ids=lambda v: v.split("\n")[0])
