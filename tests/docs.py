@@ -14,7 +14,7 @@ README = REPO / "README.md"
 PAGES = (README, *sorted((REPO / "docs").glob("*.md")))
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$", re.MULTILINE)
-LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")  # its text may go on to the next line
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 MARKDOWN_ESCAPES = {"|": "\\|", "<": "\\<", "*": "\\*"}  # in a table cell, shown as typed
 
