@@ -75,7 +75,7 @@ class TestExamples:
 class TestQueueTables:
     def test_a_list_and_tables_together(self, tmp_path: Path) -> None:
         """`queues = [...]` names queues with the globals; `[queue.<name>]` adds a queue with
-        its own values (the README's example, which TOML refused when both were `queues`)."""
+        its own values (the documented example, which TOML refused when both were `queues`)."""
         s = load(tmp_path, 'queues = ["emails"]\nlimit = 9\n[queue.reports]\nmax_stalled = 3\n')
         assert s.queues == (
             QueueSettings("emails", 5.0, 1, 9),
