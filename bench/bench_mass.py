@@ -265,8 +265,8 @@ def drain_bare(rdb: Path, kind: str, total: int) -> Drain:
 
 
 def table(drains: list[Drain]) -> str:
-    """The Markdown table of the README, every ratio against the bare loop on the same server,
-    and each way's rate on Valkey against Redis when both ran."""
+    """The Markdown table of docs/benchmarks.md, every ratio against the bare loop on the same
+    server, and each way's rate on Valkey against Redis when both ran."""
     bare = {d.server: d.rate for d in drains if d.name == BARE}
     rate = {(d.server, d.name): d.rate for d in drains}
     head = (

@@ -15,7 +15,7 @@ from sweeperd.tls import TLS_KEYS, BadTlsFile, TlsFiles
 from sweeperd.urls import BadConnection, check_url
 
 CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
-TLS_FIX = "see README.md, Security"
+TLS_FIX = "see docs/security.md#tls"
 
 
 def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connection:

@@ -63,7 +63,7 @@ def _permission(text: str) -> Failure:
         EXIT_REFUSED,
         str(Reason.NOPERM),
         f"the server refused a command to this user ({_one_line(text).removeprefix('ERR ')}): "
-        "grant it with ACL SETUSER (README.md, Security), or use a user that has it",
+        "grant it with ACL SETUSER (docs/security.md#the-acl-user), or use a user that has it",
     )
 
 

@@ -42,7 +42,7 @@ class Option:
     commands: tuple[str, ...]
     help: str
     default: object = None  # None: no default (or one found at run time, see shown_default)
-    shown_default: str | None = None  # how help and the README show the default, when not str()
+    shown_default: str | None = None  # how help and the docs show the default, when not str()
     toml: bool = True  # the config file may set it
     flag: str = ""  # the flag, when not --<key-with-dashes>
     short: str = ""
@@ -303,7 +303,7 @@ OPTIONS: dict[str, Option] = {
             "PATH",
             (RUN,),
             "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
-            "client_ca_file) and basic_auth_users (bcrypt hashes); see README.md, Security.",
+            "client_ca_file) and basic_auth_users (bcrypt hashes); see docs/security.md.",
             parse=coercers.file_path,
         ),
         Option(
@@ -400,24 +400,7 @@ OPTIONS: dict[str, Option] = {
     )
 }
 SETTING_KEYS = tuple(k for k, o in OPTIONS.items() if not o.is_flag and k != "config")
-MARKDOWN_ESCAPES = {"|": "\\|", "<": "\\<", "*": "\\*"}  # in a table cell, shown as typed
 REMOVED_KEYS = {
     "drain_budget": "drain_budget was removed: a backlog is drained automatically "
     "(see call_target_ms and drain_share)",
 }
-
-
-def markdown_table() -> str:
-    """The README's table of every option of run, once, inspect and top."""
-    rows = [
-        "| flag | env | TOML key | default | commands | meaning |",
-        "|---|---|---|---|---|---|",
-    ]
-    for o in OPTIONS.values():
-        flag = f"`{o.flag_name}`" + (f", `{o.short}`" if o.short else "")
-        toml = f"`{o.key}`" if o.toml else ""
-        default = f"`{o.default_text}`" if o.default_text else ""
-        meaning = "".join(MARKDOWN_ESCAPES.get(c, c) for c in o.help)
-        commands = ", ".join(o.commands)
-        rows.append(f"| {flag} | `{o.env_name}` | {toml} | {default} | {commands} | {meaning} |")
-    return "\n".join(rows)

@@ -170,6 +170,6 @@ def named(result: CallResult, executor: Executor) -> CallResult:
     command = refused_command(error.message, executor.script.source)
     message = (
         f"the ACL user may not run {command}, which the sweep calls ({error.message}): grant it "
-        f"with ACL SETUSER <user> +{command.lower()} (README.md, Security)"
+        f"with ACL SETUSER <user> +{command.lower()} (docs/security.md#the-acl-user)"
     )
     return CallResult(result.call, SweepError(Reason.NOPERM, message), result.depths)

@@ -23,7 +23,7 @@ from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.serverinfo import parse_info, server_ms, verb_in
 
-# A row's state: where its numbers come from (README: sweeperd top, the --json `state`).
+# A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`).
 OK = "ok"  # read now
 STALE = "stale"  # its server cannot be read now: the last numbers read (its line says why)
 MIGRATING = "migrating"  # its slot is moving (ASK, TRYAGAIN): the last numbers read

@@ -27,7 +27,7 @@ def _server_json(s: ServerRow) -> dict[str, object]:
 
 
 def as_json(screen: Screen, interval: float) -> str:
-    """The documented --json object (README: sweeperd top)."""
+    """The documented --json object (docs/commands.md: sweeperd top)."""
     body = {
         "schema": JSON_SCHEMA,
         "at": screen.at,

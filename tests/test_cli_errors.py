@@ -267,7 +267,7 @@ class TestQueues:
         assert dump_all(r) == before
 
     def test_env_list_with_spaces(self, redis_server: RedisServer) -> None:
-        """SWEEPERD_QUEUES="emails, reports" reads as two queues, as the README says."""
+        """SWEEPERD_QUEUES="emails, reports" reads as two queues, as docs/configuration.md says."""
         ran = sweeperd(
             "once", "--redis-url", redis_server.url,
             env={"SWEEPERD_QUEUES": "emails, reports"},

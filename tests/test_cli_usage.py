@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from sweeperd import __version__
-from sweeperd.options import ALL, OPTIONS, markdown_table
+from sweeperd.options import ALL, OPTIONS
 from tests.cli import PYTHON_M, Ran, sweeperd, sweeperd_many, sweeperd_process
+from tests.docs import REPO, options_table
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CONFIGURATION = REPO / "docs" / "configuration.md"
 
 
 def flat(text: str) -> str:
@@ -118,11 +119,12 @@ class TestRunHelp:
             assert max(len(line) for line in ran.out.splitlines()) <= 80
 
 
-class TestReadme:
+class TestDocs:
     def test_table_is_the_options_table(self) -> None:
-        """The README's option table is exactly the one options.markdown_table() renders."""
-        expected = markdown_table()
-        assert expected in README.read_text(), f"paste this table into README.md:\n{expected}"
+        """docs/configuration.md's option table is exactly the one OPTIONS makes (tests/docs.py)."""
+        expected = options_table()
+        page = CONFIGURATION.read_text()
+        assert expected in page, f"paste this table into docs/configuration.md:\n{expected}"
 
 
 class TestEntryPoints:

@@ -16,24 +16,18 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.settings import ConfigError, QueueSettings, Settings, build_settings
 from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
+from tests.docs import REPO, blocks
 from tests.helpers import lease, run_id
 from tests.server import RedisServer
 
-REPO = Path(__file__).resolve().parent.parent
-DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 CONFIGMAP = REPO / "deploy" / "kubernetes" / "configmap.yaml"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 # A line only a sweeperd config file holds: a queue table, or a setting assigned.
 CONFIG_LINE = re.compile(r"^\s*(\[queues?\.|(redis_url|interval|max_stalled|limit)\s*=)", re.M)
 
 
 def toml_examples() -> list[tuple[str, str]]:
     """Every TOML example shipped: the docs' ```toml blocks and the ConfigMap's file."""
-    found = []
-    for path in DOCS:
-        for n, match in enumerate(FENCE.finditer(path.read_text())):
-            if match.group(1) == "toml":
-                found.append((f"{path.relative_to(REPO)} block {n}", match.group(2)))
+    found = [(block.where, block.text) for block in blocks() if block.lang == "toml"]
     [configmap] = [d for d in yaml.safe_load_all(CONFIGMAP.read_text()) if d["kind"] == "ConfigMap"]
     found.append((str(CONFIGMAP.relative_to(REPO)), configmap["data"]["sweeperd.toml"]))
     return found
@@ -53,9 +47,9 @@ def refusal(tmp_path: Path, toml: str) -> str:
 
 class TestExamples:
     def test_there_are_examples(self) -> None:
-        """The README's example and the ConfigMap's are found (the search itself works)."""
+        """The configuration page's example and the ConfigMap's are found (the search works)."""
         names = [name for name, _ in toml_examples()]
-        assert any(name.startswith("README.md") for name in names)
+        assert any(name.startswith("docs/configuration.md") for name in names)
         assert names[-1] == "deploy/kubernetes/configmap.yaml"
 
     @pytest.mark.parametrize(("where", "toml"), toml_examples(), ids=lambda v: v.split("\n")[0])
@@ -73,16 +67,15 @@ class TestExamples:
 
     def test_no_config_hides_in_another_block(self) -> None:
         """A block that looks like a sweeperd config file is tagged toml, so it is tested."""
-        for path in DOCS:
-            for match in FENCE.finditer(path.read_text()):
-                if match.group(1) != "toml":
-                    assert not CONFIG_LINE.search(match.group(2)), (path, match.group(2))
+        for block in blocks():
+            if block.lang != "toml":
+                assert not CONFIG_LINE.search(block.text), (block.where, block.text)
 
 
 class TestQueueTables:
     def test_a_list_and_tables_together(self, tmp_path: Path) -> None:
         """`queues = [...]` names queues with the globals; `[queue.<name>]` adds a queue with
-        its own values (the README's example, which TOML refused when both were `queues`)."""
+        its own values (the documented example, which TOML refused when both were `queues`)."""
         s = load(tmp_path, 'queues = ["emails"]\nlimit = 9\n[queue.reports]\nmax_stalled = 3\n')
         assert s.queues == (
             QueueSettings("emails", 5.0, 1, 9),

@@ -263,7 +263,7 @@ class TestEpochsPerId:
     def test_the_least_privilege_user_reads_each_id(
         self, on: Target, as_user: Callable[[str], redis.Redis]
     ) -> None:
-        """The README's user (no +sort_ro): each recovered id's epoch by HGET, exempt exact, no
+        """The documented user (no +sort_ro): each recovered id's epoch by HGET, exempt exact, no
         SORT sent and the ACL LOG empty."""
         c, executor = on.client, on.executor
         user = as_user(least_privilege(executor))

@@ -27,7 +27,7 @@ EXPIRY_SPAN_MS = (1_000, 20_000)  # lease deadlines spread over this, from the s
 MAX_STALLED = 5  # a budget no lease reaches: every recovered row ends with stalled = 1
 INTERVAL_S = 0.5
 HEARTBEAT_S = 2.0
-TAKEOVER_BOUND_S = 2 * HEARTBEAT_S  # the README's bound: two heartbeat TTLs
+TAKEOVER_BOUND_S = 2 * HEARTBEAT_S  # docs/topologies.md's bound: two heartbeat TTLs
 WINDOW_S = 3.0  # the settled window in which the calls of the three are counted
 IDS = ("r1", "r2", "r3")
 OWNED_ONLY = "sweeperd_expired_leases"  # a gauge of the queue's state: only its owner exports it

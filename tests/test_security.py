@@ -198,17 +198,17 @@ def grants(line: str) -> list[str]:
 
 
 class TestLeastPrivilege:
-    def test_the_readme_gives_the_lines_the_code_makes(self) -> None:
-        """README.md's ACL SETUSER lines are exactly acl.setuser_line's, one per executor."""
-        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    def test_the_docs_give_the_lines_the_code_makes(self) -> None:
+        """docs/security.md's ACL SETUSER lines are exactly setuser_line's, one per executor."""
+        page = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
         for executor in ("native", "script"):
-            assert f"\n{setuser_line(executor)}\n" in readme, executor
+            assert f"\n{setuser_line(executor)}\n" in page, executor
 
     @pytest.mark.parametrize("executor", ["native", "script"])
-    def test_the_readme_user_runs_once_inspect_and_run(
+    def test_the_documented_user_runs_once_inspect_and_run(
         self, admin: redis.Redis, acl_server: RedisServer, workdir: Path, executor: str
     ) -> None:
-        """The README's ACL SETUSER line for the executor, exactly: once, inspect and run
+        """docs/security.md's ACL SETUSER line for the executor, exactly: once, inspect and run
         (with --discover) all work."""
         set_user(admin, setuser_line(executor, password=PASSWORD, discover=True))
         expired(admin, b"a", b"b")
@@ -226,10 +226,10 @@ class TestLeastPrivilege:
             assert d.get("/readyz")[0] == 200
         assert members(admin, Q.pending) == [b"a", b"b"]
 
-    def test_the_readme_user_leaves_the_acl_log_empty(
+    def test_the_documented_user_leaves_the_acl_log_empty(
         self, admin: redis.Redis, acl_server: RedisServer
     ) -> None:
-        """inspect and once as the README's user send nothing it may not run: no CLIENT SETINFO
+        """inspect and once as the documented user send nothing it may not run: no CLIENT SETINFO
         in the handshake (Valkey and Redis >= 7.2 know it, the user lacks it), so the ACL LOG
         stays empty."""
         set_user(admin, setuser_line("native", password=PASSWORD))
@@ -267,8 +267,8 @@ class TestLeastPrivilege:
     def test_a_dry_run_needs_its_own_reads(
         self, admin: redis.Redis, acl_server: RedisServer, executor: str
     ) -> None:
-        """once --dry-run by the README's user alone: exit 1, reason noperm, the read it lacks
-        named (never a wrongtype verdict); with the README's dry-run grants it predicts."""
+        """once --dry-run by the documented user alone: exit 1, reason noperm, the read it lacks
+        named (never a wrongtype verdict); with the documented dry-run grants it predicts."""
         line = setuser_line(executor, password=PASSWORD)
         set_user(admin, line)
         expired(admin, b"a")

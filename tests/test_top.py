@@ -375,10 +375,10 @@ class TestTopWidth:
 
 
 class TestTopJson:
-    """`top --json`: the documented object (README, sweeperd top)."""
+    """`top --json`: the documented object (docs/commands.md, sweeperd top)."""
 
     def test_schema(self, r: redis.Redis, redis_server: RedisServer) -> None:
-        """Every field named in the README is there with its type; the server is identified."""
+        """Every documented field is there with its type; the server is identified."""
         populate(r)
         live_members(r, "web-1:11")
         ran = top(redis_server, "--json")
