@@ -21,7 +21,7 @@ import yaml
 
 from sweeperd.keyspace import QueueKeys
 from tests.server import PROMETHEUS_ONLY, RedisServer, free_port
-from tests.test_ship import RULES, dashboard_exprs, metric_names, with_grafana_values
+from tests.shipped import RULES, dashboard_exprs, metric_names, with_grafana_values
 
 PAST_MS = 1_000_000  # a lease deadline long gone
 SHORT_FOR = "5s"  # `for:` in the test copy of the rules; the shipped rules wait minutes
