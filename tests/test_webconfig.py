@@ -22,8 +22,8 @@ from sweeperd.webconfig import BadWebConfig, load_web_config
 from tests.certs import Pki, make_pki
 from tests.cli import sweeperd
 from tests.helpers import PAST_MS, lease
+from tests.prometheus import Process, Stack, prometheus_binary
 from tests.server import PROMETHEUS_ONLY, RedisServer, free_port
-from tests.test_prometheus_e2e import Process, Stack, prometheus_binary
 
 USER, PASSWORD = "prometheus", "scrape-pw-5521"
 
