@@ -20,16 +20,9 @@ from sweeperd.notify import Notifier
 from sweeperd.queueset import DISCOVERED_TTL_S
 from sweeperd.reasons import Reason
 from sweeperd.settings import ConfigError, Settings, build_settings
+from tests.clock import Clock
 from tests.helpers import lease
 from tests.server import RedisServer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def settings_for(url: str, **overrides: object) -> Settings:
@@ -64,7 +57,7 @@ def value(daemon: Daemon, name: str, **labels: str) -> float | None:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(100.0)
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ from sweeperd.daemon import Daemon
 from sweeperd.metrics import Metrics
 from sweeperd.notify import Notifier
 from sweeperd.settings import Settings
+from tests.clock import Clock
 from tests.server import RedisServer
-from tests.test_daemon_unit import Clock, settings_for
+from tests.test_daemon_unit import settings_for
 
 
 def reloading(running: Settings, wanted: Settings) -> Daemon:
@@ -24,7 +25,7 @@ def reloading(running: Settings, wanted: Settings) -> Daemon:
         lambda: wanted,
         notifier=Notifier(None, None),
         metrics=Metrics(CollectorRegistry(), version="test"),
-        clock=Clock(),
+        clock=Clock(100.0),
     )
 
 

@@ -13,9 +13,10 @@ from sweeperd.connection import Connection, Topology
 from sweeperd.keyspace import QueueKeys
 from sweeperd.top import Screen, Top
 from sweeperd.topscreen import plain_text
+from tests.clock import Clock
 from tests.helpers import PAST_MS
 from tests.server import RedisServer
-from tests.test_top import FakeClock, rows_of
+from tests.test_top import rows_of
 from tests.topologies import Cluster, wait_for, write_leases
 
 
@@ -60,7 +61,7 @@ def seed(primary: RedisServer, queue: str, expired: int) -> None:
 
 def viewer(seed_node: RedisServer) -> Top:
     connection = Connection.checked(seed_node.url, None, 2.0, topology=Topology(cluster=True))
-    return Top(connection, "emq", (), 10, FakeClock())
+    return Top(connection, "emq", (), 10, Clock(1_000_000.0))
 
 
 def servers_of(screen: Screen) -> dict[str, tuple[str | None, bool]]:
