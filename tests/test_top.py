@@ -30,6 +30,7 @@ from tests.cli import Ran, sweeperd
 from tests.clock import Clock
 from tests.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer
+from tests.top_rows import rows_of
 
 BACKLOGS = {"reports": 7, "mail": 3, "idle": 0}  # expired leases per queue
 READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
@@ -57,14 +58,6 @@ def viewer(
 ) -> Top:
     connection = Connection.checked(server.url, None, 5.0)
     return Top(connection, "emq", queues, rows, Clock(1_000_000.0), **options)
-
-
-def rows_of(screen: Screen) -> dict[str, tuple[object, ...]]:
-    """Each row's state and counts, by queue."""
-    return {
-        row.queue: (row.state, row.expired, row.active, row.pending, row.dead, row.failed)
-        for row in screen.rows
-    }
 
 
 def bursts(r: redis.Redis, view: Top, seconds: int) -> list[float | None]:

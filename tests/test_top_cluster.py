@@ -16,7 +16,7 @@ from sweeperd.topscreen import plain_text
 from tests.clock import Clock
 from tests.helpers import PAST_MS
 from tests.server import RedisServer
-from tests.test_top import rows_of
+from tests.top_rows import rows_of
 from tests.topologies import Cluster, wait_for, write_leases
 
 
