@@ -19,21 +19,11 @@ from sweeperd.node import Node
 from sweeperd.notify import Notifier
 from sweeperd.queueset import DISCOVERED_TTL_S
 from sweeperd.reasons import Reason
-from sweeperd.settings import ConfigError, Settings, build_settings
+from sweeperd.settings import ConfigError, Settings
 from tests.clock import Clock
+from tests.daemon_inprocess import settings_for
 from tests.helpers import lease
 from tests.server import RedisServer
-
-
-def settings_for(url: str, **overrides: object) -> Settings:
-    """One replica on its own (sharing off: it owns every queue without a heartbeat)."""
-    given: dict[str, object] = {
-        "redis_url": url,
-        "queues": ["fixed"],
-        "interval": "5",
-        "shard": "off",
-    }
-    return build_settings({**given, **overrides}, None, logs_to_tty=False)
 
 
 def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:

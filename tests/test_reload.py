@@ -14,8 +14,8 @@ from sweeperd.metrics import Metrics
 from sweeperd.notify import Notifier
 from sweeperd.settings import Settings
 from tests.clock import Clock
+from tests.daemon_inprocess import settings_for
 from tests.server import RedisServer
-from tests.test_daemon_unit import settings_for
 
 
 def reloading(running: Settings, wanted: Settings) -> Daemon:
