@@ -1,8 +1,16 @@
-"""The daemon in this process, as its in-process tests build it: one replica's settings alone."""
+"""The daemon in this process, its clock passed in: one replica's settings and a Daemon on them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+
+from sweeperd.daemon import Daemon
+from sweeperd.metrics import Metrics
+from sweeperd.notify import Notifier
 from sweeperd.settings import Settings, build_settings
+from tests.clock import Clock
 
 
 def settings_for(url: str, **overrides: object) -> Settings:
@@ -14,3 +22,15 @@ def settings_for(url: str, **overrides: object) -> Settings:
         "shard": "off",
     }
     return build_settings({**given, **overrides}, None, logs_to_tty=False)
+
+
+def in_process(settings: Settings, reload: Callable[[], Settings], clock: Clock) -> Daemon:
+    """A daemon running `settings` that reloads what `reload` returns: no systemd notifier,
+    its metrics in a registry of its own."""
+    return Daemon(
+        settings,
+        reload,
+        notifier=Notifier(None, None),
+        metrics=Metrics(CollectorRegistry(), version="test"),
+        clock=clock,
+    )

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from prometheus_client import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
@@ -14,14 +13,12 @@ from structlog.testing import capture_logs
 from sweeperd.daemon import OVERRUN_LOG_S, Daemon
 from sweeperd.health import READY_INTERVALS
 from sweeperd.keyspace import QueueKeys
-from sweeperd.metrics import Metrics
 from sweeperd.node import Node
-from sweeperd.notify import Notifier
 from sweeperd.queueset import DISCOVERED_TTL_S
 from sweeperd.reasons import Reason
 from sweeperd.settings import ConfigError, Settings
 from tests.clock import Clock
-from tests.daemon_inprocess import settings_for
+from tests.daemon_inprocess import in_process, settings_for
 from tests.helpers import lease
 from tests.server import RedisServer
 
@@ -32,13 +29,7 @@ def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:
             raise reload
         return settings
 
-    return Daemon(
-        settings,
-        again,
-        notifier=Notifier(None, None),
-        metrics=Metrics(CollectorRegistry(), version="test"),
-        clock=clock,
-    )
+    return in_process(settings, again, clock)
 
 
 def value(daemon: Daemon, name: str, **labels: str) -> float | None:
