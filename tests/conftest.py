@@ -1,5 +1,5 @@
 """Shared fixtures: real servers of each kind the run asks for (redis, valkey), one per session,
-flushed before each test; and the Hypothesis profile of the run."""
+flushed before each test, and a Cluster per test module that asks; the Hypothesis profile."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import redis
 from hypothesis import settings
 
 from tests.server import RedisServer, selected_kinds
+from tests.topologies import Cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -91,6 +92,24 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def r_plain(plain_server: RedisServer) -> Iterator[redis.Redis]:
     """A client to the server without the module, its keyspace and script cache empty."""
     yield from _emptied(plain_server)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    """A Cluster (3 primaries, 3 replicas, the module on each) for one test module's tests."""
+    module = request.module.__name__.rpartition(".")[2]
+    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-{module}"), kind=server_kind) as made:
+        yield made
+
+
+@pytest.fixture
+def fresh(cluster: Cluster) -> Cluster:
+    """The module's cluster settled and empty."""
+    cluster.settle()
+    cluster.flush()
+    return cluster
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -23,20 +22,6 @@ EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
 AFTER_MOVE_MS = 6000  # leases due this long after seeding: swept on the slot's new owner
 BULK = 20_000  # keys that only lengthen a slot's migration, so that sweeps overlap it
-
-
-@pytest.fixture(scope="module")
-def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-cluster"), kind=server_kind) as made:
-        yield made
-
-
-@pytest.fixture
-def fresh(cluster: Cluster) -> Cluster:
-    cluster.settle()
-    cluster.flush()
-    return cluster
 
 
 def name(server: RedisServer) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
@@ -28,17 +27,10 @@ LEASES = 20_000  # leases in the slot redis-cli moves: 40,000 keys, one MIGRATE 
 SPREAD_MS = 2000  # their deadlines spread over this, so that they fall due while it moves
 
 
-@pytest.fixture(scope="module")
-def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster of each server kind for the module's tests; each test finds it settled and
-    empty."""
-    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-reshard"), kind=server_kind) as made:
-        yield made
-
-
 @pytest.fixture
 def fresh(cluster: Cluster) -> Cluster:
-    """The cluster settled, empty, no slot left open by an earlier test."""
+    """The cluster settled, empty, no slot left open by an earlier test (conftest's `fresh`
+    with the open slots closed first)."""
     stabilize(cluster)
     cluster.settle()
     cluster.flush()

@@ -3,9 +3,6 @@ migrating; the last known rows stay, said to be so, and the layout is found agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import redis
 from redis.crc import key_slot
 
@@ -18,20 +15,6 @@ from tests.helpers import PAST_MS
 from tests.server import RedisServer
 from tests.top_rows import rows_of
 from tests.topologies import Cluster, wait_for, write_leases
-
-
-@pytest.fixture(scope="module")
-def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-top-cluster"), kind=server_kind) as made:
-        yield made
-
-
-@pytest.fixture
-def fresh(cluster: Cluster) -> Cluster:
-    cluster.settle()
-    cluster.flush()
-    return cluster
 
 
 def name(server: RedisServer) -> str:
