@@ -92,6 +92,11 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def node(self) -> str:
+        """host:port, the name sweeperd gives this server in its metrics, logs and top."""
+        return f"127.0.0.1:{self.port}"
+
     def argv(self) -> list[str]:
         options = {
             "port": str(self.port),
