@@ -1,5 +1,6 @@
 """Shared fixtures: real servers of each kind the run asks for (redis, valkey), one per session,
-flushed before each test, and a Cluster per test module that asks; the Hypothesis profile."""
+flushed before each test, each executor on its server, a Cluster per test module that asks;
+the Hypothesis profile."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 import redis
 from hypothesis import settings
 
+from sweeperd.executors import NATIVE, SCRIPT
 from tests.server import RedisServer, selected_kinds
+from tests.targets import Target
 from tests.topologies import Cluster
 
 
@@ -92,6 +95,16 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def r_plain(plain_server: RedisServer) -> Iterator[redis.Redis]:
     """A client to the server without the module, its keyspace and script cache empty."""
     yield from _emptied(plain_server)
+
+
+@pytest.fixture(params=["native", "script"])
+def on(request: pytest.FixtureRequest, server_kind: str) -> Target:
+    """The module server with the native executor, or the plain one with the Lua port, of
+    each server kind."""
+    if request.param == "native":
+        return Target(request.getfixturevalue("redis_server"), request.getfixturevalue("r"), NATIVE)
+    server, client = request.getfixturevalue("plain_server"), request.getfixturevalue("r_plain")
+    return Target(server, client, SCRIPT)
 
 
 @pytest.fixture(scope="module")
