@@ -20,6 +20,12 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def server_ms(r: redis.Redis) -> int:
+    """The server's clock (TIME), in milliseconds."""
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def run_id(r: redis.Redis) -> bytes:
     """The server's run_id, the lease epoch."""
     info = r.execute_command("INFO", "server")  # type: ignore[no-untyped-call]

@@ -12,17 +12,12 @@ from sweeperd.connection import connect
 from sweeperd.membership import MembershipStore, members_key
 from sweeperd.settings import QueueSettings, build_settings
 from sweeperd.sharing import Sharing
-from tests.helpers import owned_by
+from tests.helpers import owned_by, server_ms
 from tests.server import RedisServer, free_port
 from tests.sharing import TTL_S, make_sharing
 
 KEY = "emq:sweeperd:{members}"
 QUEUES = [QueueSettings(f"q{n}", 1.0, 1, 100) for n in range(60)]
-
-
-def server_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def names(queues: list[QueueSettings]) -> list[str]:
