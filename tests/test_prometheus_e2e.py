@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from sweeperd.keyspace import QueueKeys
+from tests.helpers import PAST_MS
 from tests.prometheus import Process, Stack, poll, prometheus_binary
 from tests.server import PROMETHEUS_ONLY, RedisServer, free_port
 from tests.shipped import RULES, dashboard_exprs, metric_names, with_grafana_values
 
-PAST_MS = 1_000_000  # a lease deadline long gone
 SHORT_FOR = "5s"  # `for:` in the test copy of the rules; the shipped rules wait minutes
 RECOVERED_JOBS = ("r1", "r2", "r3")  # no stalled field: stalled 1 < max_stalled 3
 DEAD_JOB = "d1"  # stalled 2: 3 >= max_stalled 3
