@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.server import terminate
+
 WAIT_S = 45.0
 POLL_S = 0.25
 STOP_TIMEOUT_S = 10.0
@@ -65,12 +67,7 @@ class Process:
             pytest.fail(f"{self.name} exited with {self.popen.returncode}\n{self.tail()}")
 
     def stop(self) -> None:
-        self.popen.terminate()
-        try:
-            self.popen.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        terminate(self.popen, STOP_TIMEOUT_S)
 
 
 @dataclass
