@@ -1,6 +1,6 @@
 """Shared fixtures: real servers of each kind the run asks for (redis, valkey), one per session,
-flushed before each test, each executor on its server, a Cluster per test module that asks;
-the Hypothesis profile."""
+flushed before each test, each executor on its server, a Cluster and certificates per test module
+that asks; the Hypothesis profile."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import redis
 from hypothesis import settings
 
 from sweeperd.executors import NATIVE, SCRIPT
+from tests.certs import Pki, make_pki
 from tests.server import RedisServer, selected_kinds
 from tests.targets import Target
 from tests.topologies import Cluster
@@ -123,6 +124,12 @@ def fresh(cluster: Cluster) -> Cluster:
     cluster.settle()
     cluster.flush()
     return cluster
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, a server certificate for 127.0.0.1 and localhost, and a client's, for one module."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture
