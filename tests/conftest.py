@@ -1,5 +1,6 @@
 """Shared fixtures: real servers of each kind the run asks for (redis, valkey), one per session,
-flushed before each test; and the Hypothesis profile of the run."""
+flushed before each test, each executor on its server, a Cluster and certificates per test module
+that asks; the Hypothesis profile."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import pytest
 import redis
 from hypothesis import settings
 
+from sweeperd.executors import NATIVE, SCRIPT
+from tests.certs import Pki, make_pki
 from tests.server import RedisServer, selected_kinds
+from tests.targets import Target
+from tests.topologies import Cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -91,6 +96,40 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def r_plain(plain_server: RedisServer) -> Iterator[redis.Redis]:
     """A client to the server without the module, its keyspace and script cache empty."""
     yield from _emptied(plain_server)
+
+
+@pytest.fixture(params=["native", "script"])
+def on(request: pytest.FixtureRequest, server_kind: str) -> Target:
+    """The module server with the native executor, or the plain one with the Lua port, of
+    each server kind."""
+    if request.param == "native":
+        return Target(request.getfixturevalue("redis_server"), request.getfixturevalue("r"), NATIVE)
+    server, client = request.getfixturevalue("plain_server"), request.getfixturevalue("r_plain")
+    return Target(server, client, SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    server_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    """A Cluster (3 primaries, 3 replicas, the module on each) for one test module's tests."""
+    module = request.module.__name__.rpartition(".")[2]
+    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-{module}"), kind=server_kind) as made:
+        yield made
+
+
+@pytest.fixture
+def fresh(cluster: Cluster) -> Cluster:
+    """The module's cluster settled and empty."""
+    cluster.settle()
+    cluster.flush()
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA, a server certificate for 127.0.0.1 and localhost, and a client's, for one module."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

@@ -14,10 +14,18 @@ from sweeperd.ownership import owner
 
 PAST_MS = 1_000_000  # a deadline long gone: 1970, a thousand seconds in
 FUTURE_OFFSET_MS = 3_600_000  # an hour ahead: not expired during any test
+# max_stalled or limit values the verb refuses, the module and the Lua port alike
+BAD_NUMBERS = ["0", "-1", "x", "+1", "01", "-0", " 1", "", "1.0", "9223372036854775808"]
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def server_ms(r: redis.Redis) -> int:
+    """The server's clock (TIME), in milliseconds."""
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def run_id(r: redis.Redis) -> bytes:

@@ -17,21 +17,10 @@ from sweeperd.settings import QueueSettings
 from sweeperd.sizing import CallSizer
 from sweeperd.sweepseries import QueueMetrics
 from sweeperd.tick import Tick
+from tests.clock import Clock
 from tests.helpers import PAST_MS
 
 ALL_RECOVER = 2**62
-
-
-class Clock:
-    """Monotonic time passed in: each reading moves it on by `step` seconds."""
-
-    def __init__(self, step: float = 0.0) -> None:
-        self.now = 1000.0
-        self.step = step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
 
 
 def seed(r: redis.Redis, keys: QueueKeys, count: int, **row: object) -> None:

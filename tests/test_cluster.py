@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -23,24 +22,6 @@ EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
 AFTER_MOVE_MS = 6000  # leases due this long after seeding: swept on the slot's new owner
 BULK = 20_000  # keys that only lengthen a slot's migration, so that sweeps overlap it
-
-
-@pytest.fixture(scope="module")
-def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-cluster"), kind=server_kind) as made:
-        yield made
-
-
-@pytest.fixture
-def fresh(cluster: Cluster) -> Cluster:
-    cluster.settle()
-    cluster.flush()
-    return cluster
-
-
-def name(server: RedisServer) -> str:
-    return f"127.0.0.1:{server.port}"
 
 
 def spread(cluster: Cluster, per_primary: int) -> dict[int, list[str]]:
@@ -156,7 +137,7 @@ class TestFailover:
                 d.wait_swept(queue)
             replica = fresh.replica_of(failing)
             fresh.failover(replica)
-            d.wait_value("sweeperd_server_restarts_total", 1, node=name(replica))
+            d.wait_value("sweeperd_server_restarts_total", 1, node=replica.node)
             for queue in queues:
                 expire(fresh, queue)
             for queue in queues:
@@ -166,11 +147,11 @@ class TestFailover:
                 assert d.value("sweeperd_exempt_total", queue=queue) == (5 if queue in moved else 0)
             for server in fresh.primaries():
                 if server is not replica:
-                    assert restarts(d, name(server)) == 0
+                    assert restarts(d, server.node) == 0
             [event] = d.events("server_restarted")
             assert d.stop() == 0
         assert (event["reason"], event["node"], event["previous_node"]) == (
-            "failover", name(replica), name(failing))  # fmt: skip
+            "failover", replica.node, failing.node)  # fmt: skip
         assert event["old_run_id"] == old_run_id.decode()
         assert event["new_run_id"] == fresh.run_id(replica).decode()
         for queue in queues:
@@ -205,7 +186,7 @@ class TestFailover:
             )
             print(f"\nkill -9 to the first sweep on the new primary ({executor}): "
                   f"{first - killed_at:.2f} s")  # fmt: skip
-            d.wait_value("sweeperd_server_restarts_total", 1, node=name(replica))
+            d.wait_value("sweeperd_server_restarts_total", 1, node=replica.node)
             for queue in victims:
                 assert d.value("sweeperd_exempt_total", queue=queue) == 6
                 assert d.value("sweeperd_dead_total", queue=queue) == 0
@@ -261,7 +242,7 @@ class TestMigration:
             assert d.value("sweeperd_exempt_total", queue=queue) == 4
             assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
             for server in fresh.primaries():
-                assert restarts(d, name(server)) == 0
+                assert restarts(d, server.node) == 0
             assert d.stop() == 0
         assert fresh.owner(QueueKeys(queue).active) is target
         seen = keyspace(fresh, queue)
@@ -325,7 +306,7 @@ class TestAtomicSlotMigration:
             assert d.value("sweeperd_dead_total", queue=queue) == 0
             assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
             for server in fresh.primaries():
-                assert restarts(d, name(server)) == 0
+                assert restarts(d, server.node) == 0
             assert d.stop() == 0
         assert fresh.owner(keys.active) is a
         seen = keyspace(fresh, queue)

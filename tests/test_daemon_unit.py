@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from prometheus_client import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
@@ -14,33 +13,14 @@ from structlog.testing import capture_logs
 from sweeperd.daemon import OVERRUN_LOG_S, Daemon
 from sweeperd.health import READY_INTERVALS
 from sweeperd.keyspace import QueueKeys
-from sweeperd.metrics import Metrics
 from sweeperd.node import Node
-from sweeperd.notify import Notifier
 from sweeperd.queueset import DISCOVERED_TTL_S
 from sweeperd.reasons import Reason
-from sweeperd.settings import ConfigError, Settings, build_settings
+from sweeperd.settings import ConfigError, Settings
+from tests.clock import Clock
+from tests.daemon_inprocess import in_process, settings_for
 from tests.helpers import lease
 from tests.server import RedisServer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def settings_for(url: str, **overrides: object) -> Settings:
-    """One replica on its own (sharing off: it owns every queue without a heartbeat)."""
-    given: dict[str, object] = {
-        "redis_url": url,
-        "queues": ["fixed"],
-        "interval": "5",
-        "shard": "off",
-    }
-    return build_settings({**given, **overrides}, None, logs_to_tty=False)
 
 
 def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:
@@ -49,13 +29,7 @@ def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:
             raise reload
         return settings
 
-    return Daemon(
-        settings,
-        again,
-        notifier=Notifier(None, None),
-        metrics=Metrics(CollectorRegistry(), version="test"),
-        clock=clock,
-    )
+    return in_process(settings, again, clock)
 
 
 def value(daemon: Daemon, name: str, **labels: str) -> float | None:
@@ -64,7 +38,7 @@ def value(daemon: Daemon, name: str, **labels: str) -> float | None:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(100.0)
 
 
 @pytest.fixture

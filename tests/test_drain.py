@@ -13,8 +13,9 @@ from sweeperd.connection import connect
 from sweeperd.drain import PROGRESS_LOG_S
 from sweeperd.keyspace import QueueKeys
 from sweeperd.tick import Tick
+from tests.clock import Clock
 from tests.helpers import PAST_MS, lease, run_id
-from tests.rig import Clock, Rig, queue, seed
+from tests.rig import Rig, queue, seed
 from tests.server import RedisServer
 
 

@@ -20,6 +20,7 @@ from sweeperd.rounds import sweep_round
 from sweeperd.scripts import STALLED_CHECK
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, now_ms, run_id, setuser_line
 from tests.server import RedisServer
+from tests.targets import Target
 from tests.topologies import free_bus_port, wait_for
 
 A = QueueKeys("a")
@@ -118,23 +119,6 @@ def sweep(
     [result] = sweep_round(by or c, executor, [Call(A, max_stalled, limit)])
     assert isinstance(result.reply, SweepReply), result.reply
     return result.reply
-
-
-@dataclass(frozen=True)
-class Target:
-    server: RedisServer
-    client: redis.Redis
-    executor: Executor
-
-
-@pytest.fixture(params=["native", "script"])
-def on(request: pytest.FixtureRequest, server_kind: str) -> Target:
-    """The module server with the native executor, or the plain one with the Lua port, of
-    each server kind."""
-    if request.param == "native":
-        return Target(request.getfixturevalue("redis_server"), request.getfixturevalue("r"), NATIVE)
-    server, client = request.getfixturevalue("plain_server"), request.getfixturevalue("r_plain")
-    return Target(server, client, SCRIPT)
 
 
 class TestEpochsBySort:

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from sweeperd.logs import ID_CAP
 from tests.server import RedisServer
-from tests.test_membership import make_sharing
+from tests.sharing import make_sharing
 
 
 def changes(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:

@@ -9,29 +9,15 @@ import redis
 from structlog.testing import capture_logs
 
 from sweeperd.connection import connect
-from sweeperd.executors import ExecutorChoice
 from sweeperd.membership import MembershipStore, members_key
-from sweeperd.node import Node
 from sweeperd.settings import QueueSettings, build_settings
 from sweeperd.sharing import Sharing
-from sweeperd.sizing import CallSizer
-from tests.helpers import owned_by
+from tests.helpers import owned_by, server_ms
 from tests.server import RedisServer, free_port
+from tests.sharing import TTL_S, make_sharing
 
 KEY = "emq:sweeperd:{members}"
-TTL_S = 3.0
 QUEUES = [QueueSettings(f"q{n}", 1.0, 1, 100) for n in range(60)]
-
-
-def server_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def make_sharing(url: str, member: str, ttl_s: float = TTL_S) -> Sharing:
-    node = Node("n:1", connect(url, socket_timeout=2.0), ExecutorChoice.AUTO, CallSizer(0.002))
-    store = MembershipStore(node.client, "emq", member, ttl_s)
-    return Sharing(node, member, ttl_s, store)
 
 
 def names(queues: list[QueueSettings]) -> list[str]:

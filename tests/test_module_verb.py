@@ -13,6 +13,7 @@ import redis
 
 from sweeperd.keyspace import QueueKeys
 from tests.helpers import (
+    BAD_NUMBERS,
     FUTURE_OFFSET_MS,
     PAST_MS,
     dump_all,
@@ -29,7 +30,6 @@ LLONG_MAX = 9_223_372_036_854_775_807
 WRONGTYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_INTEGER = b"ERR hash value is not an integer"
 OVERFLOW = b"ERR increment or decrement would overflow"
-BAD_NUMBERS = ["0", "-1", "x", "+1", "01", "-0", " 1", "", "1.0", "9223372036854775808"]
 
 VERB = "emq.stalled.check"
 ARGS = (Q.active, Q.pending, Q.dead, Q.prefix, 1, 100)

@@ -12,17 +12,9 @@ from sweeperd.executors import NATIVE
 from sweeperd.keyspace import QueueKeys
 from sweeperd.once import OnceResult, sweep
 from sweeperd.progress import done_of, drain_bar
+from tests.clock import Clock
 from tests.rig import seed
 from tests.server import RedisServer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        self.now += 0.5
-        return self.now
 
 
 class TestDrainBar:
@@ -37,7 +29,7 @@ class TestDrainBar:
         screen = io.StringIO()
         console = Console(file=screen, force_terminal=True, width=120)
         seen: list[tuple[int, int]] = []
-        with drain_bar("bar", console, clock=Clock()) as update:
+        with drain_bar("bar", console, clock=Clock(0.0, step=0.5)) as update:
 
             def both(result: OnceResult) -> None:
                 seen.append((done_of(result), result.left))

@@ -6,26 +6,18 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from sweeperd.daemon import Daemon
-from sweeperd.metrics import Metrics
-from sweeperd.notify import Notifier
 from sweeperd.settings import Settings
+from tests.clock import Clock
+from tests.daemon_inprocess import in_process, settings_for
 from tests.server import RedisServer
-from tests.test_daemon_unit import Clock, settings_for
 
 
 def reloading(running: Settings, wanted: Settings) -> Daemon:
     """A daemon running `running` whose config file now says `wanted`."""
-    return Daemon(
-        running,
-        lambda: wanted,
-        notifier=Notifier(None, None),
-        metrics=Metrics(CollectorRegistry(), version="test"),
-        clock=Clock(),
-    )
+    return in_process(running, lambda: wanted, Clock(100.0))
 
 
 def events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:

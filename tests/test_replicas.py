@@ -16,7 +16,7 @@ import redis
 from sweeperd.keyspace import QueueKeys
 from sweeperd.membership import members_key
 from tests.daemon_process import DaemonProcess, wait_until
-from tests.helpers import hash_of, lease, members, now_ms, owned_by
+from tests.helpers import hash_of, lease, members, now_ms, owned_by, server_ms
 from tests.server import RedisServer
 
 QUEUES = [f"q{n:03}" for n in range(300)]
@@ -71,11 +71,6 @@ class Run:
     moved_after_sigterm_s: float = 0.0
     survivor: DaemonProcess | None = None
     stopped: DaemonProcess | None = None
-
-
-def server_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def calls(daemons: list[DaemonProcess]) -> float:

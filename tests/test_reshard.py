@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
@@ -28,17 +27,10 @@ LEASES = 20_000  # leases in the slot redis-cli moves: 40,000 keys, one MIGRATE 
 SPREAD_MS = 2000  # their deadlines spread over this, so that they fall due while it moves
 
 
-@pytest.fixture(scope="module")
-def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster of each server kind for the module's tests; each test finds it settled and
-    empty."""
-    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-reshard"), kind=server_kind) as made:
-        yield made
-
-
 @pytest.fixture
 def fresh(cluster: Cluster) -> Cluster:
-    """The cluster settled, empty, no slot left open by an earlier test."""
+    """The cluster settled, empty, no slot left open by an earlier test (conftest's `fresh`
+    with the open slots closed first)."""
     stabilize(cluster)
     cluster.settle()
     cluster.flush()
@@ -62,10 +54,6 @@ def stabilize(cluster: Cluster) -> None:
 def node_id(server: RedisServer) -> str:
     with server.client() as c:
         return str(c.execute_command("CLUSTER", "MYID").decode())
-
-
-def name(server: RedisServer) -> str:
-    return f"127.0.0.1:{server.port}"
 
 
 def queue_in_slot(slot: int, tag: str) -> str:
@@ -199,7 +187,7 @@ def daemon(tmp_path: Path, cluster: Cluster, executor: str, queue: str) -> Daemo
 
 
 def held(d: DaemonProcess, source: RedisServer) -> float:
-    return d.value("sweeperd_sweeps_held_total", node=name(source), reason="migrating") or 0.0
+    return d.value("sweeperd_sweeps_held_total", node=source.node, reason="migrating") or 0.0
 
 
 class TestByHand:
@@ -229,16 +217,16 @@ class TestByHand:
             d.wait_value("sweeperd_recovered_total", len(ids), queue=queue)
             assert d.value("sweeperd_exempt_total", queue=queue) == len(ids)
             assert d.value("sweeperd_dead_total", queue=queue) == 0
-            assert d.value("sweeperd_ghosts_removed_total", node=name(source)) == 0
+            assert d.value("sweeperd_ghosts_removed_total", node=source.node) == 0
             assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
             assert d.stop() == 0
         held_events = d.events("sweep_held")  # migrating; moved too if a call met the end
-        assert [(e["queue"], e["node"]) for e in held_events] == [(queue, name(source))] * len(
+        assert [(e["queue"], e["node"]) for e in held_events] == [(queue, source.node)] * len(
             held_events
         )
         assert [e["reason"] for e in held_events] in (["migrating"], ["migrating", "moved"])
         [resumed] = d.events("sweep_resumed")
-        assert resumed["queue"] == queue and resumed["node"] == name(target)
+        assert resumed["queue"] == queue and resumed["node"] == target.node
         assert_none_lost(fresh, queue, ids, target)
         assert all(b"stalled" not in row for row in rows(target, queue, ids).values())
 
@@ -260,8 +248,8 @@ class TestByHand:
         ran = sweeperd(*args)
         assert ran.code == 1
         assert ran.err.splitlines() == [
-            f"sweeperd: {name(source)} holds slot {slot} of {queue} while it migrates to "
-            f"{name(target)}: refused, nothing written, 100 leases still due; run it again "
+            f"sweeperd: {source.node} holds slot {slot} of {queue} while it migrates to "
+            f"{target.node}: refused, nothing written, 100 leases still due; run it again "
             "once the slot has moved"
         ]
         assert "nothing written" in ran.out and "nothing was due" not in ran.out
@@ -282,7 +270,7 @@ def reshard(source: RedisServer, target: RedisServer, log: Path) -> subprocess.P
     """`redis-cli --cluster reshard` of the source's first slot, one key per MIGRATE."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            ["redis-cli", "--cluster", "reshard", name(source), "--cluster-from",
+            ["redis-cli", "--cluster", "reshard", source.node, "--cluster-from",
              node_id(source), "--cluster-to", node_id(target), "--cluster-slots", "1",
              "--cluster-yes", "--cluster-pipeline", "1"],
             stdout=out, stderr=subprocess.STDOUT,

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import redis
 
 from sweeperd.connection import connect
-from sweeperd.executors import NATIVE, SCRIPT, Executor
+from sweeperd.executors import NATIVE
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.replies import Call, Depths, SweepReply, keeps_draining
 from sweeperd.rounds import Packed, resp, sweep_round
 from tests.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
+from tests.targets import Target
 
 A, B = QueueKeys("a"), QueueKeys("b")
 
@@ -27,21 +26,6 @@ def numbers(d: Depths | None) -> tuple[int, int, int, int, int | None]:
     """expired, active, pending, dead and failed of a result's depths."""
     assert d is not None
     return (d.expired, d.active, d.pending, d.dead, d.failed)
-
-
-@dataclass(frozen=True)
-class Target:
-    client: redis.Redis
-    executor: Executor
-
-
-@pytest.fixture(params=["native", "script"])
-def on(request: pytest.FixtureRequest, server_kind: str) -> Target:
-    """The module server with the native executor, or the plain one with the Lua port, of
-    each server kind."""
-    if request.param == "native":
-        return Target(request.getfixturevalue("r"), NATIVE)
-    return Target(request.getfixturevalue("r_plain"), SCRIPT)
 
 
 class TestSweepRound:

@@ -15,6 +15,7 @@ from sweeperd.replies import Call, SweepReply
 from sweeperd.rounds import sweep_round
 from sweeperd.scripts import STALLED_CHECK, SWEEP_SCRIPT
 from tests.helpers import (
+    BAD_NUMBERS,
     FUTURE_OFFSET_MS,
     PAST_MS,
     dump_all,
@@ -27,7 +28,6 @@ from tests.helpers import (
 from tests.keyspace_model import ARITY, Reply, call
 
 Q = QueueKeys("q")
-BAD_NUMBERS = ["0", "-1", "x", "+1", "01", "-0", " 1", "", "1.0", "9223372036854775808"]
 TWO_TO_53 = 2**53
 MAX = str(LLONG_MAX)
 

@@ -10,7 +10,7 @@ import redis
 
 from sweeperd import acl
 from sweeperd.keyspace import QueueKeys
-from tests.certs import Pki, make_ca, make_pki
+from tests.certs import Pki, make_ca
 from tests.cli import sweeperd, sweeperd_many
 from tests.daemon_process import DaemonProcess, wait_until
 from tests.helpers import PAST_MS, lease, members, setuser_line
@@ -59,11 +59,6 @@ class TlsServer(RedisServer):
         return ["--redis-url", self.url, "--redis-ca-file", str(self.pki.ca),
                 "--redis-cert-file", str(self.pki.client_cert),
                 "--redis-key-file", str(self.pki.client_key)]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")

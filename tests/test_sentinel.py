@@ -63,10 +63,6 @@ def daemon(tmp_path: Path, group: SentinelGroup, executor: str) -> DaemonProcess
     )  # fmt: skip
 
 
-def name(server: RedisServer) -> str:
-    return f"127.0.0.1:{server.port}"
-
-
 def settled_keyspace(server: RedisServer) -> tuple[int, list[bytes], int, list[dict[bytes, bytes]]]:
     with server.client() as c:
         pending = sorted(c.zrange(KEYS.pending, 0, -1))
@@ -84,8 +80,8 @@ class TestSentinel:
         ids = seed(primary, 4, PAST_MS, None)
         with daemon(tmp_path, fresh, executor) as d:
             d.wait_value("sweeperd_recovered_total", 4, queue=QUEUE)
-            assert d.value("sweeperd_redis_up", node=name(primary)) == 1
-            assert d.value("sweeperd_server_info", node=name(primary), executor=executor) == 1
+            assert d.value("sweeperd_redis_up", node=primary.node) == 1
+            assert d.value("sweeperd_server_info", node=primary.node, executor=executor) == 1
             assert d.stop() == 0
         active, pending, dead, rows = settled_keyspace(primary)
         assert (active, pending, dead) == (0, sorted(ids), 0)
@@ -102,14 +98,14 @@ class TestSentinel:
             d.wait_swept(QUEUE)
             fresh.failover()
             new = fresh.current()
-            d.wait_value("sweeperd_server_restarts_total", 1, node=name(new))
+            d.wait_value("sweeperd_server_restarts_total", 1, node=new.node)
             with new.client() as c:
                 c.zadd(KEYS.active, dict.fromkeys(ids, PAST_MS), xx=True)
             d.wait_value("sweeperd_recovered_total", 5, queue=QUEUE)
             assert d.value("sweeperd_exempt_total", queue=QUEUE) == 5
             [event] = d.events("server_restarted")
             assert d.stop() == 0
-        assert (event["reason"], event["previous_node"]) == ("failover", name(old))
+        assert (event["reason"], event["previous_node"]) == ("failover", old.node)
         assert event["old_run_id"] == old_run_id.decode()
         active, pending, dead, rows = settled_keyspace(new)
         assert (active, pending, dead) == (0, sorted(ids), 0)
@@ -133,7 +129,7 @@ class TestSentinel:
             assert d.value("sweeperd_exempt_total", queue=QUEUE) == 6
             new = fresh.current()
             assert new is not victim
-            assert d.value("sweeperd_server_restarts_total", node=name(new)) == 1
+            assert d.value("sweeperd_server_restarts_total", node=new.node) == 1
             assert d.stop() == 0
         active, pending, dead, rows = settled_keyspace(new)
         assert (active, pending, dead) == (0, sorted(ids), 0)
@@ -153,5 +149,5 @@ class TestTop:
         assert shown.code == 0, shown.err
         body = shown.json()
         [server] = body["servers"]
-        assert (server["node"], server["role"]) == (name(primary), "master")
+        assert (server["node"], server["role"]) == (primary.node, "master")
         assert [(r["queue"], r["expired"]) for r in body["rows"]] == [(QUEUE, 3)]

@@ -12,37 +12,14 @@ from sweeperd.constants import DEFAULT_LIMIT
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
 from sweeperd.options import OPTIONS
-from sweeperd.settings import ConfigError, QueueSettings, Settings, Shard, build_settings
+from sweeperd.settings import ConfigError, QueueSettings, Shard, build_settings
 from sweeperd.sweepseries import QueueMetrics
+from tests.built_settings import build, refusal
 
 
 @pytest.fixture(autouse=True)
 def no_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
-
-
-def config(tmp_path: Path, toml: str | None) -> Path | None:
-    """The config file holding `toml`, or none."""
-    if toml is None:
-        return None
-    path = tmp_path / "sweeperd.toml"
-    path.write_text(toml)
-    return path
-
-
-def build(
-    tmp_path: Path, toml: str | None = None, tty: bool = False, **overrides: object
-) -> Settings:
-    return build_settings(overrides, config(tmp_path, toml), logs_to_tty=tty)
-
-
-def refusal(tmp_path: Path, toml: str | None = None, **overrides: object) -> str:
-    """The one-line message of the ConfigError these settings raise."""
-    with pytest.raises(ConfigError) as caught:
-        build_settings(overrides, config(tmp_path, toml), logs_to_tty=False)
-    message = str(caught.value)
-    assert "\n" not in message
-    return message
 
 
 class TestPrecedence:

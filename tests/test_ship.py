@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +16,20 @@ import yaml
 
 from sweeperd.options import OPTIONS, RUN
 from sweeperd.settings import build_settings
+from tests.server import REPO
+from tests.shipped import (
+    DEPLOY,
+    PROMETHEUS_DIR,
+    RULES,
+    dashboard,
+    dashboard_exprs,
+    dashboard_panels,
+    metric_names,
+    with_grafana_values,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-DEPLOY = REPO / "deploy"
-PROMETHEUS_DIR = DEPLOY / "prometheus"
-RULES = PROMETHEUS_DIR / "sweeperd-rules.yml"
 RULES_TESTS = PROMETHEUS_DIR / "sweeperd-rules.test.yml"
 PROMETHEUS_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
-DASHBOARD = DEPLOY / "grafana" / "sweeperd-dashboard.json"
 KUBERNETES = DEPLOY / "kubernetes"
 PROMETHEUS_RULE = KUBERNETES / "prometheusrule.yaml"
 RENDER_PROMETHEUS_RULE = KUBERNETES / "render-prometheusrule.py"
@@ -115,15 +119,6 @@ CONFIG_KEYS = frozenset(
 )
 QUEUE_KEYS = frozenset({"interval", "max_stalled", "limit"})
 
-# Grafana's variables, replaced by values Prometheus accepts before parsing.
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$queue": ".*"}
-PROMQL_WORDS = frozenset(
-    {"by", "without", "on", "ignoring", "group_left", "group_right"}
-    | {"and", "or", "unless", "bool", "offset", "inf", "nan"}
-)
-LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-IDENTIFIER = re.compile(r"(?<![\w.])([A-Za-z_:][\w:]*)\b(?!\s*\()")
-
 
 def tool(name: str, install: str) -> str:
     """The path of a tool, beside this interpreter first; a missing tool fails the test."""
@@ -156,16 +151,6 @@ def rules() -> list[dict[str, Any]]:
     return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
 
 
-def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression selects: no functions, labels or keywords."""
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)
-    expr = re.sub(r"\$\{?\w+\}?", "", expr)
-    expr = re.sub(r"\{[^}]*\}", "", expr)
-    expr = re.sub(r"\[[^\]]*\]", "", expr)
-    expr = LABEL_LIST.sub("", expr)
-    return {name for name in IDENTIFIER.findall(expr) if name.lower() not in PROMQL_WORDS}
-
-
 def unknown_metrics(expr: str) -> set[str]:
     return {
         name
@@ -181,31 +166,6 @@ def needs_full(expr: str) -> bool:
     or a per-node-at-basic metric selected or grouped by queue."""
     named = metric_names(expr)
     return bool(named & FULL_ONLY) or (bool(named & PER_NODE_AT_BASIC) and "queue" in expr)
-
-
-def dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return loaded
-
-
-def dashboard_panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for panel in panels:
-        yield panel
-        yield from dashboard_panels(panel.get("panels", []))
-
-
-def dashboard_exprs() -> list[str]:
-    return [
-        target["expr"]
-        for panel in dashboard_panels(dashboard()["panels"])
-        for target in panel.get("targets", [])
-    ]
-
-
-def with_grafana_values(expr: str) -> str:
-    for variable, value in GRAFANA_VARIABLES.items():
-        expr = expr.replace(variable, value)
-    return expr
 
 
 def unit_directives(text: str) -> dict[str, list[str]]:

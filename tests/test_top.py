@@ -27,8 +27,10 @@ from sweeperd.ownership import owner
 from sweeperd.top import Screen, Top
 from sweeperd.topscreen import plain_text
 from tests.cli import Ran, sweeperd
+from tests.clock import Clock
 from tests.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
 from tests.server import RedisServer
+from tests.top_rows import rows_of
 
 BACKLOGS = {"reports": 7, "mail": 3, "idle": 0}  # expired leases per queue
 READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
@@ -37,16 +39,6 @@ READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
 }  # fmt: skip
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][A-Z0-9]|[=>])")
 LIVE_TIMEOUT_S = 20.0
-
-
-class FakeClock:
-    """Seconds since the epoch, moved only by the test."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def populate(r: redis.Redis) -> None:
@@ -65,21 +57,13 @@ def viewer(
     server: RedisServer, queues: tuple[str, ...] = (), rows: int = 10, **options: float
 ) -> Top:
     connection = Connection.checked(server.url, None, 5.0)
-    return Top(connection, "emq", queues, rows, FakeClock(), **options)
-
-
-def rows_of(screen: Screen) -> dict[str, tuple[object, ...]]:
-    """Each row's state and counts, by queue."""
-    return {
-        row.queue: (row.state, row.expired, row.active, row.pending, row.dead, row.failed)
-        for row in screen.rows
-    }
+    return Top(connection, "emq", queues, rows, Clock(1_000_000.0), **options)
 
 
 def bursts(r: redis.Redis, view: Top, seconds: int) -> list[float | None]:
     """queue q's recovered/s read every second while a daemon recovers 921 leases every 3 s."""
     clock = view.clock
-    assert isinstance(clock, FakeClock)
+    assert isinstance(clock, Clock)
     rates = []
     for second in range(seconds):
         if second and second % 3 == 0:
@@ -179,7 +163,7 @@ class TestTopRates:
             lease(r, keys, f"die{n}".encode(), attempts=1, stalled=2, lease_epoch=epoch)
         view = viewer(redis_server, ("q",))
         clock = view.clock
-        assert isinstance(clock, FakeClock)
+        assert isinstance(clock, Clock)
         first = view.refresh().rows[0]
         assert (first.expired, first.recovered_per_s, first.dead_per_s) == (10, None, None)
         client = view.connection.client()  # as sweeperd connects: raw replies
@@ -293,7 +277,7 @@ class TestTopOutage:
         view = viewer(own_server)
         view.refresh()
         clock = view.clock
-        assert isinstance(clock, FakeClock)
+        assert isinstance(clock, Clock)
         own_server.stop()
         clock.now += 1.0
         assert {row.state for row in view.refresh().rows} == {"stale"}

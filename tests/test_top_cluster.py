@@ -3,9 +3,6 @@ migrating; the last known rows stay, said to be so, and the layout is found agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import redis
 from redis.crc import key_slot
 
@@ -13,28 +10,11 @@ from sweeperd.connection import Connection, Topology
 from sweeperd.keyspace import QueueKeys
 from sweeperd.top import Screen, Top
 from sweeperd.topscreen import plain_text
+from tests.clock import Clock
 from tests.helpers import PAST_MS
 from tests.server import RedisServer
-from tests.test_top import FakeClock, rows_of
+from tests.top_rows import rows_of
 from tests.topologies import Cluster, wait_for, write_leases
-
-
-@pytest.fixture(scope="module")
-def cluster(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster for the module's tests; each test finds it settled and empty."""
-    with Cluster(tmp_path_factory.mktemp(f"{server_kind}-top-cluster"), kind=server_kind) as made:
-        yield made
-
-
-@pytest.fixture
-def fresh(cluster: Cluster) -> Cluster:
-    cluster.settle()
-    cluster.flush()
-    return cluster
-
-
-def name(server: RedisServer) -> str:
-    return f"127.0.0.1:{server.port}"
 
 
 def queues_on(cluster: Cluster, primary: RedisServer, count: int = 1) -> list[str]:
@@ -60,7 +40,7 @@ def seed(primary: RedisServer, queue: str, expired: int) -> None:
 
 def viewer(seed_node: RedisServer) -> Top:
     connection = Connection.checked(seed_node.url, None, 2.0, topology=Topology(cluster=True))
-    return Top(connection, "emq", (), 10, FakeClock())
+    return Top(connection, "emq", (), 10, Clock(1_000_000.0))
 
 
 def servers_of(screen: Screen) -> dict[str, tuple[str | None, bool]]:
@@ -111,30 +91,30 @@ class TestTopDeadPrimary:
         finally:
             fresh.resume(replica)
         servers = servers_of(screen)
-        error, _ = servers[name(victim)]
+        error, _ = servers[victim.node]
         assert error is not None and "refused" in error.lower(), servers
         for other in others:
-            assert servers[name(other)] == ("CLUSTERDOWN The cluster is down", False)
+            assert servers[other.node] == ("CLUSTERDOWN The cluster is down", False)
         assert rows_of(screen) == {q: ("stale", *row[1:]) for q, row in expected.items()}
         assert all(row.error is None for row in screen.rows)  # said once, on the node's line
         text = plain_text(screen, 1.0, 100)
-        assert f"{name(victim)}  UNREACHABLE: " in text
+        assert f"{victim.node}  UNREACHABLE: " in text
         assert text.count("CLUSTERDOWN The cluster is down") == 2, text
 
         wait_for(lambda: fresh.role(replica) == "master", "the replica to take over")
         fresh.settle()
         screen = view.refresh()
         assert rows_of(screen) == expected
-        assert {row.queue: row.node for row in screen.rows}[queues[victim.port]] == name(replica)
+        assert {row.queue: row.node for row in screen.rows}[queues[victim.port]] == replica.node
         servers = servers_of(screen)
-        error, replaced = servers[name(victim)]
+        error, replaced = servers[victim.node]
         assert error is not None and replaced, servers
-        assert servers[name(replica)] == (None, False)
-        assert f"{name(victim)}  UNREACHABLE (replaced): " in plain_text(screen, 1.0, 100)
+        assert servers[replica.node] == (None, False)
+        assert f"{victim.node}  UNREACHABLE (replaced): " in plain_text(screen, 1.0, 100)
 
         fresh.revive(victim)
         wait_for(lambda: listed_everywhere(fresh, victim), "the revived node to be listed")
-        assert name(victim) not in servers_of(view.refresh())
+        assert victim.node not in servers_of(view.refresh())
         view.close()
 
 
@@ -164,8 +144,8 @@ class TestTopMigration:
             screen = view.refresh()
             assert rows_of(screen) == {**before, moving: ("migrating", *before[moving][1:])}
             row = next(r for r in screen.rows if r.queue == moving)
-            assert row.error is not None and name(target) in row.error, row.error
-            assert servers_of(screen)[name(source)] == (None, False)
+            assert row.error is not None and target.node in row.error, row.error
+            assert servers_of(screen)[source.node] == (None, False)
             assert f"»{moving}" in plain_text(screen, 1.0, 100)
 
             rest = s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
@@ -178,5 +158,5 @@ class TestTopMigration:
         assert rows_of(screen) == {**before, moving: ("moved", *before[moving][1:])}
         screen = view.refresh()
         assert rows_of(screen) == before
-        assert {row.queue: row.node for row in screen.rows}[moving] == name(target)
+        assert {row.queue: row.node for row in screen.rows}[moving] == target.node
         view.close()

@@ -15,8 +15,8 @@ from sweeperd.node import Node, NotPrimary
 from sweeperd.sizing import CallSizer
 from sweeperd.topology import Layout, predecessor
 from sweeperd.urls import url_at
+from tests.built_settings import build, refusal
 from tests.server import RedisServer
-from tests.test_settings import build, refusal
 
 A, B, C, D = "10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379"
 

@@ -19,18 +19,13 @@ from prometheus_client import CollectorRegistry
 from sweeperd.http import MetricsServer, serve
 from sweeperd.keyspace import QueueKeys
 from sweeperd.webconfig import BadWebConfig, load_web_config
-from tests.certs import Pki, make_pki
+from tests.certs import Pki
 from tests.cli import sweeperd
 from tests.helpers import PAST_MS, lease
+from tests.prometheus import Process, Stack, prometheus_binary
 from tests.server import PROMETHEUS_ONLY, RedisServer, free_port
-from tests.test_prometheus_e2e import Process, Stack, prometheus_binary
 
 USER, PASSWORD = "prometheus", "scrape-pw-5521"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("web-pki"))
 
 
 def write_config(where: Path, pki: Pki | None, users: dict[str, str] | None) -> Path:
