@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -24,7 +24,7 @@ from sweeperd.logs import configure_logging
 from sweeperd.metrics import Metrics
 from sweeperd.notify import Notifier
 from sweeperd.queueset import QueueSet
-from sweeperd.reload import RESTART_SETTINGS, restart_changes, said
+from sweeperd.reload import in_effect, restart_changes, said
 from sweeperd.schedule import SWEEPS, Batch, Schedule, plan_batches
 from sweeperd.settings import ConfigError, Settings
 from sweeperd.sharing import Sharing
@@ -64,8 +64,9 @@ class Daemon:
                        "members": ThreadPoolExecutor(1)},  # default: discovery; batches: SWEEPS
         )  # fmt: skip
         self.schedule = Schedule(
-            self.scheduler, self.sweep, workers=WORKERS, jitter=s.jitter, on_overrun=self.overrun
-        )
+            self.scheduler, self.sweep, workers=WORKERS, jitter=s.daemon.jitter,
+            on_overrun=self.overrun,
+        )  # fmt: skip
         self.sharing = Sharing.of(s, self.fleet.home)
         self.queues = QueueSet(
             s, self.sharing, self.metrics.numbers, self.schedule, forget=self.fleet.forget,
@@ -144,9 +145,9 @@ class Daemon:
                 self.share, "interval", seconds=self.sharing.period_s, id="members",
                 coalesce=True, executor="members", next_run_time=datetime.now(UTC),
             )  # fmt: skip
-        if self.settings.discover:
+        if self.settings.daemon.discover:
             self.scheduler.add_job(
-                self.discover, "interval", seconds=self.settings.discover, id="discover",
+                self.discover, "interval", seconds=self.settings.daemon.discover, id="discover",
                 coalesce=True, next_run_time=datetime.now(UTC),
             )  # fmt: skip
         self.queues.apply()
@@ -155,17 +156,17 @@ class Daemon:
     def start(self) -> None:
         """The fleet first (servers that are not the topology named refuse the start), then
         /metrics, the jobs and the scheduler."""
-        s = self.settings
+        s, d = self.settings, self.settings.daemon
         self.fleet.start()
         health = self.health
         self.server = serve(
-            s.metrics_host,
-            s.metrics_port,
+            d.metrics_host,
+            d.metrics_port,
             self.metrics.registry,
             healthy=health.healthy,
             ready=health.ready,
             landing=lambda: f"{health.status_text(health.ready())}\n{self.sharing.describe()}",
-            web=s.web_config,
+            web=d.web_config,
             exposition=self.metrics.exposition,
         )
         self.add_jobs()
@@ -192,10 +193,10 @@ class Daemon:
         waiting = restart_changes(self.settings, wanted)
         if waiting:
             log.warning("reload_needs_restart", settings=waiting)
-        fresh = replace(wanted, **{name: getattr(self.settings, name) for name in RESTART_SETTINGS})
+        fresh = in_effect(self.settings, wanted)
         self.fleet.retune(tuning(fresh))
         self.settings = self.queues.settings = fresh
-        self.schedule.jitter = fresh.jitter
+        self.schedule.jitter = fresh.daemon.jitter
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
         self.schedule.reset()
         self.add_jobs()
@@ -249,7 +250,7 @@ def tuning(s: Settings) -> Tuning:
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     """Run until SIGTERM or SIGINT; SIGHUP re-reads the config file."""
     daemon = Daemon(
-        settings, reload, metrics=Metrics(version=__version__, level=settings.queue_metrics)
+        settings, reload, metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics)
     )
     daemon.start()
     signal.signal(signal.SIGTERM, daemon.request_stop)

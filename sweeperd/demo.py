@@ -241,7 +241,7 @@ def run_demo(
         seed(client, info.run_id, info.time_ms)
         say(f"server {url} (run_id {info.run_id.decode()[:12]}…) seeded: {', '.join(QUEUES)}")
         settings = demo_settings(url, metrics_port, executor, isatty)
-        metrics = Metrics(version=__version__, level=settings.queue_metrics)
+        metrics = Metrics(version=__version__, level=settings.daemon.queue_metrics)
         daemon = Daemon(settings, lambda: settings, metrics=metrics)
         daemon.start()
         address = f"http://127.0.0.1:{daemon.server.port if daemon.server else metrics_port}"

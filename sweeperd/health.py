@@ -46,7 +46,7 @@ class Health:
         """Every primary that owns a swept queue (every primary, while none is swept) answered
         within the last three intervals, and the servers are the topology the options name."""
         s = self.settings()
-        interval = self.schedule.shortest_interval() or max(s.interval, s.discover)
+        interval = self.schedule.shortest_interval() or max(s.interval, s.daemon.discover)
         now, nodes = self.clock(), self.fleet.holding(self.schedule.queue_names())
         return bool(nodes) and all(
             n.answered_within(now, READY_INTERVALS * interval) for n in nodes or ()

@@ -3,23 +3,30 @@ the options name them and the log may show them, and what a new file would chang
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import structlog
 
 from sweeperd.settings import Settings
 
 log = structlog.get_logger("sweeperd.daemon")
 
-# What a SIGHUP cannot change in place: the servers and their clients, what the HTTP side
-# serves, the membership (its key lives under the root, as the slots of the queues it maps).
-# restart_only() names each of them as the options do, for reload_needs_restart.
-RESTART_SETTINGS = ("connection", "prefix_root", "executor", "metrics_host", "metrics_port",
-                    "shard", "heartbeat", "instance_id", "web_config", "queue_metrics")  # fmt: skip
+
+def in_effect(running: Settings, wanted: Settings) -> Settings:
+    """What a SIGHUP puts in place: the file's settings, but the servers and their clients, the
+    root of every key (the membership's too) and the executor as they run; of the daemon's own,
+    only the schedule's spread and discovery's period change (not the HTTP side, the replicas
+    or the series exported). restart_only() names each kept one as the options do."""
+    daemon = replace(running.daemon, jitter=wanted.daemon.jitter, discover=wanted.daemon.discover)
+    return replace(wanted, connection=running.connection, prefix_root=running.prefix_root,
+                   executor=running.executor, daemon=daemon)  # fmt: skip
 
 
 def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
     """The restart-only settings as the options name them: each one's value, and how the log
     shows it (no credential, no password, a web config by its path)."""
-    c, t, web, bound = s.connection, s.connection.topology, s.web_config, s.metrics_host
+    c, t, d = s.connection, s.connection.topology, s.daemon
+    web, bound = d.web_config, d.metrics_host
 
     def same(value: object) -> tuple[object, object]:
         return value, value
@@ -38,12 +45,12 @@ def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
         "sentinel_password": secret(t.sentinel_password),
         "prefix_root": same(s.prefix_root),
         "executor": same(str(s.executor)),
-        "metrics_addr": same(f"{f'[{bound}]' if ':' in bound else bound}:{s.metrics_port}"),
+        "metrics_addr": same(f"{f'[{bound}]' if ':' in bound else bound}:{d.metrics_port}"),
         "web_config_file": (web, str(web.path) if web else None),
-        "shard": same(str(s.shard)),
-        "heartbeat": same(s.heartbeat),
-        "instance_id": same(s.instance_id),
-        "queue_metrics": same(str(s.queue_metrics)),
+        "shard": same(str(d.shard)),
+        "heartbeat": same(d.heartbeat),
+        "instance_id": same(d.instance_id),
+        "queue_metrics": same(str(d.queue_metrics)),
     }
 
 

@@ -1,4 +1,5 @@
-"""The one settings object of sweeperd, built once from defaults, the TOML file and flags/env."""
+"""The settings objects of sweeperd (every command's, the daemon's own apart), built once from
+defaults, the TOML file and flags/env."""
 
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ from sweeperd.webconfig import BadWebConfig, WebConfig, load_web_config
 
 # What the commands and the daemon import from here (ConfigError is defined in coercers.py,
 # Shard in ownership.py, beneath the options table that names their readers).
-__all__ = ["ConfigError", "QueueSettings", "Settings", "Shard", "build_settings", "queue_names"]
+__all__ = [
+    "ConfigError",
+    "DaemonSettings",
+    "QueueSettings",
+    "Settings",
+    "Shard",
+    "build_settings",
+    "queue_names",
+]
 
 # The settings of the file and of overrides, with their defaults; "queues" has none.
 DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
@@ -37,6 +46,22 @@ class QueueSettings:
 
 
 @dataclass(frozen=True)
+class DaemonSettings:
+    """What `run` alone reads: its HTTP side, the spread of its schedule, discovery, the
+    replicas and the series it exports; `once` and `inspect` never look at them."""
+
+    metrics_host: str  # "" = every interface, IPv4 and IPv6
+    metrics_port: int
+    jitter: float  # fraction of the interval, 0..1
+    discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
+    queue_metrics: QueueMetrics  # the series exported per queue
+    shard: Shard  # on: replicas share the queues; off: this one sweeps them all
+    heartbeat: float  # seconds: a member's time to live, renewed three times within it
+    instance_id: str  # this replica's member id among the replicas sharing the queues
+    web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
+
+
+@dataclass(frozen=True)
 class Settings:
     connection: Connection  # the server: URL, password, socket timeout
     prefix_root: str
@@ -46,19 +71,11 @@ class Settings:
     call_target_ms: float  # server time one call stays under; never more than `limit` leases
     drain_share: float  # most of the server's time a backlog drain may take, (0, 1]
     executor: ExecutorChoice
-    metrics_host: str  # "" = every interface, IPv4 and IPv6
-    metrics_port: int
     log_format: LogFormat  # json or console, never auto
     log_level: str  # lower case, one of logs.LEVELS
-    jitter: float  # fraction of the interval, 0..1
-    discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queues: tuple[QueueSettings, ...]
-    queue_metrics: QueueMetrics  # the series exported per queue
     config_path: Path | None
-    shard: Shard  # on: replicas share the queues; off: this one sweeps them all
-    heartbeat: float  # seconds: a member's time to live, renewed three times within it
-    instance_id: str  # this replica's member id among the replicas sharing the queues
-    web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
+    daemon: DaemonSettings
     notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
 
     def for_queue(self, name: str) -> QueueSettings:
@@ -73,8 +90,9 @@ class Settings:
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("connection", "notes")
+            if f.name not in ("connection", "notes", "daemon")
         }
+        shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
         shown["redis_url"] = self.connection.shown_url
         shown["redis_password"] = "<set>" if self.connection.password is not None else None
         shown["socket_timeout"] = self.connection.socket_timeout
@@ -85,7 +103,8 @@ class Settings:
             shown["sentinel_master"] = topology.sentinel_master
         shown["queues"] = [q.name for q in self.queues]
         shown["config_path"] = str(self.config_path) if self.config_path else None
-        shown["web_config"] = str(self.web_config.path) if self.web_config else None
+        web = self.daemon.web_config
+        shown["web_config"] = str(web.path) if web else None
         return shown
 
     def __repr__(self) -> str:
@@ -193,13 +212,17 @@ def build_settings(
         )
     where = {key: value.where for key, value in given.items()}
     host, port = typed["metrics_addr"]
+    daemon = DaemonSettings(
+        **{f.name: typed[f.name] for f in fields(DaemonSettings) if f.name in typed},
+        metrics_host=host,
+        metrics_port=port,
+        web_config=_web_config(typed["web_config_file"], where["web_config_file"]),
+    )
     return Settings(
         **{f.name: typed[f.name] for f in fields(Settings) if f.name in typed},
         connection=connection_of(typed, where),
-        metrics_host=host,
-        metrics_port=port,
         queues=queues,
         config_path=config_path,
-        web_config=_web_config(typed["web_config_file"], where["web_config_file"]),
+        daemon=daemon,
         notes=notes,
     )

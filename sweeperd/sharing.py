@@ -51,8 +51,9 @@ class Sharing:
     def of(cls, settings: Settings, home: Callable[[], Node | None]) -> Sharing:
         """The replica's sharing; its heartbeat goes to whatever node `home` names at the time
         (a failover or a migrated slot moves the members key)."""
-        on = settings.shard is Shard.ON
-        return cls(None, settings.instance_id, settings.heartbeat, None, on=on,
+        d = settings.daemon
+        on = d.shard is Shard.ON
+        return cls(None, d.instance_id, d.heartbeat, None, on=on,
                    home=home, root=settings.prefix_root,
                    members=frozenset() if on else EVERY_QUEUE)  # fmt: skip
 

@@ -83,7 +83,7 @@ class TestHostPort:
             logs_to_tty=False,
         )
         assert s.connection.topology.sentinels == (("::1", 26379),)
-        assert (s.metrics_host, s.metrics_port) == ("", 1)
+        assert (s.daemon.metrics_host, s.daemon.metrics_port) == ("", 1)
 
 
 class TestFilePath:

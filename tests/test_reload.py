@@ -9,6 +9,7 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from sweeperd.daemon import Daemon
+from sweeperd.reload import in_effect, restart_only
 from sweeperd.settings import Settings
 from tests.clock import Clock
 from tests.daemon_inprocess import in_process, settings_for
@@ -38,7 +39,7 @@ class TestRestartOnly:
         with capture_logs() as logs:
             daemon.apply_reload()
         s = daemon.settings
-        assert (s.executor, s.metrics_port, s.interval) == ("native", 9001, 2.0)
+        assert (s.executor, s.daemon.metrics_port, s.interval) == ("native", 9001, 2.0)
         [needs] = events(logs, "reload_needs_restart")
         assert needs["log_level"] == "warning"
         assert needs["settings"] == {
@@ -80,7 +81,8 @@ class TestRestartOnly:
         with capture_logs() as logs:
             daemon.apply_reload()
         assert [e["event"] for e in logs] == ["reloaded"]
-        assert (daemon.settings.jitter, daemon.settings.limit, daemon.schedule.jitter) == (0, 7, 0)
+        s = daemon.settings
+        assert (s.daemon.jitter, s.limit, daemon.schedule.jitter) == (0, 7, 0)
 
     def test_the_key_root_waits_for_a_restart(self, redis_server: RedisServer) -> None:
         """prefix_root keeps its running value: the membership key and the slots are under it."""
@@ -94,3 +96,33 @@ class TestRestartOnly:
             "prefix_root": {"running": "emq", "wanted": "jobs"},
             "metrics_addr": {"running": "[::1]:9001", "wanted": "0.0.0.0:9787"},
         }
+
+
+class TestInEffect:
+    def test_restart_only_settings_run_on_and_the_others_change(self) -> None:
+        """A file that changes every setting: after the SIGHUP each restart-only setting has its
+        running value, every other one the file's (the daemon's jitter and discovery too)."""
+        running = settings_for("redis://127.0.0.1:6379/0")
+        wanted = settings_for(
+            "redis://127.0.0.2:6380/1", prefix_root="jobs", executor="script",
+            metrics_addr="127.0.0.1:9001", shard="on", heartbeat="9", instance_id="pod-2",
+            queue_metrics="full", socket_timeout="0.5", jitter="0.5", discover="7",
+            interval="2", max_stalled="4", limit="9", call_target_ms="3", drain_share="0.5",
+            log_level="debug", queues=["other"],
+        )  # fmt: skip
+        fresh = in_effect(running, wanted)
+        kept, file = restart_only(running), restart_only(wanted)
+        assert {key for key in kept if kept[key] != file[key]} == {
+            "redis_url", "socket_timeout", "prefix_root", "executor", "metrics_addr", "shard",
+            "heartbeat", "instance_id", "queue_metrics",
+        }  # fmt: skip
+        assert restart_only(fresh) == kept
+        assert (fresh.interval, fresh.max_stalled, fresh.limit, fresh.log_level) == (
+            2,
+            4,
+            9,
+            "debug",
+        )
+        assert (fresh.call_target_ms, fresh.drain_share) == (3, 0.5)
+        assert [q.name for q in fresh.queues] == ["other"]
+        assert (fresh.daemon.jitter, fresh.daemon.discover) == (0.5, 7)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,11 @@ from sweeperd.constants import DEFAULT_LIMIT
 from sweeperd.executors import ExecutorChoice
 from sweeperd.logs import LogFormat
 from sweeperd.options import OPTIONS
-from sweeperd.settings import ConfigError, QueueSettings, Shard, build_settings
+from sweeperd.settings import ConfigError, DaemonSettings, QueueSettings, Shard, build_settings
 from sweeperd.sweepseries import QueueMetrics
 from tests.built_settings import build, refusal
+
+DAEMON_KEYS = {f.name for f in fields(DaemonSettings)}
 
 
 @pytest.fixture(autouse=True)
@@ -31,12 +34,13 @@ class TestPrecedence:
         assert s.prefix_root == "emq"
         assert (s.interval, s.max_stalled, s.limit) == (5.0, 1, DEFAULT_LIMIT)
         assert s.executor is ExecutorChoice.AUTO
-        assert (s.metrics_host, s.metrics_port) == ("0.0.0.0", 9787)
+        assert (s.daemon.metrics_host, s.daemon.metrics_port) == ("0.0.0.0", 9787)
         assert s.log_level == "info"
-        assert (s.connection.socket_timeout, s.jitter, s.discover) == (5.0, 0.1, 0.0)
+        d = s.daemon
+        assert (s.connection.socket_timeout, d.jitter, d.discover) == (5.0, 0.1, 0.0)
         assert (s.call_target_ms, s.drain_share) == (2.0, 1.0)
         assert s.queues == (QueueSettings("q", 5.0, 1, DEFAULT_LIMIT),)
-        assert s.queue_metrics is QueueMetrics.BASIC
+        assert s.daemon.queue_metrics is QueueMetrics.BASIC
         assert s.config_path is None
 
     def test_file_beats_defaults(self, tmp_path: Path) -> None:
@@ -53,8 +57,9 @@ class TestPrecedence:
     def test_overrides_as_text(self, tmp_path: Path) -> None:
         """Env vars that arrive as text are read as numbers."""
         s = build(tmp_path, queues="q", interval="0.5", max_stalled="3", jitter="0", discover="30")
-        assert (s.interval, s.max_stalled, s.jitter, s.discover) == (0.5, 3, 0.0, 30.0)
-        assert build(tmp_path, queues="q", queue_metrics="FULL").queue_metrics is QueueMetrics.FULL
+        assert (s.interval, s.max_stalled, s.daemon.jitter, s.daemon.discover) == (0.5, 3, 0, 30)
+        full = build(tmp_path, queues="q", queue_metrics="FULL")
+        assert full.daemon.queue_metrics is QueueMetrics.FULL
 
     def test_every_key(self, tmp_path: Path) -> None:
         """Every top-level key of the file is read."""
@@ -70,12 +75,13 @@ class TestPrecedence:
         assert s.prefix_root == "jobs"
         assert (s.interval, s.max_stalled, s.limit) == (1.5, 2, 50)
         assert s.executor is ExecutorChoice.NATIVE
-        assert (s.metrics_host, s.metrics_port) == ("127.0.0.1", 9000)
+        assert (s.daemon.metrics_host, s.daemon.metrics_port) == ("127.0.0.1", 9000)
         assert s.log_format is LogFormat.CONSOLE
         assert s.log_level == "debug"
         assert (s.call_target_ms, s.drain_share) == (0.5, 0.25)
-        assert (s.connection.socket_timeout, s.jitter, s.discover) == (0.25, 0.5, 60.0)
-        assert s.queue_metrics is QueueMetrics.FULL
+        d = s.daemon
+        assert (s.connection.socket_timeout, d.jitter, d.discover) == (0.25, 0.5, 60.0)
+        assert s.daemon.queue_metrics is QueueMetrics.FULL
         assert s.queues == ()
 
 
@@ -100,7 +106,8 @@ class TestDefaultsTable:
                 "instance_id",
                 "web_config_file",
             ):
-                assert getattr(s, key) == option.default, key
+                holder = s.daemon if key in DAEMON_KEYS else s
+                assert getattr(holder, key) == option.default, key
 
     def test_removed_drain_budget(self, tmp_path: Path) -> None:
         """drain_budget in the file is refused, saying it was removed and why."""
@@ -114,14 +121,15 @@ class TestSharingSettings:
     def test_defaults(self, tmp_path: Path) -> None:
         """Sharing is on, the heartbeat lives 5 s, the member id is hostname:pid."""
         s = build(tmp_path, queues=["q"])
-        assert (s.shard, s.heartbeat) == (Shard.ON, 5.0)
-        assert s.instance_id == f"{socket.gethostname()}:{os.getpid()}"
+        assert (s.daemon.shard, s.daemon.heartbeat) == (Shard.ON, 5.0)
+        assert s.daemon.instance_id == f"{socket.gethostname()}:{os.getpid()}"
 
     def test_given(self, tmp_path: Path) -> None:
         """Flags and env vars set all three; the file may set shard and heartbeat."""
         s = build(tmp_path, 'shard = "off"\nheartbeat = 2.5\n', queues="q", instance_id="pod-7")
-        assert (s.shard, s.heartbeat, s.instance_id) == (Shard.OFF, 2.5, "pod-7")
-        assert build(tmp_path, queues="q", shard="ON", heartbeat="0.5").heartbeat == 0.5
+        d = s.daemon
+        assert (d.shard, d.heartbeat, d.instance_id) == (Shard.OFF, 2.5, "pod-7")
+        assert build(tmp_path, queues="q", shard="ON", heartbeat="0.5").daemon.heartbeat == 0.5
 
     def test_the_instance_id_is_not_read_from_the_shared_file(self, tmp_path: Path) -> None:
         """Replicas share the config file: an instance_id in it is refused as unknown."""
@@ -286,7 +294,7 @@ class TestMetricsAddr:
     def test_accepted(self, tmp_path: Path, addr: str, host: str, port: int) -> None:
         """HOST:PORT, :PORT for every interface and [IPv6]:PORT are accepted."""
         s = build(tmp_path, queues=["q"], metrics_addr=addr)
-        assert (s.metrics_host, s.metrics_port) == (host, port)
+        assert (s.daemon.metrics_host, s.daemon.metrics_port) == (host, port)
 
     @pytest.mark.parametrize(
         "addr", ["9787", "host:0", "host:65536", "host:x", "::1:9787", "[::1]9787", "a b:1"]
