@@ -59,10 +59,6 @@ class Metrics:
         self.registry.register(collector)
         self.others = (*self.others, collector)
 
-    @property
-    def level(self) -> QueueMetrics:
-        return self.numbers.level
-
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """A whole scrape for an Accept header: its body and content type (exposition.scrape)."""
         return scrape(self.others, self.sweep, accept)

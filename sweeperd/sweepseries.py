@@ -91,7 +91,7 @@ class QueueSeries:
         self.sweeps += 1
         node.sweeps += 1
         depths = result.depths
-        if depths is not None:
+        if depths is not None and self.owned:  # a call that outlived the ownership: unknown
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
             self.jobs = (depths.active, depths.pending, depths.dead)
@@ -124,11 +124,11 @@ class SweepNumbers:
         self.nodes: dict[str, NodeSeries] = {}
 
     def series(self, queue: str) -> QueueSeries:
-        """The queue's numbers, created at zero on first use; call with the lock held."""
+        """The queue's numbers; call with the lock held. Only add_queue() makes a queue's
+        series: a call still running when its queue was dropped is counted into numbers of
+        its own that nobody exports (its node's totals count it), never bringing it back."""
         found = self.queues.get(queue)
-        if found is None:
-            found = self.queues[queue] = QueueSeries(queue)
-        return found
+        return found if found is not None else QueueSeries(queue)
 
     def node(self, node: str) -> NodeSeries:
         """The node's totals, created at zero on first use; call with the lock held."""
@@ -201,7 +201,7 @@ class SweepNumbers:
         per queue nobody reads at ten thousand queues).
         """
         with self.lock:
-            self.series(queue).owned = True
+            self.queues.setdefault(queue, QueueSeries(queue)).owned = True
 
     def disown_queue(self, queue: str) -> None:
         """The queue is another replica's now (or nobody's, while the server is out of reach):
@@ -213,14 +213,8 @@ class SweepNumbers:
             if found is not None:
                 found.disown()
 
-    def forget_queue(self, queue: str) -> None:
-        """Remove every series of a queue that is no longer swept."""
-        with self.lock:
-            self.queues.pop(queue, None)
-
     def keep_queues(self, queues: Collection[str]) -> None:
-        """Remove the series of every other queue: a call in flight when its queue was dropped
-        records after forget_queue, and would leave a series that never updates."""
+        """Remove the series of every other queue (one no longer configured nor discovered)."""
         with self.lock:
             for queue in self.queues.keys() - set(queues):
                 del self.queues[queue]

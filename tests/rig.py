@@ -53,6 +53,9 @@ class Rig:
         self.node.look(self.clock())
 
     def tick(self, *queues: QueueSettings) -> None:
+        """One tick of `queues`, their series added first as the daemon's queue set adds them."""
+        for q in queues:
+            self.metrics.numbers.add_queue(q.name)
         Tick(self.node, self.ledger, self.drainer, "emq",
              clock=self.clock).run(queues)  # fmt: skip
 

@@ -218,6 +218,7 @@ class TestTicksDuringADrain:
         rig = Rig(redis_server.url)
         rig.drainer.clock = time.monotonic
         rig.tick(queue("huge"))
+        rig.metrics.numbers.add_queue("small")
         rig.drainer.start()
         durations: list[float] = []
         try:

@@ -105,7 +105,7 @@ class TestConstruction:
 
     def test_basic_is_the_default(self) -> None:
         """Without a level the per-queue series are the basic ones."""
-        assert Metrics(version="1.0").level is QueueMetrics.BASIC
+        assert Metrics(version="1.0").numbers.level is QueueMetrics.BASIC
 
     def test_build_info(self, m: Metrics) -> None:
         """Build info carries the version and the Python version."""
@@ -123,6 +123,13 @@ class TestConstruction:
 
 
 class TestRecord:
+    @pytest.fixture(autouse=True)
+    def queues(self, m: Metrics, full: Metrics) -> None:
+        """The queues these tests count into, added as the daemon adds a queue it sweeps."""
+        for metrics in (m, full):
+            for queue in ("q", "a", "b"):
+                metrics.numbers.add_queue(queue)
+
     def test_record_reply(self, m: Metrics) -> None:
         """A reply adds its recovered, dead and exempt counts to the queue, a sweep and its
         ghosts to the node."""
@@ -299,21 +306,42 @@ class TestQueueLifecycle:
 
     def test_add_queue_keeps_counts(self, m: Metrics) -> None:
         """Adding a queue again does not reset what it counted."""
+        m.numbers.add_queue("q")
         m.numbers.record(NODE, "q", result(reply(recovered=2)), 1.0)
         m.numbers.add_queue("q")
         assert value(m, "sweeperd_recovered_total", queue="q") == 2
 
     @pytest.mark.parametrize("level", list(QueueMetrics))
-    def test_forget_queue(self, level: QueueMetrics) -> None:
-        """forget_queue removes every series of the queue and no other queue's."""
+    def test_keep_queues_removes_every_series_of_the_others(self, level: QueueMetrics) -> None:
+        """keep_queues removes every series of a queue not named, and no other queue's."""
         m = Metrics(CollectorRegistry(), version="1", level=level)
         for queue in ("gone", "kept"):
             swept(m, queue)
-        m.numbers.forget_queue("gone")
+        m.numbers.keep_queues({"kept"})
         text = generate_latest(m.registry).decode()
         assert 'queue="gone"' not in text
         assert 'queue="kept"' in text
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 1.7e9
+
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_a_call_that_outlives_its_queue_brings_no_series_back(
+        self, level: QueueMetrics
+    ) -> None:
+        """Calls counted after their queue was dropped (every way the ledger counts) leave no
+        series of it: only their node's totals count them."""
+        m = Metrics(CollectorRegistry(), version="1", level=level)
+        m.numbers.add_node(NODE)
+        swept(m, "gone")
+        m.numbers.keep_queues(set())
+        late = result(reply(recovered=1, ghosts=1), depths(active=9, expired=9))
+        m.numbers.record(NODE, "gone", late, 2.0)
+        m.numbers.record_round(NODE, ["gone"], [late], 2.0, duration_s=0.001)
+        m.numbers.record_failure(NODE, "gone", Reason.LANE)
+        m.numbers.record_ticks(NODE, ["gone"], duration_s=0.001)
+        assert 'queue="gone"' not in generate_latest(m.registry).decode()
+        if level is QueueMetrics.BASIC:  # (at full, the per-queue series replace these)
+            assert value(m, "sweeperd_sweeps_total", node=NODE) == 2 + 3  # swept()'s two
+            assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 3 + 2
 
     def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
         """keep_queues removes the series of queues not named, as a late call left them."""
@@ -339,19 +367,19 @@ class TestQueueLifecycle:
         assert value(m, "sweeperd_expired_leases", queue="moved") is None
         assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") is None
         assert value(m, "sweeperd_queue_jobs", queue="moved", set="active") is None
+        late = depths(active=7, expired=7, oldest_ms=1_000)  # a call that outlived the ownership
+        m.numbers.record(NODE, "moved", result(reply(recovered=1), late), 3.0)
+        assert value(m, "sweeperd_expired_leases", queue="moved") is None
         m.numbers.add_queue("moved")
         assert value(m, "sweeperd_expired_leases", queue="moved") == 0
-        assert value(m, "sweeperd_recovered_total", queue="moved") == 4
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") == 0
+        assert value(m, "sweeperd_recovered_total", queue="moved") == 5
 
     def test_add_node_precreates(self, m: Metrics) -> None:
         """add_node makes a node's sweeps and ghosts exist at 0."""
         m.numbers.add_node("n:9")
         for name in ("sweeps", "ghosts_removed"):
             assert value(m, f"sweeperd_{name}_total", node="n:9") == 0
-
-    def test_forget_unknown_queue(self, m: Metrics) -> None:
-        """Forgetting a queue that has no series is harmless."""
-        m.numbers.forget_queue("never")
 
 
 def every_kind(m: Metrics) -> Metrics:
