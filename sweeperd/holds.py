@@ -53,7 +53,8 @@ class Holds(Collector):
         log.warning("sweep_held", queue=queue, node=node, reason=str(reason), hint=HINTS[reason])
 
     def release(self, queue: str, node: str) -> None:
-        """The queue's call ran (or failed) on `node`: a hold ends, logged with how long."""
+        """The queue's call ran on `node`: a hold ends, logged with how long (a failure ends
+        none: the queue is still unswept, and its failure is counted as well)."""
         if queue not in self.held:  # most calls: nothing held, no lock taken
             return
         with self.lock:

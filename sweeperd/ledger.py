@@ -37,7 +37,8 @@ class Ledger:
         """Count one call (its reply or its failure) and the numbers after it, at Unix time
         `at`; the reply when the call succeeded. `level` is the `sweep` event's log level."""
         self.numbers.record(self.node, queue, result, at)
-        self.holds.release(queue, self.node)
+        if isinstance(result.reply, SweepReply):
+            self.holds.release(queue, self.node)
         return self.logged(queue, result, level)
 
     def record_round(
@@ -46,8 +47,9 @@ class Ledger:
         """A tick's calls, one per queue, counted together (the tick's round trip as each
         queue's duration) and each logged as record() logs it."""
         self.numbers.record_round(self.node, queues, results, at, duration_s=duration_s)
-        for queue in queues if self.holds.held else ():
-            self.holds.release(queue, self.node)
+        for queue, result in zip(queues, results, strict=True) if self.holds.held else ():
+            if isinstance(result.reply, SweepReply):
+                self.holds.release(queue, self.node)
         for queue, result in zip(queues, results, strict=True):
             # A quiet success of a queue that was not failing has nothing to log (`failing` is
             # only read here: a queue failing meanwhile is logged by the call that failed).
@@ -85,7 +87,6 @@ class Ledger:
         """A call that failed without a reply: always counted; logged when the queue's reason
         changes."""
         self.numbers.record_failure(self.node, queue, error.reason)
-        self.holds.release(queue, self.node)
         self.failed(queue, error)
 
     def fail_tick(self, queues: Sequence[str], error: SweepError, *, duration_s: float) -> None:
