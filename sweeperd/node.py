@@ -11,7 +11,7 @@ import structlog
 
 from sweeperd.clusternodes import cluster_down
 from sweeperd.executors import Executor, ExecutorChoice, choose
-from sweeperd.reasons import REDIRECTS, Reason, SweepError
+from sweeperd.reasons import Reason, SweepError
 from sweeperd.replies import CallResult
 from sweeperd.rounds import Packed
 from sweeperd.serverinfo import ServerInfo, read_server_info
@@ -141,16 +141,13 @@ class Node:
             self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
 
     def judged(self, results: list[CallResult]) -> list[CallResult]:
-        """The calls' results as this node's place makes them: outside --cluster a redirect is
-        no routing but a failure (this is a Cluster node), and CLUSTERDOWN names the failed
-        nodes (read once for the round)."""
+        """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).
+        No redirect reaches here outside --cluster: look() refuses a Cluster node first."""
         down: SweepError | None = None
         judged = []
         for result in results:
             error = result.reply
-            if isinstance(error, SweepError) and error.reason in REDIRECTS and not self.cluster:
-                result = CallResult(result.call, clustered_error(self.name), result.depths)
-            elif isinstance(error, SweepError) and error.reason is Reason.CLUSTER_DOWN:
+            if isinstance(error, SweepError) and error.reason is Reason.CLUSTER_DOWN:
                 down = down or cluster_down(error, self.client)
                 result = CallResult(result.call, down, result.depths)
             judged.append(result)

@@ -148,8 +148,9 @@ local listed = tonumber(ARGV[5])
 local head = {}  -- the first ids the verb will select: its ghosts among them are named
 local wanted = positive_limit(ARGV[3])
 if before and before > 0 and wanted then
-  head = call('ZRANGEBYSCORE', active, '-inf', started_ms, 'LIMIT', 0,
-              math.min(wanted, listed > 0 and listed or wanted))
+  -- the limit as given: as a Lua number, one from 1e17 on would be sent as 1e+17
+  local n = (listed > 0 and listed < wanted) and string.format('%d', listed) or ARGV[3]
+  head = call('ZRANGEBYSCORE', active, '-inf', started_ms, 'LIMIT', 0, n)
 end
 local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
 local run_id = string.match(call('INFO', 'server'), 'run_id:(%x+)')

@@ -175,6 +175,21 @@ class TestSpecTable:
             row("later"): {b"attempts": b"1"},
         }
 
+    def test_the_largest_limit(self, target: Target) -> None:
+        """--limit 2**63-1, the verb's largest, reaches the server as written: a ghost among
+        the leases is named, the others recovered (ids are read ahead to name ghosts)."""
+        lease(target.r, Q, b"ghost")
+        lease(target.r, Q, b"j", PAST_MS, attempts=1)
+        largest = str(2**63 - 1)
+        ran = target.once("--json", "--limit", largest, "--max-stalled", "5")
+        assert (ran.code, ran.err) == (0, "")
+        body = ran.json()
+        assert (body["recovered"], body["ghost_ids"], body["limit"]) == (
+            ["j"],
+            ["ghost"],
+            2**63 - 1,
+        )
+
     def test_lane_row_refused(self, target: Target) -> None:
         """A lane row among ordinary ones refuses the call: exit 1, nothing written."""
         lease(target.r, Q, b"a", PAST_MS, attempts=1)
