@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import click
 import redis
 import typer
+from click.core import ParameterSource
 from rich.console import Console
 
 from sweeperd import __version__, census, once, report
@@ -149,13 +150,13 @@ def _usage(message: str) -> Failure:
 
 
 def _given(ctx: typer.Context, key: str) -> object:
-    """A setting's flag or env var, None when neither is given; one given empty is "" (click
-    drops an env var set empty: the settings refuse it, as they refuse an empty flag)."""
+    """A setting's flag or env var (a switch's env var set false too: it beats the file), None
+    when neither is given; one given empty is "" (click drops an env var set empty: the
+    settings refuse it, as they refuse an empty flag)."""
     if key not in ctx.params:  # not an option of this command
         return None
-    value = ctx.params[key]
-    if value or value == "":
-        return value
+    if ctx.get_parameter_source(key) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        return ctx.params[key]
     return "" if os.environ.get(OPTIONS[key].env_name) == "" else None
 
 

@@ -211,7 +211,10 @@ def file_path(given: Given) -> Path | None:
     neighbour."""
     if given.value is None:
         return None
-    path = Path(string(given))
+    text = string(given)
+    if "\0" in text:
+        raise ConfigError(f"{given.where} holds a NUL character: give the file's path")
+    path = Path(text)
     if given.beside is not None and not path.is_absolute():
         return given.beside / path
     return path

@@ -190,6 +190,9 @@ class Daemon:
         except ConfigError as exc:
             log.error("reload_failed", error=str(exc))
             return
+        except Exception:  # a bug in reading it: the daemon goes on with what runs
+            log.exception("reload_failed", error="the file could not be read (a bug: report it)")
+            return
         waiting = restart_changes(self.settings, wanted)
         if waiting:
             log.warning("reload_needs_restart", settings=waiting)

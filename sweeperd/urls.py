@@ -103,7 +103,10 @@ def check_url(url: str) -> str:
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in URL_SCHEMES:
         raise BadConnection("the scheme must be redis://, rediss:// or unix://")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed or malformed [IPv6] host
+        raise BadConnection("the host is not a name, an IPv4 address or an [IPv6] one") from None
     if parts.fragment:
         raise BadConnection("a URL fragment (#...) means nothing here")
     query = _query(scheme, parts.query)

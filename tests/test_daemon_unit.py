@@ -85,6 +85,21 @@ class TestReload:
              "error": "interval in f must be positive"}
         ]  # fmt: skip
 
+    def test_a_reload_that_breaks_keeps_the_daemon_running(
+        self, redis_server: RedisServer, clock: Clock
+    ) -> None:
+        """A reload that raises what no refusal is (a bug) is logged as reload_failed with its
+        traceback; the daemon goes on with the running settings."""
+        settings = settings_for(redis_server.url)
+        daemon = make(settings, clock, reload=RuntimeError("no such attribute"))
+        with capture_logs() as logs:
+            daemon.apply_reload()
+        assert daemon.settings is settings
+        [failed] = logs
+        assert (failed["event"], failed["log_level"], failed["exc_info"]) == (
+            "reload_failed", "error", True,
+        )  # fmt: skip
+
 
 class TestDiscovery:
     def test_found_queues_are_scheduled_and_logged(self, r: redis.Redis, daemon: Daemon) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import redis
 
@@ -164,3 +165,21 @@ class TestInspectExit:
         assert "WRONGTYPE" in line
         assert ran.json()["error"] == {"reason": "wrongtype", "message": line[len("sweeperd: ") :]}
         assert dump_all(r) == before
+
+
+class TestPrecedence:
+    def test_a_switch_set_false_in_the_env_beats_the_file(
+        self, r: redis.Redis, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """`cluster = true` in the file, SWEEPERD_CLUSTER=false: a standalone server is read as
+        one (the file alone refuses it as not a cluster node, exit 3)."""
+        populate(r)
+        config = tmp_path / "sweeperd.toml"
+        config.write_text("cluster = true\n")
+        assert inspect(redis_server, "--config", str(config)).code == 3
+        ran = sweeperd(
+            "inspect", "--queue", "q", "--redis-url", redis_server.url, "--json",
+            "--config", str(config), env={"SWEEPERD_CLUSTER": "false"},
+        )  # fmt: skip
+        assert (ran.code, ran.err) == (0, "")
+        assert ran.json()["expired"] == 3

@@ -228,6 +228,14 @@ class TestPassword:
         assert s.connection.password == "s3cret"
         assert "s3cret" not in repr(s)
 
+    def test_a_path_with_a_nul_is_refused(self, tmp_path: Path) -> None:
+        """A path holding a NUL (which no file's can) is refused in one line."""
+        message = refusal(tmp_path, 'queues = ["q"]\nredis_password_file = "a\\u0000b"\n')
+        assert message == (
+            f"redis_password_file in {tmp_path / 'sweeperd.toml'} holds a NUL character: give "
+            "the file's path"
+        )
+
     def test_password_file_relative_to_config(self, tmp_path: Path) -> None:
         """A relative password file in the config file is found beside the file."""
         (tmp_path / "pw").write_text("s3cret")
@@ -458,6 +466,15 @@ class TestRedisUrl:
         """A bare host, or a scheme redis-py does not know, is refused."""
         message = refusal(tmp_path, queues=["q"], redis_url=url)
         assert message.endswith(f"the scheme must be redis://, rediss:// or unix://, in {url!r}")
+
+    @pytest.mark.parametrize("url", ["redis://[::1", "redis://[zz]:6379/0"])
+    def test_a_bad_ipv6_host(self, tmp_path: Path, url: str) -> None:
+        """A bracketed host left open or not IPv6 is refused in one line, not a traceback."""
+        message = refusal(tmp_path, queues=["q"], redis_url=url)
+        assert message == (
+            "--redis-url (SWEEPERD_REDIS_URL): the host is not a name, an IPv4 address or an "
+            f"[IPv6] one, in {url!r}"
+        )
 
     def test_unparsable(self, tmp_path: Path) -> None:
         """A URL redis-py cannot parse is refused with its reason and no credentials."""
