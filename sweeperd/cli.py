@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -163,9 +164,13 @@ def _given(ctx: typer.Context, key: str) -> object:
 def _build(ctx: typer.Context, **fixed: str) -> Settings:
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
     overrides = {key: fixed[key] if key in fixed else _given(ctx, key) for key in SETTING_KEYS}
-    config = ctx.params.get("config")
+    config = _given(ctx, "config")
+    if config == "":  # not "no file": whatever the file said would silently not apply
+        raise ConfigError(
+            f"{OPTIONS['config'].where} is empty: give the TOML file's path or leave it out"
+        )
     return build_settings(
-        overrides, Path(config) if config else None, logs_to_tty=sys.stderr.isatty()
+        overrides, Path(str(config)) if config else None, logs_to_tty=sys.stderr.isatty()
     )
 
 
@@ -299,7 +304,7 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
 
     It writes nothing: each refresh is one pipelined round trip of reads per primary (INFO,
     COMMAND INFO, the replicas' members, a ZCOUNT per queue to rank them, five counts per row
-    shown). recovered/s is how fast the pending set grew over the reads of the last
+    shown). rec/s is how fast the pending set grew over the reads of the last
     --rate-window seconds (recoveries, and producers, less what workers took); dead/s how fast
     the metrics:failed count grew (jobs that died for any reason). A server whose run_id
     changed since the view started is marked RESTARTED; rows of a server that cannot be read
@@ -343,11 +348,12 @@ def run_command(ctx: typer.Context, **_given: object) -> None:
 
     configure_logging(settings.log_format, settings.log_level)
     from sweeperd import daemon  # the scheduler and the HTTP server: loaded for `run` only
+    from sweeperd.http import CannotListen
 
     try:
         code = daemon.run(settings, load)
-    except OSError as exc:  # the metrics port is taken, or cannot be bound
-        reply.fail(_usage(f"{OPTIONS['metrics_addr'].where}: {exc}"))
+    except CannotListen as exc:  # the metrics port is taken, or cannot be bound
+        reply.fail(_usage(f"{OPTIONS['metrics_addr'].where}: {exc.strerror}"))
     except SweepError as exc:  # the servers are not the topology the options name
         reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)
@@ -379,12 +385,17 @@ def demo_command(
     live, clean up."""
     isatty = sys.stdout.isatty()
     configure_logging("console" if sys.stderr.isatty() else "json", "info")
+    if not math.isfinite(seconds):
+        Reply(json=False).fail(_usage(f"--seconds must be a number of seconds, not {seconds}"))
     from sweeperd import demo  # the daemon and its dependencies: loaded for `demo` only
+    from sweeperd.http import CannotListen
 
     try:
         demo.run_demo(seconds, module, metrics_port, typer.echo, isatty, server)
     except FileNotFoundError as exc:
         Reply(json=False).fail(_usage(str(exc)))
+    except CannotListen as exc:
+        Reply(json=False).fail(_usage(f"--metrics-port: {exc.strerror}; pick a free one, or 0"))
     except demo.ServerDidNotStart as exc:
         Reply(json=False).fail(Failure(EXIT_UNREACHABLE, "connection", str(exc)))
     except KeyboardInterrupt:

@@ -41,6 +41,10 @@ LANDING = """<!doctype html>
 """
 
 
+class CannotListen(OSError):
+    """The HTTP side cannot bind its address (taken, or not this host's); says which."""
+
+
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a slow client never holds up the shutdown
 
@@ -193,7 +197,7 @@ def serve(
             server_class = web.server_class(server_class)
         server = server_class((address, port), _QuietHandler)
     except OSError as exc:
-        raise OSError(exc.errno, f"cannot listen on {shown}: {exc.strerror or exc}") from exc
+        raise CannotListen(exc.errno, f"cannot listen on {shown}: {exc.strerror or exc}") from exc
     app = _app(registry, healthy, ready, landing, exposition)
     server.set_app(web.guard(app) if web is not None else app)
     thread = threading.Thread(

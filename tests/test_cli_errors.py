@@ -156,6 +156,17 @@ class TestDigitsAndOrder:
         assert says in one_line(sweeperd("once", "-q", "q", *args), 2)
 
 
+class TestEmptyConfig:
+    @pytest.mark.parametrize("command", ["run", "once", "inspect", "top"])
+    def test_refused_as_a_flag_and_as_an_env_var(self, command: str) -> None:
+        """--config '' or SWEEPERD_CONFIG set empty is not "no file" (the file's settings would
+        silently not apply): exit 2, one line."""
+        says = "--config (SWEEPERD_CONFIG) is empty: give the TOML file's path or leave it out"
+        flag = sweeperd(command, "-q", "q", "--config", "")
+        env = sweeperd(command, "-q", "q", env={"SWEEPERD_CONFIG": ""})
+        assert one_line(flag, 2) == one_line(env, 2) == f"sweeperd: {says}"
+
+
 class TestTimeouts:
     @pytest.mark.parametrize("value", ["nan", "inf", "1e12", "0"])
     def test_refused(self, redis_server: RedisServer, value: str) -> None:

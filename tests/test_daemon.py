@@ -406,4 +406,7 @@ class TestBadConfig:
             port = taken.getsockname()[1]
             done = sweeperd("run", "--queue", "q", "--metrics-addr", f"127.0.0.1:{port}")
         assert done.code == 2, done.err
-        assert "--metrics-addr" in done.err
+        assert done.err_lines == [
+            f"sweeperd: --metrics-addr (SWEEPERD_METRICS_ADDR): cannot listen on 127.0.0.1:{port}: "
+            "Address already in use"
+        ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,26 @@ class TestDemo:
             assert done.returncode == 2, done.stderr
             [line] = done.stderr.splitlines()
             assert line.startswith(said), line
+
+    def test_a_taken_metrics_port_is_a_bad_option(self, server_kind: str) -> None:
+        """A --metrics-port something listens on: exit 2, one line naming the address."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            done = demo("--metrics-port", str(port), "--server", server_binary(server_kind))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"sweeperd: --metrics-port: cannot listen on 127.0.0.1:{port}: Address already in "
+            "use; pick a free one, or 0"
+        ]
+
+    def test_seconds_that_are_no_number_are_a_bad_option(self) -> None:
+        """--seconds nan passes the minimum click checks; it is refused in one line, exit 2."""
+        done = demo("--seconds", "nan")
+        assert (done.returncode, done.stderr.splitlines()) == (
+            2, ["sweeperd: --seconds must be a number of seconds, not nan"],
+        )  # fmt: skip
 
 
 class TestFinding:
