@@ -59,7 +59,9 @@ class OnceResult:
 
     @property
     def still_due(self) -> str:
-        return f"{self.left} leases still due" if self.left_read else "what is due unreadable"
+        if not self.left_read:
+            return "what is due unreadable"
+        return f"{self.left} lease{'' if self.left == 1 else 's'} still due"
 
     @property
     def taken(self) -> int:

@@ -92,7 +92,7 @@ OPTIONS: dict[str, Option] = {
             "PATH",
             ALL,
             "The TOML file: the settings below, and [queue.<name>] tables for a queue's own "
-            "interval, max_stalled and limit (once and inspect apply them too).",
+            "interval, max_stalled and limit (once applies them too, below its flags).",
             toml=False,
         ),
         Option(
@@ -327,8 +327,8 @@ OPTIONS: dict[str, Option] = {
             "log_level",
             "LEVEL",
             (RUN,),
-            "The least level logged: debug, info, warning or error; APScheduler and redis-py "
-            "log warnings and up whatever it is.",
+            "The least level logged: debug, info, warning, error or critical; APScheduler and "
+            "redis-py log warnings and up whatever it is.",
             "info",
             parse=coercers.log_level,
         ),

@@ -64,7 +64,7 @@ def once_text(result: OnceResult) -> str:
         if ids:
             lines += [f"{title}:", abbreviated(ids, room)]
     if result.error is not None:
-        lines.append(f"{result.refusal} ({result.error.reason}), {result.still_due}")
+        lines.append(f"{result.error.reason}: {result.refusal}, {result.still_due}")
     elif not (result.recovered or result.dead or result.ghosts):
         lines.append("nothing was due" + (f": {result.absent}" if result.absent else ""))
     return "\n".join(lines)

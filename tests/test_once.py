@@ -203,6 +203,16 @@ class TestSpecTable:
         assert ran.json() == target.expect(error={"reason": "lane", "message": said}, left=3)
         assert dump_all(target.r) == before
 
+    def test_a_refusal_in_text(self, target: Target) -> None:
+        """Without --json: the summary's last line is the reason and the same words as stderr's
+        (one lease is one lease)."""
+        lease(target.r, Q, b"lane", PAST_MS, attempts=1, group="g")
+        ran = target.once()
+        said = "refused, nothing written, 1 lease still due"
+        assert ran.code == 1
+        assert ran.err_lines == [f"sweeperd: EMQLANE job lane is a lane row: {said}"]
+        assert ran.out.splitlines()[-1] == f"lane: {said}"
+
     def test_stalled_not_an_integer_refused(self, target: Target) -> None:
         """stalled = abc on a counted row is HINCRBY's refusal: exit 1, nothing written."""
         lease(target.r, Q, b"a", PAST_MS, attempts=1, lease_epoch=EARLIER)
