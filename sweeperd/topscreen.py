@@ -17,18 +17,22 @@ from sweeperd.topread import ERROR, KEPT, MIGRATING, MOVED, OK, STALE
 
 MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!"}  # before the queue's name
 STYLES = {STALE: "dim", MIGRATING: "dim", MOVED: "dim", ERROR: "yellow"}
+CELL = 6  # characters a count or a rate may take
 COLUMNS = ("expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
 STALE_NOTE = "~ the last numbers read: their server cannot be read now (its line says why)"
 
 
 def count(value: int | None, missing: str = "…") -> str:
-    """A count in at most 6 characters: 99,999, then 123.5k, 12.3M, 1.2G."""
+    """A count in at most 6 characters: 99,999 (-9,999), then 123.5k (-123k), 12.3M, 1.2G:
+    the first of these that fits, a unit taken only while under 1,000 of it."""
     if value is None:
         return missing
-    for limit, size, unit in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e5, 1e3, "k")):
-        if abs(value) >= limit:
-            return f"{value / size:.1f}{unit}"
-    return f"{value:,}"
+    shown = [f"{value:,}"]
+    for size, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")):
+        scaled = value / size
+        if round(abs(scaled), 1) < 1000:
+            shown += [f"{scaled:.1f}{unit}", f"{scaled:.0f}{unit}"]
+    return next((text for text in shown if len(text) <= CELL), shown[-1])
 
 
 def rate(value: float | None) -> str:

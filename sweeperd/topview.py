@@ -88,6 +88,8 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     else:
         rows = rows_fitting(shutil.get_terminal_size((100, 40)).lines, 1)
     once = bool(params["once"]) or not isatty or bool(params["json"])
+    if once:  # two reads an interval apart: the rates are over that interval, whatever the window
+        window = interval
     return ViewOptions(interval, rows, once, bool(params["json"]), window)
 
 
