@@ -20,15 +20,19 @@ def _address(fields: list[str]) -> str:
     return fields[1].split("@", 1)[0]
 
 
-def failed_nodes(client: redis.Redis) -> list[str]:
-    """The nodes the Cluster marks failed (fail, not fail?), as host:port."""
-    return sorted(_address(f) for f in cluster_nodes(client) if "fail" in f[2].split(","))
+def failed_primaries(nodes: list[list[str]]) -> list[str]:
+    """The primaries the Cluster marks failed (fail, not fail?) that still hold slots (no
+    replica took over), as host:port: a failed replica, or a primary whose replica took its
+    slots, took nothing down."""
+    return sorted(
+        _address(f) for f in nodes if {"master", "fail"} <= set(f[2].split(",")) and f[8:]
+    )
 
 
 def cluster_down(error: SweepError, client: redis.Redis) -> SweepError:
     """CLUSTERDOWN, with the nodes whose failure took the Cluster down when the node says."""
     try:
-        failed = failed_nodes(client)
+        failed = failed_primaries(cluster_nodes(client))
     except redis.RedisError:
         failed = []
     which = f": {', '.join(failed)} failed, and no replica took over" if failed else ""
