@@ -113,9 +113,10 @@ local function micros()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The clock of the server time: Valkey 9 answers every TIME inside a script with the time the
--- script started, so there the server process's CPU time (os.clock, which Valkey gives scripts
--- and Redis 7.0 does not) measures how long the call ran; on Redis, TIME does.
+-- The clock of the server time: Redis 7.0 answers TIME inside a script with the time now, and
+-- gives scripts no os.clock; Valkey 9 (and Redis from 7.2) answer every TIME with the time the
+-- script started, so there the server process's CPU time (os.clock, where given) measures how
+-- long the call ran. Where neither does, server_us is 0 and the call's round trip stands in.
 local cpu_clock = (rawget(_G, 'os') or {}).clock
 local function ran_us()
   if cpu_clock then return math.floor(cpu_clock() * 1000000) end
