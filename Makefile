@@ -1,8 +1,8 @@
 # sweeperd: `make demo` and `make test` set up everything they need on a fresh machine.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := redis-server redis-tools prometheus systemd  # redis-server --sentinel runs the Sentinels
-MISSING := $(strip $(foreach tool,redis-server redis-cli promtool prometheus systemd-analyze,\
+APT_PACKAGES := redis-server redis-tools prometheus systemd gcc libc6-dev python3-venv  # redis-server --sentinel runs the Sentinels
+MISSING := $(strip $(foreach tool,redis-server redis-cli promtool prometheus systemd-analyze gcc,\
 	$(if $(shell command -v $(tool) 2>/dev/null),,$(tool))))
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 IMAGE_CACHE ?= /var/cache/sweeperd-images
