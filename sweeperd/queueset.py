@@ -45,14 +45,16 @@ class QueueSet:
 
     def known(self) -> list[QueueSettings]:
         """Every queue this replica knows: the configured, then those a scan found within the
-        last DISCOVERED_TTL_S."""
-        named = {q.name for q in self.settings.queues}
+        last DISCOVERED_TTL_S. Call with the lock held."""
+        settings = self.settings  # one reading: SIGHUP may replace it
+        named = {q.name for q in settings.queues}
         found = sorted(self.discovered.keys() - named)
-        return [*self.settings.queues, *(self.settings.for_queue(n) for n in found)]
+        return [*settings.queues, *(settings.for_queue(n) for n in found)]
 
     def owned(self) -> list[QueueSettings]:
         """The known queues this replica owns now: the ones it sweeps."""
-        return self.sharing.owned(self.known())
+        with self.lock:
+            return self.sharing.owned(self.known())
 
     def apply(self) -> tuple[set[str], set[str]]:
         """Schedule the queues owned now. A queue owned no more keeps its counters and its last
@@ -80,11 +82,12 @@ class QueueSet:
         until no scan has found it for DISCOVERED_TTL_S: a drained queue's active set is gone
         until its next lease, and its counters must not go with it."""
         now = self.clock()
-        added = found - self.discovered.keys()
-        self.discovered.update(dict.fromkeys(found, now))
-        dropped = {q for q, seen in self.discovered.items() if now - seen > DISCOVERED_TTL_S}
-        for queue in dropped:
-            del self.discovered[queue]
+        with self.lock:  # apply() reads them from the membership's and SIGHUP's threads
+            added = found - self.discovered.keys()
+            self.discovered.update(dict.fromkeys(found, now))
+            dropped = {q for q, seen in self.discovered.items() if now - seen > DISCOVERED_TTL_S}
+            for queue in dropped:
+                del self.discovered[queue]
         if added or dropped:
             log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
             self.apply()
