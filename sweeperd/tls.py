@@ -48,11 +48,14 @@ class TlsFiles:
                 context.load_verify_locations(cafile=self.ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise BadTlsFile("redis_ca_file", _tls_problem(self.ca_file, exc)) from None
+        for key, path in (("redis_cert_file", self.cert_file), ("redis_key_file", self.key_file)):
+            _readable(key, path)  # which of the two cannot be read, before they are paired
         try:
             if self.cert_file:
                 context.load_cert_chain(self.cert_file, self.key_file)
         except (OSError, ssl.SSLError) as exc:
-            raise BadTlsFile("redis_cert_file", _tls_problem(self.cert_file, exc)) from None
+            pair = f"{self.cert_file} with {self.key_file}" if self.key_file else self.cert_file
+            raise BadTlsFile("redis_cert_file", _tls_problem(pair, exc)) from None
         return self
 
     def by_key(self) -> dict[str, str | None]:
@@ -72,6 +75,17 @@ class TlsFiles:
 
 
 NO_TLS = TlsFiles()  # plain TCP, or rediss:// with the system's CA bundle
+
+
+def _readable(key: str, path: str | None) -> None:
+    """The file named by setting `key` can be opened for reading (or none is named)."""
+    if path is None:
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise BadTlsFile(key, _tls_problem(path, exc)) from None
 
 
 def _tls_problem(path: str | None, exc: OSError | ssl.SSLError) -> str:

@@ -153,7 +153,13 @@ class TestTls:
             (["--redis-url", "rediss://127.0.0.1:1/0", "--redis-ca-file", str(garbage)],
              "--redis-ca-file (SWEEPERD_REDIS_CA_FILE)"),
             (["--redis-url", "rediss://127.0.0.1:1/0", "--redis-cert-file", str(pki.client_cert),
-              "--redis-key-file", str(pki.server_key)], "--redis-cert-file"),
+              "--redis-key-file", str(pki.server_key)],
+             f"--redis-cert-file (SWEEPERD_REDIS_CERT_FILE) {pki.client_cert} with "
+             f"{pki.server_key} is not a usable PEM file"),
+            (["--redis-url", "rediss://127.0.0.1:1/0", "--redis-cert-file", str(pki.client_cert),
+              "--redis-key-file", str(tmp_path / "no.key")],
+             f"--redis-key-file (SWEEPERD_REDIS_KEY_FILE) cannot read {tmp_path / 'no.key'}: "
+             "No such file or directory"),
             (["--redis-url", "rediss://127.0.0.1:1/0", "--redis-key-file", str(pki.client_key)],
              "--redis-key-file (SWEEPERD_REDIS_KEY_FILE) needs its certificate"),
         ]  # fmt: skip
