@@ -83,7 +83,7 @@ class Daemon:
         state = self.metrics.state
         state.nodes, state.ready = self.fleet.states, self.health.ready
         state.members, state.ownership_changes = self.sharing.seen, lambda: self.sharing.changes
-        state.owned = lambda: len(self.queues.swept)
+        state.owned, state.known = lambda: len(self.queues.swept), self.queues.known_count
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.server: MetricsServer | None = None

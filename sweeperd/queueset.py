@@ -51,6 +51,11 @@ class QueueSet:
         found = sorted(self.discovered.keys() - named)
         return [*settings.queues, *(settings.for_queue(n) for n in found)]
 
+    def known_count(self) -> int:
+        """How many queues this replica knows, for the series that says it."""
+        with self.lock:
+            return len(self.known())
+
     def owned(self) -> list[QueueSettings]:
         """The known queues this replica owns now: the ones it sweeps."""
         with self.lock:

@@ -1,6 +1,6 @@
 """What the daemon's parts know now, as series read at scrape time: each primary's state, the
-readiness, the replicas' membership and the queues this one owns. Nothing writes them: the
-parts bind their readers, and a scrape asks."""
+readiness, the replicas' membership and the queues this one knows and owns. Nothing writes
+them: the parts bind their readers, and a scrape asks."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class StateReaders:
     ready: Callable[[], bool] = lambda: False
     members: Callable[[], int] = lambda: 0
     owned: Callable[[], int] = lambda: 0
+    known: Callable[[], int] = lambda: 0
     ownership_changes: Callable[[], int] = lambda: 0
 
 
@@ -79,6 +80,12 @@ class StateCollector(Collector):
             "Queues this replica sweeps: its share, or every queue when sharing is off.",
             value=self.read.owned(),
         )
+        yield GaugeMetricFamily(
+            "sweeperd_known_queues",
+            "Queues this replica knows: configured, or found by a scan within the last hour; "
+            "every one of them should have an owner among the replicas.",
+            value=self.read.known(),
+        )
         yield CounterMetricFamily(
             "sweeperd_ownership_changes",
             "Times the set of queues this replica owns changed with the members it sees.",
@@ -97,5 +104,6 @@ NAMES = {
     "sweeperd_ready": "gauge",
     "sweeperd_members": "gauge",
     "sweeperd_owned_queues": "gauge",
+    "sweeperd_known_queues": "gauge",
     "sweeperd_ownership_changes": "counter",
 }

@@ -103,8 +103,10 @@ class TestReload:
 
 class TestDiscovery:
     def test_found_queues_are_scheduled_and_logged(self, r: redis.Redis, daemon: Daemon) -> None:
-        """A scan finds the active sets: the new queues get series and the node answered."""
+        """A scan finds the active sets: the new queues get series and the node answered; the
+        queues known are the configured one and the one found."""
         lease(r, QueueKeys("found"), b"j", attempts="1")
+        assert value(daemon, "sweeperd_known_queues") == 1
         with capture_logs() as logs:
             daemon.discover()
             daemon.discover()
@@ -113,6 +115,7 @@ class TestDiscovery:
             ("queues_discovered", ["found"]),
         ]
         assert daemon.queues.swept == {"fixed", "found"}
+        assert value(daemon, "sweeperd_known_queues") == 2
         assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
         assert node_of(daemon).up is True
 

@@ -246,9 +246,10 @@ class TestRecord:
 
 class TestSharingSeries:
     def test_members_owned_queues_and_changes_start_at_zero(self, m: Metrics) -> None:
-        """The three series of sharing exist from the start, unlabelled, at 0."""
+        """The four series of sharing exist from the start, unlabelled, at 0."""
         assert value(m, "sweeperd_members") == 0
         assert value(m, "sweeperd_owned_queues") == 0
+        assert value(m, "sweeperd_known_queues") == 0
         assert value(m, "sweeperd_ownership_changes_total") == 0
 
 
@@ -443,5 +444,5 @@ class TestExposition:
             for metric in every_kind(full).registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 23
+        assert len(helps) == 24
         assert all(len(text) > 20 for text in helps.values())

@@ -59,6 +59,7 @@ COUNTERS_AND_GAUGES = frozenset(
         "sweeperd_ready",
         "sweeperd_members",
         "sweeperd_owned_queues",
+        "sweeperd_known_queues",
         "sweeperd_ownership_changes_total",
         "sweeperd_sweeps_held_total",
         "sweeperd_held_queues",
@@ -92,6 +93,7 @@ ALERTS = frozenset(
         "SweeperdServerRestarted",
         "SweeperdSweepHeld",
         "SweeperdGhostsRemoved",
+        "SweeperdQueuesUnowned",
     }
 )
 ENV_VARS = tuple(o.env_name for o in OPTIONS.values() if RUN in o.commands)
