@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     current = package_text("sweep.lua")
     if args.baseline is None:
         baseline = current.replace("local EPOCHS_PAGE = 1000", "local EPOCHS_PAGE = 0", 1)
+        # Unchanged, the bench would measure the script against itself and report nothing.
+        assert baseline != current, (
+            "sweep.lua no longer has the line `local EPOCHS_PAGE = 1000`: update the baseline "
+            "bench/bench_epochs.py makes from it, or pass --baseline"
+        )
     else:
         baseline = args.baseline.read_text()
     print(f"{'executor':>8}  {'baseline us/lease':>17}  {'current us/lease':>16}  {'ratio':>5}")

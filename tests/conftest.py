@@ -14,6 +14,7 @@ from hypothesis import settings
 
 from sweeperd.executors import NATIVE, SCRIPT
 from tests.certs import Pki, make_pki
+from tests.helpers import EXAMPLES
 from tests.server import RedisServer, selected_kinds
 from tests.targets import Target
 from tests.topologies import Cluster
@@ -49,7 +50,6 @@ PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 settings.register_profile("ci", settings.get_profile("ci"), max_examples=2000)
 settings.register_profile("dev", max_examples=300)
 settings.load_profile(PROFILE)
-EXAMPLES = "differential_examples"  # the user property a differential test records its count in
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,9 @@ PAST_MS = 1_000_000  # a deadline long gone: 1970, a thousand seconds in
 FUTURE_OFFSET_MS = 3_600_000  # an hour ahead: not expired during any test
 # max_stalled or limit values the verb refuses, the module and the Lua port alike
 BAD_NUMBERS = ["0", "-1", "x", "+1", "01", "-0", " 1", "", "1.0", "9223372036854775808"]
+# The user property a differential test records its count of Hypothesis examples in (conftest.py
+# sums it over the run for the terminal summary).
+EXAMPLES = "differential_examples"
 
 
 def now_ms() -> int:

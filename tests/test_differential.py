@@ -14,8 +14,7 @@ from sweeperd.constants import LLONG_MAX, LLONG_MIN, VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.scripts import STALLED_CHECK
-from tests.conftest import EXAMPLES
-from tests.helpers import now_ms, run_id
+from tests.helpers import EXAMPLES, now_ms, run_id
 from tests.keyspace_model import (
     Keyspace,
     Reply,

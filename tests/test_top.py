@@ -233,20 +233,22 @@ class TestTopOutage:
         with own_server.client() as c:
             populate(c)
         view = viewer(own_server)
-        before = rows_of(view.refresh())
-        own_server.stop()
-        screen = view.refresh()
-        [server] = screen.servers
-        assert server.node == f"127.0.0.1:{own_server.port}"
-        assert server.error is not None and "refused" in server.error.lower()
-        assert {q: row[1:] for q, row in rows_of(screen).items()} == {
-            q: row[1:] for q, row in before.items()
-        }
-        assert {row.state for row in screen.rows} == {"stale"}
-        text = plain_text(screen, 1.0, 100)
-        assert f"127.0.0.1:{own_server.port}  UNREACHABLE: " in text
-        assert all(f"~{queue}" in text for queue in BACKLOGS), text
-        view.close()
+        try:
+            before = rows_of(view.refresh())
+            own_server.stop()
+            screen = view.refresh()
+            [server] = screen.servers
+            assert server.node == f"127.0.0.1:{own_server.port}"
+            assert server.error is not None and "refused" in server.error.lower()
+            assert {q: row[1:] for q, row in rows_of(screen).items()} == {
+                q: row[1:] for q, row in before.items()
+            }
+            assert {row.state for row in screen.rows} == {"stale"}
+            text = plain_text(screen, 1.0, 100)
+            assert f"127.0.0.1:{own_server.port}  UNREACHABLE: " in text
+            assert all(f"~{queue}" in text for queue in BACKLOGS), text
+        finally:
+            view.close()
 
     def test_wrong_type_is_its_rows_error(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """A queue whose key has the wrong type carries the error in its own row; the server
@@ -275,21 +277,23 @@ class TestTopOutage:
         with own_server.client() as c:
             populate(c)
         view = viewer(own_server)
-        view.refresh()
-        clock = view.clock
-        assert isinstance(clock, Clock)
-        own_server.stop()
-        clock.now += 1.0
-        assert {row.state for row in view.refresh().rows} == {"stale"}
-        own_server.start()
-        clock.now += 1.0
-        screen = view.refresh()
-        assert rows_of(screen) == {q: ("ok", 0, 0, 0, 0, 0) for q in BACKLOGS}
-        assert [row.recovered_per_s for row in screen.rows] == [None] * 3
-        assert screen.servers[0].restarted
-        clock.now += 1.0
-        assert [row.recovered_per_s for row in view.refresh().rows] == [0.0] * 3
-        view.close()
+        try:
+            view.refresh()
+            clock = view.clock
+            assert isinstance(clock, Clock)
+            own_server.stop()
+            clock.now += 1.0
+            assert {row.state for row in view.refresh().rows} == {"stale"}
+            own_server.start()
+            clock.now += 1.0
+            screen = view.refresh()
+            assert rows_of(screen) == {q: ("ok", 0, 0, 0, 0, 0) for q in BACKLOGS}
+            assert [row.recovered_per_s for row in screen.rows] == [None] * 3
+            assert screen.servers[0].restarted
+            clock.now += 1.0
+            assert [row.recovered_per_s for row in view.refresh().rows] == [0.0] * 3
+        finally:
+            view.close()
 
 
 class TestTopOwners:
@@ -371,7 +375,7 @@ class TestTopJson:
         assert set(body) == {
             "schema", "at", "interval_s", "rate_window_s", "queues", "members", "servers", "rows",
         }  # fmt: skip
-        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (2, 0.1, 15.0)
+        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (2, 0.1, 0.1)
         assert (body["queues"], body["members"]) == (3, ["web-1:11"])
         [server] = body["servers"]
         assert server == {
