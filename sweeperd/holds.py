@@ -19,7 +19,8 @@ log = structlog.get_logger("sweeperd.sweep")
 HINTS = {
     Reason.MIGRATING: "the queue's slot is migrating to another primary: its sweep is held, "
     "nothing written, until the slot has moved",
-    Reason.MOVED: "another primary serves the queue's slot now: the slot map is read again",
+    Reason.MOVED: "another primary serves the queue now (its slot moved, or this one was "
+    "demoted): where each queue lives is read again",
 }
 
 
@@ -77,8 +78,9 @@ class Holds(Collector):
     def collect(self) -> Iterator[Metric]:
         calls = CounterMetricFamily(
             "sweeperd_sweeps_held",
-            "Sweep calls a Cluster node held or sent elsewhere, unrun: reason migrating (the "
-            "queue's slot is migrating: TRYAGAIN, ASK) or moved (MOVED: served elsewhere now).",
+            "Sweep calls a node held or sent elsewhere, unrun: reason migrating (the queue's "
+            "slot is migrating: TRYAGAIN, ASK) or moved (MOVED, or a primary demoted: served "
+            "elsewhere now).",
             labels=["node", "reason"],
         )
         with self.lock:

@@ -47,7 +47,9 @@ class Tick:
         queues = [q for q in batch if not self.drainer.holds(q.name)]
         try:
             results = self.node.judged(self.send(self.calls(queues), started))
-        except NotPrimary:
+        except NotPrimary:  # demoted: its queues' calls are held, to go to the new primary
+            for q in queues:
+                self.ledger.hold(q.name, Reason.MOVED)
             return queues
         except Exception as exc:  # whatever it was, every queue of the batch failed
             self.fail_all(queues, exc, started)

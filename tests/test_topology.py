@@ -10,9 +10,14 @@ import redis
 from structlog.testing import capture_logs
 
 from sweeperd.connection import connect
+from sweeperd.drain import Drainer
 from sweeperd.executors import ExecutorChoice
+from sweeperd.ledger import Ledger
 from sweeperd.node import Node, NotPrimary
+from sweeperd.settings import QueueSettings
 from sweeperd.sizing import CallSizer
+from sweeperd.sweepseries import QueueMetrics, SweepNumbers
+from sweeperd.tick import Tick
 from sweeperd.topology import Layout, predecessor
 from sweeperd.urls import url_at
 from tests.built_settings import build, refusal
@@ -123,9 +128,24 @@ class TestRoleChange:
     def test_a_replica_is_refused_where_primaries_are_swept(
         self, redis_server: RedisServer, tmp_path: Path
     ) -> None:
-        """A node that answers as a replica is no primary: the tick routes its queues again."""
+        """A node that answers as a replica is no primary: the tick routes its queues again,
+        each call counted as held (moved)."""
         replica = RedisServer(
             tmp_path / "replica", kind=redis_server.kind, replicaof=("127.0.0.1", redis_server.port)
         )
-        with replica, pytest.raises(NotPrimary, match="is a slave now"):
-            self.node(replica).look(1.0)
+        with replica:
+            with pytest.raises(NotPrimary, match="is a slave now"):
+                self.node(replica).look(1.0)
+            node = self.node(replica)
+            numbers = SweepNumbers(QueueMetrics.BASIC)
+            ledger = Ledger(numbers, node.name)
+            drainer = Drainer(node, ledger, share=1.0, on_restart=lambda _node: None)
+            batch = [QueueSettings("a", 5.0, 1, 100), QueueSettings("b", 5.0, 1, 100)]
+            with capture_logs() as logs:
+                assert Tick(node, ledger, drainer, "emq").run(batch) == batch
+        # Its ticks are held (moved), not lost from the counts, and say so once a queue.
+        assert ledger.holds.calls == {(node.name, "moved"): 2}
+        assert [(e["event"], e["queue"], e["reason"]) for e in logs] == [
+            ("sweep_held", "a", "moved"), ("sweep_held", "b", "moved"),
+        ]  # fmt: skip
+        assert numbers.nodes == {} and numbers.queues == {}
