@@ -41,6 +41,7 @@ log = structlog.get_logger("sweeperd.fleet")
 WORKERS = 4  # ticks one primary runs at once (batches falling due together)
 SENTINEL_TICK_S = 0.1  # Sentinel is asked for the primary before every tick, unless within this
 UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
+RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a queue no more does
 
 
 @dataclass
@@ -74,6 +75,14 @@ class Tuning:
     executor: ExecutorChoice
     call_target_s: float
     drain_share: float
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A primary no more: what its series keep showing until RETIRED_TTL_S have passed."""
+
+    restarts: int  # run_id changes seen while it was a primary
+    since: float  # monotonic: when it stopped being one
 
 
 class Fleet:
@@ -116,7 +125,7 @@ class Fleet:
         self.holds = Holds(clock)  # every primary's: a queue held on one resumes on another
         metrics.add_collector(self.holds)
         self.nowhere = Ledger(metrics.numbers, UNROUTED, self.holds)
-        self.retired: dict[str, int] = {}  # a primary no more -> its restarts (counters stay)
+        self.retired: dict[str, Retired] = {}  # a primary no more: its counters stay a while
 
     # The layout.
     def refresh(self) -> bool:
@@ -147,6 +156,7 @@ class Fleet:
         gone = [name for name in self.members if name not in layout.primaries]
         for name in gone:
             self.drop(self.members.pop(name))
+        self.forget_retired(self.clock())
         moved = old is not None and old != layout
         if moved:
             log.warning("topology_changed", mode=self.mode, added=added, gone=gone,
@@ -163,7 +173,7 @@ class Fleet:
         node = Node(
             name, self.connection.client(address), t.executor, CallSizer(t.call_target_s),
             primary_only=self.mode != "standalone", cluster=self.fan_out,
-            restarts=self.retired.pop(name, 0),
+            restarts=self.retired.pop(name, Retired(0, 0.0)).restarts,
         )  # fmt: skip
         ledger = Ledger(self.metrics.numbers, name, self.holds)
         self.metrics.numbers.add_node(name)
@@ -186,7 +196,15 @@ class Fleet:
         member.drainer.stop(0)
         if member.pool is not None:
             member.pool.shutdown(wait=False, cancel_futures=True)
-        self.retired[member.node.name] = member.node.restarts
+        self.retired[member.node.name] = Retired(member.node.restarts, self.clock())
+
+    def forget_retired(self, now: float) -> None:
+        """A primary gone for RETIRED_TTL_S loses its series too (restarts, sweeps, ghosts):
+        failovers that name new hosts (new pods, new addresses) would pile them up forever."""
+        for name, retired in list(self.retired.items()):
+            if now - retired.since > RETIRED_TTL_S:
+                del self.retired[name]
+                self.metrics.numbers.forget_node(name)
 
     def home(self) -> Node | None:
         """The primary that holds sweeperd's members key now (in a cluster, its slot's owner);
@@ -204,7 +222,7 @@ class Fleet:
     def states(self) -> list[NodeState]:
         """Every primary's state now, and the restarts of those no longer primaries."""
         with self.lock:
-            retired = [NodeState(name, n) for name, n in self.retired.items()]
+            retired = [NodeState(name, r.restarts) for name, r in self.retired.items()]
             return [m.node.state() for m in self.members.values()] + retired
 
     def retune(self, tuning: Tuning) -> None:

@@ -191,7 +191,12 @@ class SweepNumbers:
     def add_node(self, node: str) -> None:
         """A node's sweeps and ghosts at 0 from the start."""
         with self.lock:
-            self.node(node)
+            self.nodes.setdefault(node, NodeSeries(node))
+
+    def forget_node(self, node: str) -> None:
+        """Remove the totals of a node long gone (see Fleet.forget_retired)."""
+        with self.lock:
+            self.nodes.pop(node, None)
 
     def add_queue(self, queue: str) -> None:
         """Every series of the queue at 0, so that rate() and increase() work from the start.
