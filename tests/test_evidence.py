@@ -83,13 +83,20 @@ class TestTakeover:
     ) -> None:
         """A second replica joins while leases fall due: the queues it takes keep their
         counters on the first, so the sum over both never drops and ends equal to the
-        recovered rows."""
-        start = now_ms()
-        pipe = r.pipeline(transaction=False)
-        for n in range(400):
-            lease(pipe, QueueKeys(QUEUES[n % len(QUEUES)]), f"j{n}".encode(),
-                  deadline_ms=start + 500 + 20 * n, attempts="1")  # fmt: skip
-        pipe.execute()
+        recovered rows. Half the leases fall due before it joins, half once it owns queues
+        (however slowly it started), so both replicas recover some."""
+
+        def seed(first_n: int) -> int:
+            """200 leases over the queues, falling due one every 10 ms from now: the last's."""
+            start = now_ms()
+            pipe = r.pipeline(transaction=False)
+            for n in range(first_n, first_n + 200):
+                lease(pipe, QueueKeys(QUEUES[n % len(QUEUES)]), f"j{n}".encode(),
+                      deadline_ms=start + 10 * (n - first_n), attempts="1")  # fmt: skip
+            pipe.execute()
+            return start + 2000
+
+        seed(0)
         args = ("--redis-url", redis_server.url, "-q", ",".join(QUEUES), "--interval", "0.3",
                 "--heartbeat", "1", "--max-stalled", "5")  # fmt: skip
         with DaemonProcess(tmp_path, *args, "--instance-id", "first") as first:
@@ -97,11 +104,14 @@ class TestTakeover:
             with DaemonProcess(tmp_path, *args, "--instance-id", "second") as second:
                 both = [first, second]
                 seen = [summed(both)]
-                while now_ms() < start + 500 + 20 * 400 + 1000:
+                wait_until(lambda: second.value("sweeperd_owned_queues"), what="a share taken")
+                last_due = seed(200)
+                while now_ms() < last_due + 1000:
                     seen.append(summed(both))
                     time.sleep(0.2)
                 wait_until(lambda: summed(both) == recovered_in_keyspace(r) == 400,
                            what=f"the sum {summed(both)} equal to the keyspace")  # fmt: skip
+                seen.append(summed(both))
                 assert seen == sorted(seen)  # never dropped at a scrape
                 assert second.total("sweeperd_recovered_total") > 0  # it took queues over
                 assert first.total("sweeperd_ownership_changes_total") >= 1
