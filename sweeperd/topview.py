@@ -15,7 +15,7 @@ from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
 from sweeperd.options import OPTIONS
 from sweeperd.settings import Settings
 from sweeperd.top import Clock, Screen, ServerRow, Top, wall_clock
-from sweeperd.topscreen import plain_text, renderable
+from sweeperd.topscreen import notes, plain_text, renderable
 
 HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
@@ -46,6 +46,13 @@ def rows_fitting(lines: int, servers: int) -> int:
     return max(5, lines - HEADER_LINES - servers - 2)
 
 
+def rows_for(screen: Screen, lines: int) -> int:
+    """How many rows the live view's next refresh may show in `lines`: room for the servers'
+    lines and the notes under the table (a row's error, the stale mark), which the rows must
+    not push off the screen, however many servers an incident brings."""
+    return rows_fitting(lines, len(screen.servers) + sum(1 for _ in notes(screen)))
+
+
 @dataclass(frozen=True)
 class ViewOptions:
     interval: float
@@ -53,6 +60,7 @@ class ViewOptions:
     once: bool  # print once and exit: --once, or stdout is no terminal
     json: bool
     window: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
+    fit: bool = False  # no --rows: the live view fits the terminal at every refresh
 
 
 def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int]) -> float:
@@ -90,7 +98,7 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     once = bool(params["once"]) or not isatty or bool(params["json"])
     if once:  # two reads an interval apart: the rates are over that interval, whatever the window
         window = interval
-    return ViewOptions(interval, rows, once, bool(params["json"]), window)
+    return ViewOptions(interval, rows, once, bool(params["json"]), window, not params["rows"])
 
 
 def run(
@@ -128,5 +136,8 @@ def _once(top: Top, view: ViewOptions, say: Callable[[str], None]) -> int:
 def _live(top: Top, view: ViewOptions) -> None:
     with Live(console=Console(), screen=True, auto_refresh=False) as live:
         while True:
-            live.update(renderable(top.refresh(), view.interval), refresh=True)
+            screen = top.refresh()
+            live.update(renderable(screen, view.interval), refresh=True)
+            if view.fit:
+                top.rows = rows_for(screen, shutil.get_terminal_size((100, 40)).lines)
             time.sleep(view.interval)

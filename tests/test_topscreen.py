@@ -1,10 +1,14 @@
-"""top's cells: every count and rate fits its six characters, the sign included."""
+"""top's screen: every count and rate fits its six characters, the sign included; the live
+view's rows leave room for every server and note."""
 
 from __future__ import annotations
 
 import pytest
 
-from sweeperd.topscreen import CELL, count, rate
+from sweeperd.top import QueueRow, Screen, ServerRow
+from sweeperd.topread import ERROR, STALE
+from sweeperd.topscreen import CELL, count, notes, rate
+from sweeperd.topview import rows_fitting, rows_for
 
 
 class TestCells:
@@ -45,3 +49,20 @@ class TestCells:
         """A rate: one decimal under 100, then as a count (negative while workers drain)."""
         assert rate(value) == shown
         assert len(shown) <= CELL
+
+
+class TestLiveFit:
+    def test_the_rows_leave_room_for_every_server_and_note(self) -> None:
+        """Four servers, one unreachable with its rows kept, and a row's own error: the next
+        refresh shows as many rows as fit under all of them, and never fewer than five."""
+        up = [ServerRow(f"10.0.0.{n}:6379", run_id="r") for n in range(1, 4)]
+        servers = (*up, ServerRow("10.0.0.4:6379", error="connection refused"))
+        rows = (
+            QueueRow("a", "10.0.0.4:6379", 3, state=STALE),
+            QueueRow("b", "10.0.0.1:6379", 1, state=ERROR, error="WRONGTYPE"),
+            QueueRow("c", "10.0.0.2:6379", 0),
+        )
+        screen = Screen(at=0.0, servers=servers, rows=rows, queues=3)
+        assert len(list(notes(screen))) == 2  # b's error, and what ~ means
+        assert rows_for(screen, 40) == rows_fitting(40, 1) - 3 - 2
+        assert rows_for(screen, 10) == 5
