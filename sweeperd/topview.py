@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -72,9 +73,20 @@ def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int
         raise ValueError(f"{where} must be {noun}, not {params[key]!r}") from None
 
 
+def _given(params: Mapping[str, object], key: str) -> bool:
+    """The option was given; given empty (a flag, or an env var click drops) is refused, as the
+    settings refuse it: it would otherwise mean the default."""
+    value = params[key]
+    if value == "" or (value is None and os.environ.get(OPTIONS[key].env_name) == ""):
+        raise ValueError(
+            f"{OPTIONS[key].where} is empty: give {OPTIONS[key].metavar} or leave it out"
+        )
+    return value is not None
+
+
 def _seconds(params: Mapping[str, object], key: str) -> float:
     """A number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's default."""
-    if not params[key]:
+    if not _given(params, key):
         return float(str(OPTIONS[key].default))
     seconds = _number(params, key, float)
     if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:
@@ -89,7 +101,7 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     """top's own options, checked: a ValueError names the bad one and its range."""
     interval = _seconds(params, "top_interval")
     window = _seconds(params, "top_rate_window")
-    if params["rows"]:
+    if _given(params, "rows"):
         rows = int(_number(params, "rows", int))
         if rows < 1:
             raise ValueError(f"{OPTIONS['rows'].where} must be 1 or more, not {rows}")
@@ -98,7 +110,8 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     once = bool(params["once"]) or not isatty or bool(params["json"])
     if once:  # two reads an interval apart: the rates are over that interval, whatever the window
         window = interval
-    return ViewOptions(interval, rows, once, bool(params["json"]), window, not params["rows"])
+    fit = params["rows"] is None
+    return ViewOptions(interval, rows, once, bool(params["json"]), window, fit)
 
 
 def run(

@@ -448,6 +448,18 @@ class TestTopUsage:
         assert ran.code == 2
         assert len(ran.err_lines) == 1 and named in ran.err
 
+    @pytest.mark.parametrize(
+        ("flag", "env", "says"),
+        [("--interval", "SWEEPERD_TOP_INTERVAL", "SECONDS"),
+         ("--rate-window", "SWEEPERD_TOP_RATE_WINDOW", "SECONDS"),
+         ("--rows", "SWEEPERD_TOP_ROWS", "N")],
+    )  # fmt: skip
+    def test_an_empty_option_is_refused(self, flag: str, env: str, says: str) -> None:
+        """Given empty, as a flag or an env var, it is refused (it meant the default)."""
+        line = f"sweeperd: {flag} ({env}) is empty: give {says} or leave it out"
+        for ran in (sweeperd("top", "--once", flag, ""), sweeperd("top", "--once", env={env: ""})):
+            assert (ran.code, ran.err_lines) == (2, [line])
+
 
 def _screen_of(process: subprocess.Popen[bytes], master: int, wanted: list[str]) -> str:
     """What the terminal received, read until every wanted text shows (or the time is up)."""
