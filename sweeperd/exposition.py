@@ -4,7 +4,7 @@ thousands of queues) and built as the library's metric families for its other pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import (
@@ -18,14 +18,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
-from sweeperd.sweepseries import (
-    DURATION_BUCKETS_S,
-    Durations,
-    NodeSeries,
-    QueueMetrics,
-    QueueSeries,
-    SweepNumbers,
-)
+from sweeperd.sweepseries import DURATION_BUCKETS_S, Durations, QueueMetrics, SweepNumbers, Totals
 
 SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
 BOUNDS = (*(str(float(b)) for b in DURATION_BUCKETS_S), "+Inf")  # the `le` labels
@@ -105,7 +98,7 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
                  ((q.label, q.values, q.oldest_expired_age) for q in owned))  # fmt: skip
     # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
     full = numbers.level is QueueMetrics.FULL
-    owners: list[QueueSeries] | list[NodeSeries] = queues if full else nodes
+    owners: Sequence[Totals] = queues if full else nodes
     by = ("queue",) if full else ("node",)
     yield Family("sweeperd_sweeps", "counter", HELP["sweeps"], by,
                  ((o.label, o.values, o.sweeps) for o in owners))  # fmt: skip

@@ -42,38 +42,42 @@ class Durations:
         self.total += seconds * times
 
 
-class NodeSeries:
-    """A node's totals of what is per queue only with --queue-metrics full."""
+class Totals:
+    """What a node and a queue both count (sweeps, ghosts, durations: per node at basic, per
+    queue at full), and how their samples are labelled."""
 
     __slots__ = ("durations", "ghosts", "label", "name", "sweeps", "values")
 
-    def __init__(self, node: str) -> None:
-        self.name = node
-        self.label = f'node="{escaped(node)}"'  # the sample's labels, escaped once
-        self.values = (node,)  # and as the library's families take them
+    def __init__(self, label: str, name: str) -> None:
+        self.name = name
+        self.label = f'{label}="{escaped(name)}"'  # the sample's labels, escaped once
+        self.values = (name,)  # and as the library's families take them
         self.sweeps = 0
         self.ghosts = 0
         self.durations = Durations()
 
 
-class QueueSeries:
+class NodeSeries(Totals):
+    """A node's totals of what is per queue only with --queue-metrics full."""
+
+    __slots__ = ()
+
+    def __init__(self, node: str) -> None:
+        super().__init__("node", node)
+
+
+class QueueSeries(Totals):
     """One queue's numbers: plain values, rendered as samples only when scraped."""
 
-    __slots__ = ("dead", "durations", "exempt", "expired", "failed", "failures", "ghosts", "jobs",
-                 "label", "last_success", "name", "oldest_expired_age", "owned", "recovered",
-                 "sweeps", "values")  # fmt: skip
+    __slots__ = ("dead", "exempt", "expired", "failed", "failures", "jobs", "last_success",
+                 "oldest_expired_age", "owned", "recovered")  # fmt: skip
 
     def __init__(self, queue: str) -> None:
-        self.name = queue
-        self.label = f'queue="{escaped(queue)}"'  # the sample's labels, escaped once
-        self.values = (queue,)  # and as the library's families take them
+        super().__init__("queue", queue)
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
-        self.ghosts = 0
-        self.sweeps = 0
         self.failures: dict[str, int] = {}  # a reason appears when it happens
-        self.durations = Durations()
         self.last_success: float | None = None  # absent until a call succeeds: 0 reads as 1970
         self.expired = 0
         self.oldest_expired_age = 0.0
