@@ -158,7 +158,7 @@ def _given(ctx: typer.Context, key: str) -> object:
         return None
     if ctx.get_parameter_source(key) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
         return ctx.params[key]
-    return "" if os.environ.get(OPTIONS[key].env_name) == "" else None
+    return "" if OPTIONS[key].empty_in_env else None
 
 
 def _build(ctx: typer.Context, **fixed: str) -> Settings:

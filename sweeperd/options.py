@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,11 @@ class Option:
     @property
     def env_name(self) -> str:
         return self.env or ENV_PREFIX + self.key.upper()
+
+    @property
+    def empty_in_env(self) -> bool:
+        """Its env var is set empty (click drops that, as if it were not set)."""
+        return os.environ.get(self.env_name) == ""
 
     @property
     def is_switch(self) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -77,7 +76,7 @@ def _given(params: Mapping[str, object], key: str) -> bool:
     """The option was given; given empty (a flag, or an env var click drops) is refused, as the
     settings refuse it: it would otherwise mean the default."""
     value = params[key]
-    if value == "" or (value is None and os.environ.get(OPTIONS[key].env_name) == ""):
+    if value == "" or (value is None and OPTIONS[key].empty_in_env):
         raise ValueError(
             f"{OPTIONS[key].where} is empty: give {OPTIONS[key].metavar} or leave it out"
         )
