@@ -52,9 +52,11 @@ class QueueSet:
         return [*settings.queues, *(settings.for_queue(n) for n in found)]
 
     def known_count(self) -> int:
-        """How many queues this replica knows, for the series that says it."""
+        """How many queues this replica knows, for the series that says it (counted, not
+        listed: a scrape need not build and sort them)."""
         with self.lock:
-            return len(self.known())
+            named = {q.name for q in self.settings.queues}
+            return len(named) + len(self.discovered.keys() - named)
 
     def owned(self) -> list[QueueSettings]:
         """The known queues this replica owns now: the ones it sweeps."""
