@@ -3,7 +3,7 @@
 #   docker build -t sweeperd .
 #   docker run --rm -p 9787:9787 -e SWEEPERD_REDIS_URL=redis://host:6379/0 \
 #     -e SWEEPERD_QUEUES=orders,mail sweeperd
-# Checked with hadolint (tests/test_ship.py); see docs/operations.md.
+# Checked with hadolint (tests/repo/test_ship.py); see docs/operations.md.
 
 FROM python:3.11-slim-bookworm AS builder
 ENV PIP_NO_CACHE_DIR=1 \

@@ -42,10 +42,11 @@ test: system module venv lint pytest  ## everything CI runs
 pytest:  ## the suite, with line and branch coverage (subprocesses included) printed at the end
 	$(PY) -m pytest -n 6 --dist loadfile --cov --cov-report=term
 
-lint:
+lint:  ## ruff, mypy --strict, and the wings' import contracts (import-linter)
 	$(VENV)/bin/ruff check sweeperd tests bench
 	$(VENV)/bin/ruff format --check sweeperd tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 format:
 	$(VENV)/bin/ruff format sweeperd tests bench

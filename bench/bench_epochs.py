@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_verb import SEED_CHUNK, bench_server
 from sweeperd.keyspace import QueueKeys
-from sweeperd.scripts import NATIVE_VERB, STALLED_CHECK, LuaScript, as_verb, package_text
+from sweeperd.verb.scripts import NATIVE_VERB, STALLED_CHECK, LuaScript, as_verb, package_text
 
 QUEUE = QueueKeys("bench")
 ALL_RECOVER = 2**62  # a max_stalled no lease reaches
@@ -85,9 +85,20 @@ def block(client: redis.Redis, tally: Tally, calls: int, limit: int, max_stalled
     took = 0
     for _ in range(calls):
         verdict, _stats = client.execute_command(  # type: ignore[no-untyped-call]
-            "EVALSHA", tally.script.sha, 5, QUEUE.active, QUEUE.pending, QUEUE.dead,
-            QUEUE.metrics_failed, QUEUE.guard, QUEUE.prefix, max_stalled, limit, 0, LISTED,
-        )  # fmt: skip
+            "EVALSHA",
+            tally.script.sha,
+            5,
+            QUEUE.active,
+            QUEUE.pending,
+            QUEUE.dead,
+            QUEUE.metrics_failed,
+            QUEUE.guard,
+            QUEUE.prefix,
+            max_stalled,
+            limit,
+            0,
+            LISTED,
+        )
         took += taken(verdict)
     tally.usec += evalsha_usec(client) - before
     tally.leases += took

@@ -33,7 +33,7 @@ from bench.bench_verb import (
     print_table,
     seed,
 )
-from sweeperd.scripts import STALLED_CHECK
+from sweeperd.verb.scripts import STALLED_CHECK
 
 
 def sweep_script(

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sweeperd.keyspace import QueueKeys
-from tests.daemon_process import DaemonProcess, wait_until
-from tests.server import SERVER_KINDS, RedisServer
+from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.servers import SERVER_KINDS, RedisServer
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 SCRAPE_TIMEOUT_S = 60.0  # a full scrape of tens of thousands of queues may take seconds

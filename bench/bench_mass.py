@@ -36,10 +36,10 @@ from pathlib import Path
 import redis
 
 try:
-    from tests.server import SERVER_KINDS, RedisServer, free_port
+    from tests.support.servers import SERVER_KINDS, RedisServer, free_port
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.server import SERVER_KINDS, RedisServer, free_port
+    from tests.support.servers import SERVER_KINDS, RedisServer, free_port
 
 QUEUE = "mass"
 PREFIX = f"emq:{{{QUEUE}}}:"
@@ -360,8 +360,10 @@ def main() -> None:
     print(table(fastest))
     rate = {(d.server, d.name): d.rate for d in fastest}
     for kind in kinds:
-        print(f"{kind}: fastest run/bare {rate[kind, RUN] / rate[kind, BARE]:.2f}, "
-              f"script/native {rate[kind, SCRIPT] / rate[kind, NATIVE]:.2f}")  # fmt: skip
+        print(
+            f"{kind}: fastest run/bare {rate[kind, RUN] / rate[kind, BARE]:.2f}, "
+            f"script/native {rate[kind, SCRIPT] / rate[kind, NATIVE]:.2f}"
+        )
     print("every round:")
     for line in every_round(turns):
         print(f"  {line}")

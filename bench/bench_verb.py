@@ -24,10 +24,10 @@ from pathlib import Path
 import redis
 
 try:
-    from tests.server import RedisServer
+    from tests.support.servers import RedisServer
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.server import RedisServer
+    from tests.support.servers import RedisServer
 
 Reply = list[list[bytes]]
 # sweep(client, active, pending, dead, prefix, max_stalled, limit) -> [[recovered], [dead]]

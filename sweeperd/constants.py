@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 VERB = "EMQ.STALLED.CHECK"
 
 # Keyspace (SPEC §2): every key of queue q lives under "<root>:{q}:".
@@ -50,3 +52,42 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+
+
+# The choices of the settings that take one of a few words (their coercer takes any case).
+class ExecutorChoice(StrEnum):
+    """--executor: how the verb is sent (SPEC §4)."""
+
+    AUTO = "auto"  # native where the server knows the verb, the Lua port elsewhere
+    NATIVE = "native"  # the module's EMQ.STALLED.CHECK
+    SCRIPT = "script"  # the package's Lua port of it
+
+
+class QueueMetrics(StrEnum):
+    """--queue-metrics: how much is exported per queue: what an operator needs, or all."""
+
+    BASIC = "basic"
+    FULL = "full"
+
+
+class LogFormat(StrEnum):
+    """--log-format."""
+
+    JSON = "json"
+    CONSOLE = "console"
+    AUTO = "auto"  # json off a TTY, console on one; resolved when the settings are built
+
+
+class Shard(StrEnum):
+    """--shard: whether this replica takes its share of the queues or sweeps them all."""
+
+    ON = "on"  # replicas share the queues by rendezvous hashing over the live members
+    OFF = "off"  # this replica sweeps every queue and joins no membership
+
+
+class TopologyMode(StrEnum):
+    """How the primaries are found: the URL's server, a Cluster's slot map, or Sentinel."""
+
+    STANDALONE = "standalone"
+    CLUSTER = "cluster"
+    SENTINEL = "sentinel"

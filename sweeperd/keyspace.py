@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sweeperd.constants import (
@@ -9,6 +10,7 @@ from sweeperd.constants import (
     DEAD,
     DEFAULT_PREFIX_ROOT,
     JOB,
+    MEMBERS_KEY,
     METRICS_FAILED,
     PENDING,
     SWEEP_GUARD,
@@ -71,12 +73,21 @@ class QueueKeys:
         return (self.prefix + JOB).encode() + raw
 
 
-def queue_of_active_key(key: bytes, root: str) -> str | None:
-    """The queue name in `<root>:{<queue>}:active`, or None when the key is not one."""
-    head, tail = f"{root}:{{".encode(), f"}}:{ACTIVE}".encode()
-    if not (key.startswith(head) and key.endswith(tail)) or len(key) <= len(head) + len(tail):
-        return None
+def queue_of_key(key: bytes, root: str, sets: Collection[str] = (ACTIVE,)) -> str | None:
+    """The queue name in `<root>:{<queue>}:<set>` for one of `sets`, or None when the key is
+    not one (sweeperd's own keys, under `<root>:sweeperd:`, never are)."""
+    head = f"{root}:{{".encode()
+    name, brace, kind = key.removeprefix(head).rpartition(b"}:")
     try:
-        return key[len(head) : -len(tail)].decode()
+        queue, kind_text = name.decode(), kind.decode()
     except UnicodeDecodeError:
         return None
+    if key.startswith(head) and brace and kind_text in sets and is_queue_name(queue):
+        return queue
+    return None
+
+
+def members_key(root: str) -> str:
+    """`<root>:sweeperd:{members}`, the replicas' membership: under sweeperd's own prefix, never
+    a queue's key."""
+    return f"{root}:{MEMBERS_KEY}"

@@ -7,13 +7,12 @@ import os
 import re
 import sys
 from collections.abc import Iterable, MutableMapping
-from enum import StrEnum
 from typing import Any, TextIO
 
 import structlog
 
+from sweeperd.constants import LogFormat
 from sweeperd.keyspace import job_id_text
-from sweeperd.urls import redact
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 ID_CAP = 20  # job ids listed in one log event at the most
@@ -25,16 +24,28 @@ QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 _USERINFO = re.compile(r"(://)[^\s/@'\"<>]*@")
 _SECRET_MARKS = ("@", "password=")
-
-
-class LogFormat(StrEnum):
-    JSON = "json"
-    CONSOLE = "console"
-    AUTO = "auto"  # json off a TTY, console on one; resolved when the settings are built
+SECRET_QUERY_KEYS = ("password",)  # a URL's query keys whose value is a secret
 
 
 class _OurHandler(logging.StreamHandler[TextIO]):
     """The root handler configure_logging installs, so that a second call replaces it."""
+
+
+def redact(url: str) -> str:
+    """The URL with any user and password removed, the query's too, fit for logs and labels."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = netloc.rsplit("@", 1)[1]
+    head, question, query = path.partition("?")
+    if question:
+        pairs = [pair.partition("=") for pair in query.split("&")]
+        query = "&".join(
+            f"{k}{eq}{'<redacted>' if k in SECRET_QUERY_KEYS and v else v}" for k, eq, v in pairs
+        )
+    return f"{scheme}{sep}{netloc}{slash}{head}{question}{query}"
 
 
 def _redact_url(match: re.Match[str]) -> str:

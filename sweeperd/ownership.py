@@ -4,14 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from enum import StrEnum
-
-
-class Shard(StrEnum):
-    """--shard: whether this replica takes its share of the queues or sweeps them all."""
-
-    ON = "on"  # replicas share the queues by rendezvous hashing over the live members
-    OFF = "off"  # this replica sweeps every queue and joins no membership
 
 
 def weight(member: str, queue: str) -> int:

@@ -12,12 +12,12 @@ import pytest
 import redis
 from hypothesis import settings
 
-from sweeperd.executors import NATIVE, SCRIPT
-from tests.certs import Pki, make_pki
-from tests.helpers import EXAMPLES
-from tests.server import RedisServer, selected_kinds
-from tests.targets import Target
-from tests.topologies import Cluster
+from sweeperd.verb.executors import NATIVE, SCRIPT
+from tests.support.certs import Pki, make_pki
+from tests.support.helpers import EXAMPLES
+from tests.support.servers import RedisServer, selected_kinds
+from tests.support.targets import Target
+from tests.support.topologies import Cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,9 +18,9 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
-from tests.daemon_process import wait_until
-from tests.helpers import FUTURE_OFFSET_MS, hash_of, lease, members, now_ms, run_id
-from tests.server import free_port
+from tests.support.daemon_process import wait_until
+from tests.support.helpers import FUTURE_OFFSET_MS, hash_of, lease, members, now_ms, run_id
+from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]

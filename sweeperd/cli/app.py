@@ -1,0 +1,260 @@
+"""The commands: `run` (the daemon), `once`, `inspect`, `top`, `demo` and `version`, and the entry
+point that turns a usage error into one line and exit 2."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import redis
+import typer
+
+from sweeperd import __version__
+from sweeperd.cli.inputs import build, one_queue, settings_of
+from sweeperd.cli.reply import Reply, usage
+from sweeperd.cli.signature import with_options
+from sweeperd.commands import report
+from sweeperd.commands.failures import Failure, failure_of
+from sweeperd.commands.inspect import inspect_queue
+from sweeperd.commands.once import recover
+from sweeperd.commands.progress import drain_progress
+from sweeperd.config.options import INSPECT, ONCE, OPTIONS, RUN, TOP
+from sweeperd.config.settings import Settings
+from sweeperd.constants import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    TopologyMode,
+)
+from sweeperd.keyspace import QueueKeys
+from sweeperd.logs import configure_logging
+from sweeperd.reasons import SweepError
+from sweeperd.server.topology import check_standalone
+
+app = typer.Typer(
+    name="sweeperd",
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: Rich would read "[default: …]" text as markup
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+@app.callback(invoke_without_command=True)
+def top(
+    ctx: typer.Context,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """The stalled-job sweeper for EchoMQ: sends EMQ.STALLED.CHECK on a schedule, per queue.
+
+    sweeperd never runs the uncounted reaper (@reap): every recovery it makes is counted.
+    """
+    if version:
+        typer.echo(f"sweeperd {__version__}")
+        raise typer.Exit(EXIT_OK)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(EXIT_USAGE)
+
+
+@app.command("once")
+@with_options(ONCE)
+def once_command(ctx: typer.Context, **_given: object) -> None:
+    """The manual counted recovery of one queue: EMQ.STALLED.CHECK, once (or until drained).
+
+    Settings come as `run` takes them (defaults, --config, env vars, flags), and the queue's
+    own [queue.<name>] table in the config file sets its max_stalled and limit, unless
+    --max-stalled or --limit (or their env vars) is given.
+
+    With --drain, calls are sized to stay under --call-target-ms, at most the limit; with --limit
+    given, every call takes that many (the batches --dry-run predicts). On a terminal a
+    progress bar shows what is done and left; Ctrl-C stops after the call in flight, prints
+    what was done and exits 130.
+
+    Exit 0 when done (also when nothing was due), 1 when the server refused (a verb call,
+    which wrote nothing, a command the user lacks, or authentication), 2 on a bad option,
+    3 when the server cannot be reached or is not a Redis server. In --json, `exempt` lists
+    the recovered rows whose lease_epoch differs from the server's run_id, read in the same
+    atomic call as the sweep, and `ghosts` counts the ids removed that had no row.
+    """
+    reply = Reply(ctx.params["json"])
+    settings, queue = one_queue(ctx, reply)
+    drain, dry = ctx.params["drain"], ctx.params["dry_run"]
+    try:
+        with drain_progress(queue.name, drain and not dry and not reply.json) as progress:
+            result = recover(
+                settings,
+                queue,
+                dry=dry,
+                drain=drain,
+                adaptive=ctx.params["limit"] is None,
+                progress=progress,
+            )
+    except (redis.RedisError, SweepError) as exc:
+        reply.fail(failure_of(exc, settings.connection))
+    reply.print(report.once_json(result) if reply.json else report.once_text(result))
+    if result.interrupted:
+        typer.echo(f"sweeperd: interrupted after {result.calls} calls", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if result.error is not None:
+        failure = failure_of(result.error, settings.connection)
+        reply.say(failure)
+        raise typer.Exit(failure.exit_code)
+
+
+@app.command("inspect")
+@with_options(INSPECT)
+def inspect_command(ctx: typer.Context, **_given: object) -> None:
+    """A queue at a glance: leases, expired backlog, pending, dead, the server's run_id.
+
+    It writes nothing. Exit codes as `once`.
+    """
+    reply = Reply(ctx.params["json"])
+    settings, queue = one_queue(ctx, reply)
+    try:
+        seen = inspect_queue(settings, queue)
+    except (redis.RedisError, SweepError) as exc:
+        reply.fail(failure_of(exc, settings.connection))
+    reply.print(
+        report.census_json(seen)
+        if reply.json
+        else report.census_text(seen, QueueKeys(queue.name, settings.prefix_root))
+    )
+
+
+@app.command("top")
+@with_options(TOP)
+def top_command(ctx: typer.Context, **_given: object) -> None:
+    """A live view of every queue for the person on call: expired leases, pending, dead, and the
+    rates they drain at, most expired first; each server's run_id, uptime, role and verb.
+
+    It writes nothing: each refresh is one pipelined round trip of reads per primary (INFO,
+    COMMAND INFO, the replicas' members, a ZCOUNT per queue to rank them, five counts per row
+    shown). rec/s is how fast the pending set grew over the reads of the last
+    --rate-window seconds (recoveries, and producers, less what workers took); dead/s how fast
+    the metrics:failed count grew (jobs that died for any reason). A server whose run_id
+    changed since the view started is marked RESTARTED; rows of a server that cannot be read
+    now are kept as last read, marked.
+
+    Off a terminal, or with --once, it prints the view once (plain text, or --json) from two
+    reads --interval apart and exits. Exit codes as `inspect`; Ctrl-C leaves the live view, 0.
+    """
+    from sweeperd.top import view  # rich's live view: loaded for `top` only
+
+    reply = Reply(ctx.params["json"])
+    settings = settings_of(ctx, reply, discover="1")  # no queue given: discovery finds them
+    reply.notes(settings)
+    try:
+        options = view.options_of(ctx.params, sys.stdout.isatty())
+    except ValueError as exc:
+        reply.fail(usage(str(exc)))
+    try:
+        if settings.connection.topology.mode is TopologyMode.STANDALONE:
+            check_standalone(settings.connection, settings.connection.client())
+        code = view.run(settings, options, reply.print)
+    except (redis.RedisError, SweepError) as exc:
+        reply.fail(failure_of(exc, settings.connection))
+    raise typer.Exit(code)
+
+
+@app.command("run")
+@with_options(RUN)
+def run_command(ctx: typer.Context, **_given: object) -> None:
+    """The daemon: sweep every queue on its interval, watch the server's run_id, serve /metrics.
+
+    Settings rise in precedence: defaults, the TOML file, env vars, flags; every one is
+    checked before it starts. SIGHUP re-reads the file; SIGTERM and SIGINT stop after the
+    sweep in flight.
+    """
+    reply = Reply(json=False)
+    settings = settings_of(ctx, reply)
+
+    def load() -> Settings:  # SIGHUP: a ConfigError is the daemon's to log, not an exit
+        return build(ctx)
+
+    configure_logging(settings.log_format, settings.log_level)
+    from sweeperd.daemon import daemon  # the scheduler and the HTTP server: loaded for `run` only
+    from sweeperd.daemon.http import CannotListen
+
+    try:
+        code = daemon.run(settings, load)
+    except CannotListen as exc:  # the metrics port is taken, or cannot be bound
+        reply.fail(usage(f"{OPTIONS['metrics_addr'].where}: {exc.strerror}"))
+    except SweepError as exc:  # the servers are not the topology the options name
+        reply.fail(failure_of(exc, settings.connection))
+    raise typer.Exit(code)
+
+
+@app.command("demo")
+def demo_command(
+    seconds: Annotated[float, typer.Option(min=2.0, help="How long the daemon runs.")] = 12.0,
+    module: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SWEEPERD_MODULE",
+            help="The reference module.",
+            show_default="./module/emq_stalled.so",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of /metrics on 127.0.0.1; 0 picks one.")
+    ] = 0,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="The server binary, a name on PATH or a path (redis-server, valkey-server).",
+            show_default="the first of redis-server, valkey-server on PATH",
+        ),
+    ] = None,
+) -> None:
+    """Start a throwaway server (redis-server or valkey-server), seed stalled leases, sweep them
+    live, clean up."""
+    isatty = sys.stdout.isatty()
+    configure_logging("console" if sys.stderr.isatty() else "json", "info")
+    if not math.isfinite(seconds):
+        Reply(json=False).fail(usage(f"--seconds must be a number of seconds, not {seconds}"))
+    from sweeperd.commands import demo  # the daemon and its dependencies: loaded for `demo` only
+    from sweeperd.daemon.http import CannotListen
+
+    try:
+        demo.run_demo(seconds, module, metrics_port, typer.echo, isatty, server)
+    except FileNotFoundError as exc:
+        Reply(json=False).fail(usage(str(exc)))
+    except CannotListen as exc:
+        Reply(json=False).fail(usage(f"--metrics-port: {exc.strerror}; pick a free one, or 0"))
+    except demo.ServerDidNotStart as exc:
+        Reply(json=False).fail(Failure(EXIT_UNREACHABLE, "connection", str(exc)))
+    except KeyboardInterrupt:
+        typer.echo("interrupted: the server is stopped and its files removed", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the version."""
+    typer.echo(f"sweeperd {__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; a usage error is one line on stderr and exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="sweeperd", standalone_mode=False)
+    except click.UsageError as exc:
+        where = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        message = " ".join(exc.format_message().split())
+        print(f"sweeperd: {message}{where}", file=sys.stderr)
+        return EXIT_USAGE
+    except click.Abort:
+        return EXIT_INTERRUPTED
+    return code if isinstance(code, int) else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

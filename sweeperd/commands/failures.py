@@ -1,0 +1,144 @@
+"""What went wrong talking to the server, as `once` and `inspect` say it: one line, an exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from redis.exceptions import InvalidResponse, NoPermissionError
+
+from sweeperd.config.options import OPTIONS
+from sweeperd.constants import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
+from sweeperd.reasons import Reason, ReplyLost, SweepError, reason_of_text, server_text
+from sweeperd.server.connection import Connection
+from sweeperd.server.topology import NoPrimary
+
+# Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
+# (MOVED is a refusal, exit 1: the node answered, sending the queue elsewhere, nothing ran.)
+UNREACHABLE_REASONS = (
+    Reason.CONNECTION,
+    Reason.TIMEOUT,
+    Reason.REPLY_LOST,
+    Reason.LOADING,
+    Reason.CLUSTER_DOWN,
+    Reason.TOPOLOGY,
+)
+# Replies that say the server is not where or how the call can run: their reason says it best.
+NOT_SERVED = (
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+)
+TLS_TEXTS = ("SSL", "TLS", "certificate")  # in what ssl and redis-py say of a failed handshake
+PIPELINE_ERROR = " of pipeline caused error: "  # redis-py: "Command # 1 (ZCARD k) of pipeline …"
+PERMISSION_TEXT = "no permissions to run"  # NOPERM's text, once redis-py has dropped the code
+
+
+@dataclass(frozen=True)
+class Failure:
+    exit_code: int
+    reason: str  # a reasons.Reason, or usage, auth, protocol
+    message: str  # one line, credentials removed
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split()).rstrip(".")
+
+
+def _auth(exc: redis.AuthenticationError, connection: Connection) -> Failure:
+    text = _one_line(exc)
+    password_file = OPTIONS["redis_password_file"].where
+    if not connection.has_password:
+        message = f"{connection.node}: the server needs a password ({password_file})"
+    else:
+        message = (
+            f"{connection.node}: authentication failed ({text}); check {password_file} "
+            "and the URL's user"
+        )
+    return Failure(EXIT_REFUSED, "auth", message)
+
+
+PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
+
+
+def _permission(text: str) -> Failure:
+    if PERMISSION_ADVICE in text:  # named by the sweep (rounds._named): said once is enough
+        return Failure(EXIT_REFUSED, str(Reason.NOPERM), _one_line(text))
+    return Failure(
+        EXIT_REFUSED,
+        str(Reason.NOPERM),
+        f"the server refused a command to this user ({_one_line(text).removeprefix('ERR ')}): "
+        "grant it with ACL SETUSER (docs/security.md#the-acl-user), or use a user that has it",
+    )
+
+
+def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
+    text = _one_line(exc)
+    if isinstance(exc, ReplyLost):
+        return Failure(
+            EXIT_UNREACHABLE,
+            str(Reason.REPLY_LOST),
+            f"{connection.node}: the connection broke after the call was sent ({text}); it may "
+            "have run: see `sweeperd inspect` before sending it again",
+        )
+    if isinstance(exc, NoPrimary):  # the Sentinels' answers: the URL's host is not used
+        return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), text)
+    if connection.url.startswith("rediss://") and any(t in text for t in TLS_TEXTS):
+        files = ", ".join(OPTIONS[k].flag_name for k in connection.tls.by_key())
+        return Failure(
+            EXIT_UNREACHABLE,
+            str(Reason.CONNECTION),
+            f"TLS with {connection.shown_url} failed: {text}; check {files} and the URL's host",
+        )
+    return Failure(
+        EXIT_UNREACHABLE, str(Reason.CONNECTION), f"cannot reach {connection.shown_url}: {text}"
+    )
+
+
+def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
+    raw = str(exc)
+    answer = raw.partition(PIPELINE_ERROR)[2] or server_text(exc)  # the server's own text
+    text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
+    if isinstance(exc, NoPermissionError):
+        return _permission(str(exc))
+    if "DB index is out of range" in text:
+        return Failure(
+            EXIT_USAGE,
+            "usage",
+            f"{OPTIONS['redis_url'].where}: the db is out of range for {connection.node} "
+            f"({text}), in {connection.shown_url!r}",
+        )
+    return Failure(EXIT_REFUSED, str(reason_of_text(answer)), text)
+
+
+def failure_of(exc: BaseException, connection: Connection) -> Failure:
+    """The exit code, reason and message for an error from the server or the client."""
+    if isinstance(exc, NOT_SERVED):  # BusyLoadingError is a ConnectionError: tested first
+        exc = SweepError.of(exc)
+    if isinstance(exc, redis.AuthenticationError):  # a ConnectionError: tested first
+        return _auth(exc, connection)
+    if isinstance(exc, redis.TimeoutError):
+        return Failure(
+            EXIT_UNREACHABLE,
+            str(Reason.TIMEOUT),
+            f"{connection.shown_url} did not answer within {connection.socket_timeout:g}s "
+            f"({OPTIONS['socket_timeout'].where})",
+        )
+    if isinstance(exc, redis.ConnectionError):
+        return _unreachable(exc, connection)
+    if isinstance(exc, InvalidResponse):
+        return Failure(
+            EXIT_UNREACHABLE,
+            "protocol",
+            f"{connection.node} does not answer as a Redis server ({_one_line(exc)}): "
+            f"check the port of {OPTIONS['redis_url'].where}",
+        )
+    if isinstance(exc, redis.ResponseError):
+        return _response(exc, connection)
+    if isinstance(exc, SweepError):
+        code = EXIT_UNREACHABLE if exc.reason in UNREACHABLE_REASONS else EXIT_REFUSED
+        if PERMISSION_TEXT in exc.message or exc.reason is Reason.NOPERM:
+            return _permission(exc.message)
+        return Failure(code, str(exc.reason), _one_line(exc.message))
+    return Failure(EXIT_REFUSED, str(Reason.OTHER), _one_line(exc) or type(exc).__name__)

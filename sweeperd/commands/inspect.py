@@ -1,0 +1,55 @@
+"""`sweeperd inspect`: one queue's leases, backlog and server, read without writing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from sweeperd.config.settings import QueueSettings, Settings
+from sweeperd.keyspace import QueueKeys
+from sweeperd.server.counts import counts_of, queue_counts
+from sweeperd.server.serverinfo import has_verb, read_server_info
+from sweeperd.server.topology import primary_client
+
+
+@dataclass(frozen=True)
+class Census:
+    queue: str
+    active: int
+    expired: int
+    oldest_overdue_s: float | None  # how long the oldest expired lease has been overdue
+    pending: int
+    dead: int
+    failed: int | None  # the queue's metrics:failed count; None when it is not an integer
+    run_id: str
+    verb_available: bool
+    exists: bool  # any of the queue's own keys (see has_keys): false for a typo, a wrong root
+
+
+def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
+    """Counts read in one round trip, on the server's clock."""
+    info = read_server_info(client)
+    pipe = client.pipeline(transaction=False)
+    pipe.zcount(keys.active, "-inf", info.time_ms)
+    queue_counts(pipe, keys)
+    expired, *replies = pipe.execute()
+    counts = counts_of(replies, info.time_ms)
+    return Census(
+        queue=keys.queue,
+        active=counts.active or 0,
+        expired=expired,
+        oldest_overdue_s=counts.oldest_overdue_s,
+        pending=counts.pending or 0,
+        dead=counts.dead or 0,
+        failed=counts.failed,
+        run_id=info.run_id.decode(),
+        verb_available=has_verb(client),
+        exists=counts.exists,
+    )
+
+
+def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
+    """The census of the queue, read on the primary that holds it now."""
+    keys = QueueKeys(queue.name, settings.prefix_root)
+    return take_census(primary_client(settings.connection, keys.active), keys)

@@ -1,0 +1,92 @@
+"""How `once` and `inspect` print: one JSON object, or a summary readable at a glance."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from sweeperd.commands.inspect import Census
+from sweeperd.commands.outcome import OnceResult
+from sweeperd.keyspace import QueueKeys, job_id_text
+
+FRAME_LINES = 8  # lines of a `once` summary besides the ids
+
+
+def once_json(result: OnceResult) -> str:
+    body: dict[str, object] = {
+        "queue": result.queue,
+        "executor": result.executor,
+        "run_id": result.run_id,
+        "recovered": [job_id_text(i) for i in result.recovered],
+        "dead": [job_id_text(i) for i in result.dead],
+        "exempt": [job_id_text(i) for i in result.exempt],
+        "ghosts": result.ghosts,
+        "ghost_ids": [job_id_text(i) for i in result.ghost_ids],
+        "calls": result.calls,
+        "dry_run": result.dry_run,
+        "max_stalled": result.max_stalled,
+        "limit": result.limit,
+        "left": result.left if result.left_read else None,
+    }
+    if result.error is not None:
+        body["error"] = {"reason": str(result.error.reason), "message": result.error.message}
+    return json.dumps(body)
+
+
+def abbreviated(ids: Sequence[bytes], room: int) -> str:
+    """The ids on one line each, cut to `room` with a count of the rest."""
+    shown = [f"  {job_id_text(i)}" for i in ids[:room]]
+    if len(ids) > room:
+        shown.append(f"  … and {len(ids) - room} more (--json lists every id)")
+    return "\n".join(shown)
+
+
+def once_text(result: OnceResult) -> str:
+    screen = shutil.get_terminal_size((100, 40)).lines
+    room = max(3, (screen - FRAME_LINES) // 3)
+    verb = "would recover" if result.dry_run else "recovered"
+    lines = [
+        f"queue {result.queue}  executor {result.executor}  run_id {result.run_id[:12]}…  "
+        f"max_stalled {result.max_stalled}  limit {result.limit}"
+        + ("  (dry run: nothing written)" if result.dry_run else ""),
+        f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "
+        f"earlier server run)  dead {len(result.dead)}  ghosts {result.ghosts}  "
+        f"calls {result.calls}",
+    ]
+    for title, ids in (
+        ("recovered", result.recovered),
+        ("exempt", result.exempt),
+        ("dead", result.dead),
+        ("ghosts (ids in active with no row: removed)", result.ghost_ids),
+    ):
+        if ids:
+            lines += [f"{title}:", abbreviated(ids, room)]
+    if result.error is not None:
+        lines.append(f"{result.error.reason}: {result.refusal}, {result.still_due}")
+    elif not (result.recovered or result.dead or result.ghosts):
+        lines.append("nothing was due" + (f": {result.absent}" if result.absent else ""))
+    return "\n".join(lines)
+
+
+def census_json(census: Census) -> str:
+    return json.dumps(asdict(census), allow_nan=False)
+
+
+def census_text(c: Census, keys: QueueKeys) -> str:
+    overdue = "none" if c.oldest_overdue_s is None else f"{c.oldest_overdue_s:.1f}s"
+    failed = "not an integer" if c.failed is None else str(c.failed)
+    note = [] if c.exists else [f"note       {keys.absent()}"]
+    return "\n".join(
+        [
+            f"queue      {c.queue}",
+            f"active     {c.active}  (expired now: {c.expired}, oldest overdue: {overdue})",
+            f"pending    {c.pending}",
+            f"dead       {c.dead}  (metrics:failed count: {failed})",
+            f"server     run_id {c.run_id}",
+            "verb       EMQ.STALLED.CHECK "
+            + ("available (native)" if c.verb_available else "not loaded (script executor)"),
+            *note,
+        ]
+    )

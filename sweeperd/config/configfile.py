@@ -1,0 +1,110 @@
+"""The TOML config file: read, its keys checked, its `queues` list and `[queue.<name>]` tables."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sweeperd.config.coercers import ConfigError, Given, queue_name, why_unreadable
+from sweeperd.config.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
+
+QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
+TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list of names
+OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
+# The keys a file may hold, in the order a refusal lists them; instance_id is per replica.
+FILE_KEYS = (
+    *(k for k in SETTING_KEYS if k != "queues" and OPTIONS[k].toml),
+    "queues",
+    TABLES,
+)
+FileQueues = dict[str, dict[str, Given]]  # a queue's name -> the values its table sets
+Tables = dict[str, Any]  # [queue.<name>] tables as TOML read them: name -> table
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The file's settings as TOML typed them, once every top-level key is a known one."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read the config file {path} ({OPTIONS['config'].where}): {why_unreadable(exc)}"
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    _refuse_unknown(data, FILE_KEYS, f"config file {path}")
+    return data
+
+
+def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key in REMOVED_KEYS and key not in known:
+            raise ConfigError(f"{REMOVED_KEYS[key]}; remove it from {where}")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(
+                f"unknown key {key!r} in {where}{hint}; known keys: {', '.join(known)}"
+            )
+
+
+def file_queues(data: Mapping[str, Any], path: Path) -> tuple[FileQueues, tuple[str, ...]]:
+    """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
+    values its table sets; and the notes on how to write the file now. `[queues.<name>]`
+    tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
+    listed, tables, old = _shapes(data, path)
+    queues: FileQueues = {queue_name(name, f"queues in {path}"): {} for name in listed}
+    for spelled, given in ((TABLES, tables), (OLD_TABLES, old)):
+        for name, table in given.items():
+            queue_name(name, f"{spelled} in {path}")
+            if spelled == OLD_TABLES and name in tables:
+                raise ConfigError(
+                    f"queue {name} has two tables in {path}, [{TABLES}.{name}] and "
+                    f"[{OLD_TABLES}.{name}]: keep [{TABLES}.{name}]"
+                )
+            queues[name] = _queue_table(table, f"{spelled}.{name}", path)
+    return queues, _notes(old, path)
+
+
+def _shapes(data: Mapping[str, Any], path: Path) -> tuple[list[Any], Tables, Tables]:
+    """The list of names, the tables, and the tables spelled the old way; a wrong shape is
+    refused saying which key holds what."""
+    listed, tables = data.get("queues", []), data.get(TABLES, {})
+    old: Tables = {}
+    if isinstance(listed, dict):
+        old, listed = listed, []
+    if not isinstance(listed, list):
+        raise ConfigError(
+            f"queues in {path} must be a list of names; a queue's own values go in "
+            f"[{TABLES}.<name>] tables"
+        )
+    if not isinstance(tables, dict):
+        raise ConfigError(
+            f"{TABLES} in {path} must be [{TABLES}.<name>] tables; a list of names is "
+            "queues = [...]"
+        )
+    return listed, tables, old
+
+
+def _notes(old: Mapping[str, Any], path: Path) -> tuple[str, ...]:
+    """How to write the old tables now: said once per read of the file, never fatal."""
+    if not old:
+        return ()
+    renamed = ", ".join(f"[{TABLES}.{name}]" for name in old)
+    return (
+        f"config file {path}: [{OLD_TABLES}.<name>] tables are read as [{TABLES}.<name>]; "
+        f"rename them {renamed} (queues = [...] is the list of names)",
+    )
+
+
+def _queue_table(table: object, spelled: str, path: Path) -> dict[str, Given]:
+    """One queue's table: the values it sets, each named by the table as written."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{spelled} in {path} must be a table ([{spelled}])")
+    where = f"[{spelled}] in {path}"
+    _refuse_unknown(table, QUEUE_KEYS, where)
+    return {key: Given(value, f"{key} of {where}", False) for key, value in table.items()}

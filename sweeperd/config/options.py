@@ -1,0 +1,412 @@
+"""Every option of the commands in one table: flag, env var, TOML key, default, coercer."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sweeperd.config import coercers
+from sweeperd.config.coercers import Given
+from sweeperd.constants import (
+    DEFAULT_CALL_TARGET_MS,
+    DEFAULT_DRAIN_SHARE,
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_JITTER_FRACTION,
+    DEFAULT_LIMIT,
+    DEFAULT_MAX_STALLED,
+    DEFAULT_METRICS_ADDR,
+    DEFAULT_PREFIX_ROOT,
+    DEFAULT_REDIS_URL,
+    DEFAULT_SOCKET_TIMEOUT_S,
+    DEFAULT_TOP_RATE_WINDOW_S,
+    ExecutorChoice,
+    LogFormat,
+    QueueMetrics,
+    Shard,
+)
+
+ENV_PREFIX = "SWEEPERD_"
+RUN, ONCE, INSPECT, TOP = "run", "once", "inspect", "top"
+ALL = (RUN, ONCE, INSPECT, TOP)
+Coercer = Callable[[Given], Any]  # a given value to its typed one, or a ConfigError naming it
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its setting's name, what its value is, where it applies, what it means."""
+
+    key: str  # the setting's name: the TOML key, the flag and the env var derive from it
+    metavar: str  # what the value is, as --help shows it; "" for an on/off flag
+    commands: tuple[str, ...]
+    help: str
+    default: object = None  # None: no default (or one found at run time, see shown_default)
+    shown_default: str | None = None  # how help and the docs show the default, when not str()
+    toml: bool = True  # the config file may set it
+    flag: str = ""  # the flag, when not --<key-with-dashes>
+    short: str = ""
+    env: str = ""  # the env var, when not SWEEPERD_<KEY>
+    setting: bool = True  # False: one command's own value (top's --rows), in no Settings
+    parse: Coercer | None = None  # how a setting's value is read (coercers.py); None: no setting
+
+    @property
+    def flag_name(self) -> str:
+        return self.flag or "--" + self.key.replace("_", "-")
+
+    @property
+    def env_name(self) -> str:
+        return self.env or ENV_PREFIX + self.key.upper()
+
+    @property
+    def empty_in_env(self) -> bool:
+        """Its env var is set empty (click drops that, as if it were not set)."""
+        return os.environ.get(self.env_name) == ""
+
+    @property
+    def is_switch(self) -> bool:
+        """Given or not: no value follows the flag."""
+        return not self.metavar
+
+    @property
+    def is_flag(self) -> bool:
+        """A command's own option (--json, --rows), not a setting (--cluster is a setting)."""
+        return (self.is_switch and not self.toml) or not self.setting
+
+    @property
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.default is None or self.default is False:
+            return ""
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        return str(self.default)
+
+    @property
+    def where(self) -> str:
+        """How an error message names the option: the flag and its env var."""
+        return f"{self.flag_name} ({self.env_name})"
+
+
+OPTIONS: dict[str, Option] = {
+    o.key: o
+    for o in (
+        Option(
+            "config",
+            "PATH",
+            ALL,
+            "The TOML file: the settings below, and [queue.<name>] tables for a queue's own "
+            "interval, max_stalled and limit (once applies them too, below its flags).",
+            toml=False,
+        ),
+        Option(
+            "queues",
+            "NAME",
+            ALL,
+            "A queue (repeat the flag, or separate names by commas or spaces); "
+            "once and inspect take exactly one; top without it shows every queue it discovers.",
+            flag="--queue",
+            short="-q",
+            parse=coercers.queue_list,
+        ),
+        Option(
+            "redis_url",
+            "URL",
+            ALL,
+            "The server: redis://, rediss:// or unix://; credentials are never shown.",
+            DEFAULT_REDIS_URL,
+            parse=coercers.string,
+        ),
+        Option(
+            "redis_password_file",
+            "PATH",
+            ALL,
+            "The password, read from this file.",
+            shown_default="$CREDENTIALS_DIRECTORY/redis-password if present",
+            parse=coercers.file_path,
+        ),
+        Option(
+            "redis_ca_file",
+            "PATH",
+            ALL,
+            "rediss://: the CA bundle (PEM) that signed the server's certificate; the system's "
+            "when unset. The host name is checked unless the URL has ssl_check_hostname=false.",
+            parse=coercers.file_path,
+        ),
+        Option(
+            "redis_cert_file",
+            "PATH",
+            ALL,
+            "rediss://: the client certificate (PEM) for a server with tls-auth-clients.",
+            parse=coercers.file_path,
+        ),
+        Option(
+            "redis_key_file",
+            "PATH",
+            ALL,
+            "rediss://: the client certificate's private key (PEM), unless the cert file has it.",
+            parse=coercers.file_path,
+        ),
+        Option(
+            "cluster",
+            "",
+            ALL,
+            "The URL names any node of a Redis/Valkey Cluster: each queue is swept on the "
+            "primary that owns its slot, each primary watched for failovers.",
+            False,
+            parse=coercers.switch,
+        ),
+        Option(
+            "sentinels",
+            "HOST:PORT",
+            ALL,
+            "A Sentinel to ask for the primary at every tick (repeat the flag, or separate "
+            "addresses by commas or spaces); the URL's host is then unused.",
+            flag="--sentinel",
+            parse=coercers.sentinels,
+        ),
+        Option(
+            "sentinel_master",
+            "NAME",
+            ALL,
+            "The name the Sentinels monitor the primary under.",
+            parse=coercers.optional_name,
+        ),
+        Option(
+            "sentinel_password_file",
+            "PATH",
+            ALL,
+            "The Sentinels' own password, read from this file (the primary's is "
+            "--redis-password-file).",
+            parse=coercers.file_path,
+        ),
+        Option(
+            "socket_timeout",
+            "SECONDS",
+            ALL,
+            "Seconds a server call may take (connect and read), at most 3600.",
+            DEFAULT_SOCKET_TIMEOUT_S,
+            parse=coercers.timeout_seconds,
+        ),
+        Option(
+            "prefix_root",
+            "ROOT",
+            ALL,
+            "The key root: queue q lives under <root>:{q}:.",
+            DEFAULT_PREFIX_ROOT,
+            parse=coercers.key_root,
+        ),
+        Option(
+            "max_stalled",
+            "N",
+            (RUN, ONCE),
+            "The stall budget: a job whose stalled count reaches it is dead-lettered. "
+            "run: a [queue.<name>] table's own value wins; once: this one does.",
+            DEFAULT_MAX_STALLED,
+            parse=coercers.positive_int,
+        ),
+        Option(
+            "limit",
+            "N",
+            (RUN, ONCE),
+            "Expired leases one call takes at the most. run: a [queue.<name>] table's own "
+            "value wins; once: this one does.",
+            DEFAULT_LIMIT,
+            parse=coercers.positive_int,
+        ),
+        Option(
+            "call_target_ms",
+            "MS",
+            (RUN, ONCE),
+            "The server time one call stays under: calls are sized to take three quarters "
+            "of it, never above --limit.",
+            DEFAULT_CALL_TARGET_MS,
+            parse=coercers.milliseconds,
+        ),
+        Option(
+            "executor",
+            "auto|native|script",
+            (RUN, ONCE),
+            "native: the module's verb; script: the Lua port; auto: native where loaded.",
+            ExecutorChoice.AUTO.value,
+            parse=coercers.choice_of(ExecutorChoice),
+        ),
+        Option(
+            "interval",
+            "SECONDS",
+            (RUN,),
+            "Seconds between two sweeps of a queue, at most 86400.",
+            DEFAULT_INTERVAL_S,
+            parse=coercers.seconds,
+        ),
+        Option(
+            "jitter",
+            "FRACTION",
+            (RUN,),
+            "Each run moves by up to this fraction of the interval (0 to 1).",
+            DEFAULT_JITTER_FRACTION,
+            parse=coercers.fraction,
+        ),
+        Option(
+            "drain_share",
+            "FRACTION",
+            (RUN,),
+            "The most of the server's time a backlog drain may take, in (0, 1]; "
+            "1: calls back to back.",
+            DEFAULT_DRAIN_SHARE,
+            parse=coercers.share,
+        ),
+        Option(
+            "discover",
+            "SECONDS",
+            (RUN,),
+            "Seconds between SCANs for <root>:{*}:active (new queues swept; one no scan found "
+            "for an hour dropped); 0: off.",
+            0.0,
+            shown_default="0 (off)",
+            parse=coercers.seconds_or_off,
+        ),
+        Option(
+            "shard",
+            "on|off",
+            (RUN,),
+            "on: replicas under one key root share the queues, each sweeping its share; "
+            "off: this one sweeps every queue and joins no membership.",
+            "on",
+            parse=coercers.choice_of(Shard),
+        ),
+        Option(
+            "heartbeat",
+            "SECONDS",
+            (RUN,),
+            "A member's time to live, renewed three times within it: a replica silent this "
+            "long loses its queues to the others; at least 0.5.",
+            DEFAULT_HEARTBEAT_S,
+            parse=coercers.heartbeat,
+        ),
+        Option(
+            "instance_id",
+            "ID",
+            (RUN,),
+            "This replica's member id, unique among replicas (a pod name); never read from "
+            "the config file, which replicas share.",
+            shown_default="hostname:pid",
+            toml=False,
+            parse=coercers.instance_id,
+        ),
+        Option(
+            "metrics_addr",
+            "HOST:PORT",
+            (RUN,),
+            "Where /metrics, /healthz, /readyz and / are served.",
+            DEFAULT_METRICS_ADDR,
+            parse=coercers.metrics_addr,
+        ),
+        Option(
+            "web_config_file",
+            "PATH",
+            (RUN,),
+            "A YAML web config for the HTTP side: tls_server_config (cert_file, key_file, "
+            "client_ca_file) and basic_auth_users (bcrypt hashes); see docs/security.md.",
+            parse=coercers.file_path,
+        ),
+        Option(
+            "queue_metrics",
+            "basic|full",
+            (RUN,),
+            "Series per queue: basic, what an operator needs (6, and one per failure reason "
+            "seen); full adds sweeps, ghosts, durations and set sizes per queue (22).",
+            QueueMetrics.BASIC.value,
+            parse=coercers.choice_of(QueueMetrics),
+        ),
+        Option(
+            "log_format",
+            "json|console|auto",
+            (RUN,),
+            "auto: console when stderr is a terminal, else json. NO_COLOR turns colours off.",
+            LogFormat.AUTO.value,
+            parse=coercers.choice_of(LogFormat),
+        ),
+        Option(
+            "log_level",
+            "LEVEL",
+            (RUN,),
+            "The least level logged: debug, info, warning, error or critical; APScheduler and "
+            "redis-py log warnings and up whatever it is.",
+            "info",
+            parse=coercers.log_level,
+        ),
+        Option(
+            "drain",
+            "",
+            (ONCE,),
+            "Repeat calls until no lease due when it started remains.",
+            False,
+            toml=False,
+        ),
+        Option(
+            "dry_run",
+            "",
+            (ONCE,),
+            "Read only: the model's verdicts on what is due now. Writes nothing.",
+            False,
+            toml=False,
+        ),
+        Option(
+            "top_interval",
+            "SECONDS",
+            (TOP,),
+            "top: seconds between two refreshes (each one pipelined round trip per primary), "
+            "0.1 to 3600; with --once, between the two reads its rates come from.",
+            1.0,
+            toml=False,
+            flag="--interval",
+            setting=False,
+        ),
+        Option(
+            "top_rate_window",
+            "SECONDS",
+            (TOP,),
+            "top: recovered/s and dead/s are the growth over the reads of the last SECONDS "
+            "(0.1 to 3600); a multiple of the daemon's --interval reads as a steady rate.",
+            DEFAULT_TOP_RATE_WINDOW_S,
+            toml=False,
+            flag="--rate-window",
+            setting=False,
+        ),
+        Option(
+            "rows",
+            "N",
+            (TOP,),
+            "top: show the N queues with the most expired leases; every queue's expired count "
+            "is read (one ZCOUNT each) to rank them, the other counts for the N shown only.",
+            shown_default="the terminal's height",
+            toml=False,
+            env="SWEEPERD_TOP_ROWS",
+            setting=False,
+        ),
+        Option(
+            "once",
+            "",
+            (TOP,),
+            "top: print the view once (two reads --interval apart) and exit; also off a terminal.",
+            False,
+            toml=False,
+        ),
+        Option(
+            "json",
+            "",
+            (ONCE, INSPECT, TOP),
+            "Print one JSON object (with an `error` field on any failure).",
+            False,
+            toml=False,
+        ),
+    )
+}
+SETTING_KEYS = tuple(k for k, o in OPTIONS.items() if not o.is_flag and k != "config")
+REMOVED_KEYS = {
+    "drain_budget": "drain_budget was removed: a backlog is drained automatically "
+    "(see call_target_ms and drain_share)",
+}

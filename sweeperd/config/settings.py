@@ -1,0 +1,224 @@
+"""The settings objects of sweeperd (every command's, the daemon's own apart), built once from
+defaults, the TOML file and flags/env."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from sweeperd.config import coercers
+from sweeperd.config.coercers import ConfigError, Given
+from sweeperd.config.configfile import FileQueues, file_queues, read_config
+from sweeperd.config.connsettings import connection_of
+from sweeperd.config.options import OPTIONS, SETTING_KEYS
+from sweeperd.config.webconfig import BadWebConfig, WebConfig, load_web_config
+from sweeperd.constants import ExecutorChoice, LogFormat, QueueMetrics, Shard
+from sweeperd.server.connection import Connection
+
+# What the commands and the daemon import from here (ConfigError is defined in coercers.py,
+# beneath the options table that names its readers).
+__all__ = [
+    "ConfigError",
+    "DaemonSettings",
+    "QueueSettings",
+    "Settings",
+    "build_settings",
+    "queue_names",
+]
+
+# The settings of the file and of overrides, with their defaults; "queues" has none.
+DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k != "queues"}
+KNOWN_KEYS = (*DEFAULTS, "queues")
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    name: str
+    interval: float  # seconds between two sweeps
+    max_stalled: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """What `run` alone reads: its HTTP side, the spread of its schedule, discovery, the
+    replicas and the series it exports; `once` and `inspect` never look at them."""
+
+    metrics_host: str  # "" = every interface, IPv4 and IPv6
+    metrics_port: int
+    jitter: float  # fraction of the interval, 0..1
+    discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
+    queue_metrics: QueueMetrics  # the series exported per queue
+    shard: Shard  # on: replicas share the queues; off: this one sweeps them all
+    heartbeat: float  # seconds: a member's time to live, renewed three times within it
+    instance_id: str  # this replica's member id among the replicas sharing the queues
+    web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
+
+
+@dataclass(frozen=True)
+class Settings:
+    connection: Connection  # the server: URL, password, socket timeout
+    prefix_root: str
+    interval: float  # seconds
+    max_stalled: int
+    limit: int
+    call_target_ms: float  # server time one call stays under; never more than `limit` leases
+    drain_share: float  # most of the server's time a backlog drain may take, (0, 1]
+    executor: ExecutorChoice
+    log_format: LogFormat  # json or console, never auto
+    log_level: str  # lower case, one of logs.LEVELS
+    queues: tuple[QueueSettings, ...]
+    config_path: Path | None
+    daemon: DaemonSettings
+    notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
+
+    def for_queue(self, name: str) -> QueueSettings:
+        """A configured queue's settings, or the global ones for a discovered queue."""
+        for queue in self.queues:
+            if queue.name == name:
+                return queue
+        return QueueSettings(name, self.interval, self.max_stalled, self.limit)
+
+    def describe(self) -> dict[str, object]:
+        """The settings fit for a log line: credentials removed from the URL, no password."""
+        shown: dict[str, object] = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("connection", "notes", "daemon")
+        }
+        shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
+        shown["redis_url"] = self.connection.shown_url
+        shown["redis_password"] = "<set>" if self.connection.password is not None else None
+        shown["socket_timeout"] = self.connection.socket_timeout
+        topology = self.connection.topology
+        shown["topology"] = topology.mode
+        if topology.sentinels:
+            shown["sentinels"] = [f"{host}:{port}" for host, port in topology.sentinels]
+            shown["sentinel_master"] = topology.sentinel_master
+        shown["queues"] = [q.name for q in self.queues]
+        shown["config_path"] = str(self.config_path) if self.config_path else None
+        web = self.daemon.web_config
+        shown["web_config"] = str(web.path) if web else None
+        return shown
+
+    def __repr__(self) -> str:
+        return f"Settings({self.describe()!r})"
+
+
+def queue_names(value: object) -> list[str]:
+    """Queue names from --queue / SWEEPERD_QUEUES: commas and spaces separate names."""
+    return coercers.queue_list(Given(value, OPTIONS["queues"].where, True))
+
+
+def _gather(
+    overrides: Mapping[str, object], data: Mapping[str, Any], path: Path | None
+) -> dict[str, Given]:
+    """Every setting with its winning value: an override, else the file's, else the default."""
+    unknown = set(overrides) - set(KNOWN_KEYS)
+    if unknown:
+        raise ValueError(f"build_settings: unknown override keys {sorted(unknown)}")
+    chosen: dict[str, Given] = {}
+    for key, default in DEFAULTS.items():
+        if overrides.get(key) is not None:
+            chosen[key] = _not_empty(key, Given(overrides[key], OPTIONS[key].where, True))
+        elif key in data:
+            beside = path.parent if path else None
+            chosen[key] = _not_empty(key, Given(data[key], f"{key} in {path}", False, beside))
+        else:
+            chosen[key] = Given(default, f"the default {key}", False)
+    return chosen
+
+
+def _not_empty(key: str, given: Given) -> Given:
+    """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
+    would otherwise mean the default, e.g. whatever server listens on localhost."""
+    if isinstance(given.value, str) and not given.value.strip():
+        o = OPTIONS[key]
+        default = f" (default: {o.default_text})" if o.default_text else ""
+        raise ConfigError(
+            f"{given.where} is empty: set it ({o.metavar or 'true or false'}) or leave it out"
+            f"{default}"
+        )
+    return given
+
+
+def _web_config(path: Path | None, where: str) -> WebConfig | None:
+    """The web config file named, read and checked."""
+    if path is None:
+        return None
+    try:
+        return load_web_config(path)
+    except BadWebConfig as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _queues(
+    tables: FileQueues,
+    flag_names: list[str],
+    defaults: QueueSettings,
+) -> tuple[QueueSettings, ...]:
+    """The file's queues (a table's own values win over the globals), then the flags' new ones."""
+    built: dict[str, QueueSettings] = {}
+    for name, table in tables.items():
+        own = {key: _parse(key, given) for key, given in table.items()}
+        built[name] = QueueSettings(
+            name,
+            own.get("interval", defaults.interval),
+            own.get("max_stalled", defaults.max_stalled),
+            own.get("limit", defaults.limit),
+        )
+    for name in flag_names:
+        built.setdefault(
+            name, QueueSettings(name, defaults.interval, defaults.max_stalled, defaults.limit)
+        )
+    return tuple(built.values())
+
+
+def _parse(key: str, given: Given) -> Any:
+    """The value of one setting, read by the coercer its row in the options table names."""
+    parse = OPTIONS[key].parse
+    assert parse is not None, f"{key} has no coercer in options.OPTIONS"
+    return parse(given)
+
+
+def build_settings(
+    overrides: Mapping[str, object], config_path: Path | None, *, logs_to_tty: bool
+) -> Settings:
+    """Defaults, then the TOML file, then flags/env (`overrides`; None = not given), checked.
+
+    `run`, `once` and `inspect` all build their settings here; `logs_to_tty` says whether the
+    logs' stream (stderr) is a terminal, which is what the log format auto follows. Each value
+    is read by its coercer in the options table's order; the files named (passwords, TLS
+    files, the web config) are read after every value is.
+    """
+    data = read_config(config_path) if config_path is not None else {}
+    given = _gather(overrides, data, config_path)
+    tables, notes = file_queues(data, config_path) if config_path is not None else ({}, ())
+    flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
+    typed = {key: _parse(key, value) for key, value in given.items()}
+    if typed["log_format"] is LogFormat.AUTO:
+        typed["log_format"] = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
+    defaults = QueueSettings("", typed["interval"], typed["max_stalled"], typed["limit"])
+    queues = _queues(tables, flag_names, defaults)
+    if not queues and typed["discover"] == 0:
+        raise ConfigError(
+            "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
+        )
+    where = {key: value.where for key, value in given.items()}
+    host, port = typed["metrics_addr"]
+    daemon = DaemonSettings(
+        **{f.name: typed[f.name] for f in fields(DaemonSettings) if f.name in typed},
+        metrics_host=host,
+        metrics_port=port,
+        web_config=_web_config(typed["web_config_file"], where["web_config_file"]),
+    )
+    return Settings(
+        **{f.name: typed[f.name] for f in fields(Settings) if f.name in typed},
+        connection=connection_of(typed, where),
+        queues=queues,
+        config_path=config_path,
+        daemon=daemon,
+        notes=notes,
+    )

@@ -1,0 +1,5 @@
+"""`sweeperd run` around the engine: the schedule of the queues, the queue set, discovery, the
+replicas' sharing and membership, health, SIGHUP's reload, systemd's notify and the HTTP side.
+
+May import: fleet, config, metrics, verb, server and the root modules.
+"""

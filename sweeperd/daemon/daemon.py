@@ -1,0 +1,294 @@
+"""`sweeperd run`: the long-running sweeper wired together, from start to a clean stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import FrameType
+
+import structlog
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from sweeperd import __version__
+from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.daemon.discovery import Discovery
+from sweeperd.daemon.health import HEARTBEAT_S, Health
+from sweeperd.daemon.http import MetricsServer, serve
+from sweeperd.daemon.notify import Notifier
+from sweeperd.daemon.queueset import QueueSet
+from sweeperd.daemon.reload import in_effect, restart_changes, said
+from sweeperd.daemon.schedule import SWEEPS, Batch, Schedule, plan_batches
+from sweeperd.daemon.sharing import Sharing
+from sweeperd.fleet.fleet import Fleet, Tuning
+from sweeperd.logs import configure_logging
+from sweeperd.metrics.registry import Metrics
+
+log = structlog.get_logger("sweeperd.daemon")
+
+WORKERS = 4  # batches swept at once
+STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
+WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
+OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
+LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
+
+
+@dataclass
+class Daemon:
+    """The scheduler, the primaries, the queues, the metrics server and the signals."""
+
+    settings: Settings
+    reload: Callable[[], Settings]
+    notifier: Notifier = field(default_factory=Notifier.from_environ)
+    metrics: Metrics = field(default_factory=lambda: Metrics(version=__version__))
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        # A new run of a server, a new primary or slots that changed hands: every queue at
+        # once, on the primary that holds it now, so that its earlier leases go back now.
+        self.fleet = Fleet(
+            s.connection,
+            self.metrics,
+            tuning(s),
+            on_restart=lambda _node: self.sweep_now(),
+            on_moved=self.sweep_now,
+            on_retry=self.retry_soon,
+            clock=self.clock,
+        )
+        # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
+        # a live scheduler look dead to the liveness probe.
+        self.scheduler = BackgroundScheduler(
+            timezone=UTC,
+            executors={
+                "default": ThreadPoolExecutor(1),
+                "beat": ThreadPoolExecutor(1),
+                "members": ThreadPoolExecutor(1),
+            },  # default: discovery; batches: SWEEPS
+        )
+        self.schedule = Schedule(
+            self.scheduler,
+            self.sweep,
+            workers=WORKERS,
+            jitter=s.daemon.jitter,
+            on_overrun=self.overrun,
+        )
+        self.sharing = Sharing.of(s, self.fleet.home)
+        self.queues = QueueSet(
+            s,
+            self.sharing,
+            self.metrics.numbers,
+            self.schedule,
+            forget=self.fleet.forget,
+            clock=self.clock,
+        )
+        self.discovery = Discovery(
+            self.fleet.nodes, s.prefix_root, doubt=self.fleet.doubt, clock=self.clock
+        )
+        self.health = Health(
+            self.scheduler, self.schedule, self.fleet, lambda: self.settings, self.clock
+        )
+        for series in self.schedule.series:
+            self.metrics.add_collector(series)
+        state = self.metrics.state
+        state.nodes, state.ready = self.fleet.states, self.health.ready
+        state.members, state.ownership_changes = self.sharing.seen, lambda: self.sharing.changes
+        state.owned, state.known = lambda: len(self.queues.swept), self.queues.known_count
+        self.stop_requested = threading.Event()
+        self.reload_requested = threading.Event()
+        self.server: MetricsServer | None = None
+        self.announced_ready = False
+        self.overruns_logged_at: float | None = None
+        # Overruns are counted and logged below, at most once a minute, not once per batch.
+        logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+
+    # What the scheduler's jobs run.
+    def sweep(self, batch: Batch) -> None:
+        if self.stop_requested.is_set():
+            return
+        self.fleet.sweep(batch)
+
+    def sweep_now(self) -> None:
+        self.schedule.sweep_now()
+
+    def retry_soon(self) -> None:
+        """A server is loading its dataset: every queue again shortly, so that the sweep that
+        brings back the previous run's leases comes as soon as it has loaded."""
+        self.schedule.sweep_soon(LOADING_RETRY_S)
+
+    def share(self) -> None:
+        """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
+        if not self.sharing.refresh(self.clock()):
+            return
+        had = bool(self.queues.swept)
+        gained, lost = self.queues.apply()
+        self.sharing.moved(len(gained), len(lost), len(self.queues.swept))
+        if had and (gained or lost):
+            # Sync keeps batch timers but not batch contents: a queue may have landed on a later
+            # timer. One sweep of every owned queue now bounds each one's wait by its interval.
+            for batch in plan_batches(self.queues.owned()).values():
+                self.scheduler.add_job(self.sweep, args=[batch], name="takeover", executor=SWEEPS)
+
+    def discover(self) -> None:
+        """The discovery job: SCAN every primary, the queues found kept (see QueueSet.found)."""
+        self.queues.found(self.discovery.scan())
+
+    def overrun(self) -> None:
+        """A batch skipped, still sweeping (counted by the schedule): logged once a minute."""
+        now = self.clock()
+        if self.overruns_logged_at is None or now - self.overruns_logged_at >= OVERRUN_LOG_S:
+            self.overruns_logged_at = now
+            log.warning(
+                "sweep_overrun",
+                hint="a batch was still sweeping when it fell due again: raise --interval, "
+                "or see sweeperd_schedule_overruns_total",
+            )
+
+    def add_jobs(self) -> None:
+        """The heartbeat, the membership, the discovery scan and one job per batch of queues."""
+        self.scheduler.add_job(
+            self.health.beat,
+            "interval",
+            seconds=HEARTBEAT_S,
+            id="heartbeat",
+            coalesce=True,
+            executor="beat",
+        )
+        if self.sharing.on:
+            self.scheduler.add_job(
+                self.share,
+                "interval",
+                seconds=self.sharing.period_s,
+                id="members",
+                coalesce=True,
+                executor="members",
+                next_run_time=datetime.now(UTC),
+            )
+        if self.settings.daemon.discover:
+            self.scheduler.add_job(
+                self.discover,
+                "interval",
+                seconds=self.settings.daemon.discover,
+                id="discover",
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
+        self.queues.apply()
+
+    # The lifetime.
+    def start(self) -> None:
+        """The fleet first (servers that are not the topology named refuse the start), then
+        /metrics, the jobs and the scheduler."""
+        s, d = self.settings, self.settings.daemon
+        self.fleet.start()
+        health = self.health
+        self.server = serve(
+            d.metrics_host,
+            d.metrics_port,
+            self.metrics.registry,
+            healthy=health.healthy,
+            ready=health.ready,
+            landing=lambda: f"{health.status_text(health.ready())}\n{self.sharing.describe()}",
+            web=d.web_config,
+            exposition=self.metrics.exposition,
+        )
+        self.add_jobs()
+        self.scheduler.start()
+        log.info("started", version=__version__, **s.describe())
+        said(s)
+
+    def request_stop(self, signum: int, _frame: FrameType | None) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        self.stop_requested.set()
+
+    def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
+        self.reload_requested.set()
+
+    def apply_reload(self) -> None:
+        """SIGHUP: the config file again; queues, budgets, jitter and logs change in place, the
+        restart-only settings keep the values they run with (the log names each one)."""
+        self.reload_requested.clear()
+        try:
+            wanted = self.reload()
+        except ConfigError as exc:
+            log.error("reload_failed", error=str(exc))
+            return
+        except Exception:  # a bug in reading it: the daemon goes on with what runs
+            log.exception("reload_failed", error="the file could not be read (a bug: report it)")
+            return
+        waiting = restart_changes(self.settings, wanted)
+        if waiting:
+            log.warning("reload_needs_restart", settings=waiting)
+        fresh = in_effect(self.settings, wanted)
+        self.fleet.retune(tuning(fresh))
+        self.settings = self.queues.settings = fresh
+        self.schedule.jitter = fresh.daemon.jitter
+        self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
+        self.schedule.reset()
+        self.add_jobs()
+        log.info("reloaded", **fresh.describe())
+        said(fresh)
+        # Last: the lines above still show at the level they were asked at, whatever the new one.
+        configure_logging(fresh.log_format, fresh.log_level)
+
+    def serve_forever(self) -> None:
+        """The main thread: signals, readiness and the watchdog, until asked to stop."""
+        watchdog = self.notifier.watchdog_interval_s
+        last_watchdog = 0.0
+        status = ""
+        while not self.stop_requested.wait(WAKE_S):
+            if self.reload_requested.is_set():
+                self.apply_reload()
+            ready = self.health.ready()
+            if ready and not self.announced_ready:
+                self.notifier.ready()
+                self.announced_ready = True
+                log.info("ready", nodes=self.health.node_names())
+            now_status = self.health.status_text(ready)
+            if now_status != status:
+                self.notifier.status(now_status)
+                status = now_status
+            now = self.clock()
+            if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
+                self.notifier.watchdog()
+                last_watchdog = now
+
+    def stop(self) -> None:
+        """Stop scheduling, let the in-flight sweep finish its call, close the server."""
+        self.notifier.stopping()
+        self.sharing.leave()  # first: the others take its queues while its last calls finish
+        self.fleet.stop(STOP_TIMEOUT_S / 2)
+        done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
+        done.start()
+        done.join(STOP_TIMEOUT_S)
+        if done.is_alive():
+            log.warning("stop_timeout", waited_s=STOP_TIMEOUT_S)
+        if self.server is not None:
+            self.server.close()
+        log.info("stopped")
+
+
+def tuning(s: Settings) -> Tuning:
+    """What every primary's node and drainer are built with (SIGHUP changes the last two)."""
+    return Tuning(s.prefix_root, s.executor, s.call_target_ms / 1000, s.drain_share)
+
+
+def run(settings: Settings, reload: Callable[[], Settings]) -> int:
+    """Run until SIGTERM or SIGINT; SIGHUP re-reads the config file."""
+    daemon = Daemon(
+        settings, reload, metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics)
+    )
+    daemon.start()
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    signal.signal(signal.SIGHUP, daemon.request_reload)
+    try:
+        daemon.serve_forever()
+    finally:
+        daemon.stop()
+    return 0

@@ -1,0 +1,56 @@
+"""Finding queues: every `<root>:{<queue>}:active` key on each primary, by SCAN (server/scan.py),
+what each primary's last scan found kept while another one's fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import redis
+import structlog
+
+from sweeperd.fleet.node import Node
+from sweeperd.server.connection import UNREACHABLE
+from sweeperd.server.scan import find_queues
+
+log = structlog.get_logger("sweeperd.daemon")
+
+
+class Discovery:
+    """Every primary scanned; one whose scan failed keeps its last list."""
+
+    def __init__(
+        self,
+        nodes: Callable[[], Sequence[Node]],
+        root: str,
+        *,
+        doubt: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nodes = nodes
+        self.root = root
+        self.doubt = doubt  # a primary unreachable: the layout may have moved
+        self.clock = clock
+        self.found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
+
+    def scan(self) -> set[str]:
+        """The queues every primary holds, as far as their last scans tell."""
+        nodes = self.nodes()
+        for node in nodes:
+            self.scan_on(node)
+        names = {node.name for node in nodes}
+        self.found_on = {name: found for name, found in self.found_on.items() if name in names}
+        return set().union(*self.found_on.values())
+
+    def scan_on(self, node: Node) -> None:
+        try:
+            self.found_on[node.name] = find_queues(node.client, self.root)
+        except UNREACHABLE as exc:
+            node.failed(self.clock(), exc)  # logged once per change, as the sweeps do
+            self.doubt()
+            return
+        except redis.RedisError as exc:  # a failed scan keeps the last list
+            log.warning("discovery_failed", node=node.name, error=str(exc))
+            return
+        with node.lock:
+            node.answered(self.clock())

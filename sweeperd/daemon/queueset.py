@@ -1,0 +1,100 @@
+"""The queues this replica sweeps: the configured ones and those a scan found within the last
+hour, its share of them among the replicas; scheduled, their series kept while they are known."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from sweeperd.config.settings import QueueSettings, Settings
+from sweeperd.daemon.schedule import Schedule
+from sweeperd.daemon.sharing import Sharing
+from sweeperd.metrics.numbers import SweepNumbers
+
+log = structlog.get_logger("sweeperd.daemon")
+
+DISCOVERED_TTL_S = 3600.0  # a discovered queue no scan finds any more is kept this long
+
+
+class QueueSet:
+    """What is known, owned and exported; applied to the schedule and the series together."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sharing: Sharing,
+        numbers: SweepNumbers,
+        schedule: Schedule,
+        *,
+        forget: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings  # SIGHUP replaces it
+        self.sharing = sharing
+        self.numbers = numbers
+        self.schedule = schedule
+        self.forget = forget  # a queue owned no more leaves the drains and ledgers
+        self.clock = clock
+        self.discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
+        self.swept: set[str] = set()  # the queues this replica sweeps now
+        self.exported: set[str] = set()  # the queues with series: swept once, still known
+        self.lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
+
+    def known(self) -> list[QueueSettings]:
+        """Every queue this replica knows: the configured, then those a scan found within the
+        last DISCOVERED_TTL_S. Call with the lock held."""
+        settings = self.settings  # one reading: SIGHUP may replace it
+        named = {q.name for q in settings.queues}
+        found = sorted(self.discovered.keys() - named)
+        return [*settings.queues, *(settings.for_queue(n) for n in found)]
+
+    def known_count(self) -> int:
+        """How many queues this replica knows, for the series that says it (counted, not
+        listed: a scrape need not build and sort them)."""
+        with self.lock:
+            named = {q.name for q in self.settings.queues}
+            return len(named) + len(self.discovered.keys() - named)
+
+    def owned(self) -> list[QueueSettings]:
+        """The known queues this replica owns now: the ones it sweeps."""
+        with self.lock:
+            return self.sharing.owned(self.known())
+
+    def apply(self) -> tuple[set[str], set[str]]:
+        """Schedule the queues owned now. A queue owned no more keeps its counters and its last
+        success (what this replica did stays summable across replicas and outages), and loses
+        the gauges only its owner can keep true; a queue no longer known loses every series.
+        Returns the names gained and lost."""
+        with self.lock:
+            known = self.known()
+            wanted = self.sharing.owned(known)
+            names = {q.name for q in wanted}
+            gained, lost = names - self.swept, self.swept - names
+            for name in gained:
+                self.numbers.add_queue(name)
+            for name in lost:
+                self.numbers.disown_queue(name)
+                self.forget(name)
+            self.exported = (self.exported | names) & {q.name for q in known}
+            self.numbers.keep_queues(self.exported)
+            self.swept = names
+            self.schedule.sync(wanted)
+        return gained, lost
+
+    def found(self, found: set[str]) -> None:
+        """What a scan of every primary found now. A queue is swept (and keeps its series)
+        until no scan has found it for DISCOVERED_TTL_S: a drained queue's active set is gone
+        until its next lease, and its counters must not go with it."""
+        now = self.clock()
+        with self.lock:  # apply() reads them from the membership's and SIGHUP's threads
+            added = found - self.discovered.keys()
+            self.discovered.update(dict.fromkeys(found, now))
+            dropped = {q for q, seen in self.discovered.items() if now - seen > DISCOVERED_TTL_S}
+            for queue in dropped:
+                del self.discovered[queue]
+        if added or dropped:
+            log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
+            self.apply()

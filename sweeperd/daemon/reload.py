@@ -1,0 +1,80 @@
+"""What a SIGHUP changes in place and what waits for a restart: the restart-only settings, as
+the options name them and the log may show them, and what a new file would change of them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import structlog
+
+from sweeperd.config.settings import Settings
+
+log = structlog.get_logger("sweeperd.daemon")
+
+
+def in_effect(running: Settings, wanted: Settings) -> Settings:
+    """What a SIGHUP puts in place: the file's settings, but the servers and their clients, the
+    root of every key (the membership's too) and the executor as they run; of the daemon's own,
+    only the schedule's spread and discovery's period change (not the HTTP side, the replicas
+    or the series exported). restart_only() names each kept one as the options do."""
+    daemon = replace(running.daemon, jitter=wanted.daemon.jitter, discover=wanted.daemon.discover)
+    return replace(
+        wanted,
+        connection=running.connection,
+        prefix_root=running.prefix_root,
+        executor=running.executor,
+        daemon=daemon,
+    )
+
+
+def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
+    """The restart-only settings as the options name them: each one's value, and how the log
+    shows it (no credential, no password, a web config by its path)."""
+    c, t, d = s.connection, s.connection.topology, s.daemon
+    web, bound = d.web_config, d.metrics_host
+
+    def same(value: object) -> tuple[object, object]:
+        return value, value
+
+    def secret(value: str | None) -> tuple[object, object]:
+        return value, None if value is None else "<set>"
+
+    return {
+        "redis_url": (c.url, c.shown_url),
+        "redis_password": secret(c.password),
+        "socket_timeout": same(c.socket_timeout),
+        **{key: same(path) for key, path in c.tls.by_key().items()},
+        "cluster": same(t.cluster),
+        "sentinels": (t.sentinels, [f"{host}:{port}" for host, port in t.sentinels]),
+        "sentinel_master": same(t.sentinel_master),
+        "sentinel_password": secret(t.sentinel_password),
+        "prefix_root": same(s.prefix_root),
+        "executor": same(str(s.executor)),
+        "metrics_addr": same(f"{f'[{bound}]' if ':' in bound else bound}:{d.metrics_port}"),
+        "web_config_file": (web, str(web.path) if web else None),
+        "shard": same(str(d.shard)),
+        "heartbeat": same(d.heartbeat),
+        "instance_id": same(d.instance_id),
+        "queue_metrics": same(str(d.queue_metrics)),
+    }
+
+
+def restart_changes(running: Settings, wanted: Settings) -> dict[str, dict[str, object]]:
+    """The restart-only settings the file changes: each with the value that runs and the one
+    wanted, marked changed where both show alike (a password, a web config's content)."""
+    before, after = restart_only(running), restart_only(wanted)
+    changes: dict[str, dict[str, object]] = {}
+    for key, (value, shown) in after.items():
+        old, old_shown = before[key]
+        if value != old:
+            changes[key] = {
+                "running": old_shown,
+                "wanted": shown if shown != old_shown else f"{shown} (changed)",
+            }
+    return changes
+
+
+def said(s: Settings) -> None:
+    """The config file's notes, once per read: it works as written, but should be rewritten."""
+    for note in s.notes:
+        log.warning("config_deprecated", note=note)

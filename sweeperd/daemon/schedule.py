@@ -1,0 +1,175 @@
+"""Queues on their intervals: batches that fall due together, each one APScheduler job."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from itertools import groupby
+
+from apscheduler.events import (
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_SUBMITTED,
+    JobSubmissionEvent,
+)
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.job import Job
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from prometheus_client import Counter, Histogram
+from prometheus_client.registry import Collector
+
+from sweeperd.config.settings import QueueSettings
+
+BATCH_SIZE = 200  # queues per pipelined round trip
+JOB_PREFIX = "sweep:"
+# How late a sweep started against its schedule.
+LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
+
+Batch = list[QueueSettings]
+
+
+class RunOnce(ThreadPoolExecutor):  # type: ignore[misc]
+    """A pool that runs a job once for all the run times it is handed: APScheduler's coalesce,
+    done here, so that the submission event still lists every run time missed (coalesce=True
+    would list only the last) and the missed runs can be counted."""
+
+    def submit_job(self, job: Job, run_times: list[datetime]) -> None:
+        super().submit_job(job, run_times[-1:])
+
+
+def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dict[str, Batch]:
+    """Queues of one interval fall due together: grouped by interval, cut into batches."""
+    by_interval = sorted(queues, key=lambda q: (q.interval, q.name))
+    batches: dict[str, Batch] = {}
+    for interval, group in groupby(by_interval, key=lambda q: q.interval):
+        members = list(group)
+        for n in range(0, len(members), size):
+            batches[f"{JOB_PREFIX}{interval:g}s:{n // size}"] = members[n : n + size]
+    return batches
+
+
+class Schedule:
+    """Keeps one interval job per batch in step with the queue list; never two runs at once."""
+
+    def __init__(
+        self,
+        scheduler: BaseScheduler,
+        sweep: Callable[[Batch], None],
+        *,
+        workers: int,
+        jitter: float,
+        on_overrun: Callable[[], None],
+    ) -> None:
+        self.scheduler = scheduler
+        self.sweep = sweep
+        self.jitter = jitter
+        self.batches: dict[str, Batch] = {}
+        self.running: set[str] = set()
+        self.lock = threading.Lock()
+        self.lag = Histogram(
+            "sweeperd_schedule_lag_seconds",
+            "How late sweeps started against their schedule.",
+            buckets=LAG_BUCKETS_S,
+            registry=None,
+        )
+        self.missed = Counter(
+            "sweeperd_schedule_missed_runs",
+            "Scheduled sweeps of a batch that never ran: the scheduler woke too late for them "
+            "(the process stopped, a VM paused) and swept the batch once for all of them.",
+            registry=None,
+        )
+        self.overruns = Counter(
+            "sweeperd_schedule_overruns",
+            "Sweeps skipped because the batch's previous sweep was still running "
+            "(the interval is shorter than a tick takes).",
+            registry=None,
+        )
+        self.on_overrun = on_overrun
+        scheduler.add_executor(RunOnce(workers), SWEEPS)
+        scheduler.add_listener(self.submitted, EVENT_JOB_SUBMITTED)
+        # A batch still sweeping when it falls due again is skipped, not queued behind itself.
+        scheduler.add_listener(self.overran, EVENT_JOB_MAX_INSTANCES)
+
+    @property
+    def series(self) -> tuple[Collector, ...]:
+        """What the schedule counts, for the registry: its lag, missed runs and overruns."""
+        return self.lag, self.missed, self.overruns
+
+    def submitted(self, event: JobSubmissionEvent) -> None:
+        """A batch submitted for the run times it missed (the scheduler did not run in time:
+        the process was stopped, the VM paused) as for one: the runs before the last are
+        counted missed, and the lag is the first's."""
+        times = event.scheduled_run_times
+        if event.job_id.startswith(JOB_PREFIX) and times:
+            self.lag.observe(max(0.0, (datetime.now(UTC) - times[0]).total_seconds()))
+            if len(times) > 1:
+                self.missed.inc(len(times) - 1)
+
+    def overran(self, _event: object) -> None:
+        self.overruns.inc()
+        self.on_overrun()
+
+    def sync(self, queues: Sequence[QueueSettings]) -> None:
+        """Add the batches that are new, drop the vanished, let the rest keep their timers."""
+        planned = plan_batches(queues)
+        with self.lock:
+            for job_id in self.batches.keys() - planned.keys():
+                self.scheduler.remove_job(job_id)
+            for job_id, batch in planned.items():
+                if job_id not in self.batches:
+                    self._add(job_id, batch[0].interval)
+            self.batches = planned
+
+    def _add(self, job_id: str, interval: float) -> None:
+        self.scheduler.add_job(
+            self._run,
+            IntervalTrigger(seconds=interval, jitter=self.jitter * interval or None),
+            args=[job_id],
+            id=job_id,
+            name=job_id,
+            max_instances=1,  # never two sweeps of one queue at once
+            coalesce=False,  # missed runs collapse into one in RunOnce, listed in the event
+            misfire_grace_time=None,  # a late run still runs
+            executor=SWEEPS,
+            next_run_time=datetime.now(UTC),
+        )
+
+    def _run(self, job_id: str) -> None:
+        batch = self.batches.get(job_id)
+        if not batch:
+            return
+        with self.lock:
+            self.running.add(job_id)
+        try:
+            self.sweep(batch)
+        finally:
+            with self.lock:
+                self.running.discard(job_id)
+
+    def reset(self) -> None:
+        """Forget every batch (their jobs were removed from the scheduler)."""
+        with self.lock:
+            self.batches = {}
+
+    def sweep_now(self) -> None:
+        """Every batch not sweeping right now is due at once (after a server restart)."""
+        now = datetime.now(UTC)
+        with self.lock:
+            for job_id in self.batches.keys() - self.running:
+                self.scheduler.modify_job(job_id, next_run_time=now)
+
+    def sweep_soon(self, delay_s: float) -> None:
+        """Every batch due again in `delay_s` (one sweeping now is done by then, or skipped)."""
+        at = datetime.now(UTC) + timedelta(seconds=delay_s)
+        with self.lock:
+            for job_id in self.batches:
+                self.scheduler.modify_job(job_id, next_run_time=at)
+
+    def queue_names(self) -> set[str]:
+        return {q.name for batch in self.batches.values() for q in batch}
+
+    def shortest_interval(self) -> float | None:
+        intervals = [b[0].interval for b in self.batches.values()]
+        return min(intervals) if intervals else None

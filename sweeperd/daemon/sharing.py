@@ -1,0 +1,210 @@
+"""A replica's share of the queues: its heartbeat, the members it sees, the queues it owns."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import redis
+import structlog
+
+from sweeperd.config.settings import QueueSettings, Settings
+from sweeperd.constants import DEFAULT_PREFIX_ROOT, Shard
+from sweeperd.daemon.membership import MembershipStore, View
+from sweeperd.fleet.node import Node
+from sweeperd.logs import cap_ids
+from sweeperd.ownership import owner
+from sweeperd.server.connection import UNREACHABLE
+
+log = structlog.get_logger("sweeperd.sharing")
+
+BEATS_PER_TTL = 3  # a member heartbeats this often within its time to live
+EVERY_QUEUE = None  # `members` when sharing is off or refused: every queue is this replica's
+
+
+@dataclass
+class Sharing:
+    """What this replica owns follows from `members`: None = every queue (sharing off, or
+    refused by the server), an empty set = none (no heartbeat answered yet), else the queues
+    rendezvous hashing gives it among the members it saw last. A member whose entry expired
+    unrenewed (`view` None) keeps that share: the others take it over too, and an overlap is
+    harmless where a gap is not (in a Cluster the members key's primary may be the only one
+    out of reach)."""
+
+    node: Node | None  # the server holding the members key (in a cluster: its slot's primary)
+    member_id: str
+    ttl_s: float
+    store: MembershipStore | None  # the heartbeat on `node`; None until a node is known
+    on: bool = True  # off (--shard off): every queue is this replica's, no heartbeat
+    home: Callable[[], Node | None] | None = None  # where the members key lives now, if it moves
+    root: str = DEFAULT_PREFIX_ROOT
+    members: frozenset[str] | None = frozenset()
+    view: View | None = None  # the last heartbeat's answer
+    alive_until: float | None = None  # monotonic: this member's entry outlives no answer past it
+    refused: str | None = None  # the server's refusal of the heartbeat, while it lasts
+    left: bool = False  # it left (SIGTERM): no heartbeat may bring it back
+    changes: int = 0  # times the queues it owns changed with the members it sees
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def of(cls, settings: Settings, home: Callable[[], Node | None]) -> Sharing:
+        """The replica's sharing; its heartbeat goes to whatever node `home` names at the time
+        (a failover or a migrated slot moves the members key)."""
+        d = settings.daemon
+        on = d.shard is Shard.ON
+        return cls(
+            None,
+            d.instance_id,
+            d.heartbeat,
+            None,
+            on=on,
+            home=home,
+            root=settings.prefix_root,
+            members=frozenset() if on else EVERY_QUEUE,
+        )
+
+    def located(self) -> MembershipStore | None:
+        """The heartbeat on the node that holds the members key now; None while none is known."""
+        node = self.home() if self.home is not None else self.node
+        if node is None:
+            return None
+        if self.store is None or node is not self.node:
+            self.node = node
+            self.store = MembershipStore(node.client, self.root, self.member_id, self.ttl_s)
+        return self.store
+
+    @property
+    def period_s(self) -> float:
+        return self.ttl_s / BEATS_PER_TTL
+
+    def refresh(self, now: float) -> bool:
+        """One heartbeat at monotonic `now`; True when what this replica owns may change."""
+        with self.lock:  # a heartbeat in flight never lands after the leave
+            if not self.on or self.left:
+                return False
+            before = self.members
+            store, node = self.located(), self.node
+            if store is None or node is None:  # no primary known yet, or mid-failover
+                self.lapse(now)
+            else:
+                self.beat(store, node, now)
+            return self.members != before
+
+    def beat(self, store: MembershipStore, node: Node, now: float) -> None:
+        try:
+            view = store.beat()
+        except UNREACHABLE as exc:
+            node.failed(now, exc)
+            self.lapse(now)
+        except redis.RedisError as exc:  # an ACL without the key, a read-only replica
+            self.refuse(str(exc))
+        else:
+            with node.lock:
+                node.answered(now)
+            self.joined(view, now)
+
+    def joined(self, view: View, now: float) -> None:
+        if self.refused is not None:
+            log.info("membership_restored", member=self.member_id)
+            self.refused = None
+        self.view, self.alive_until = view, now + self.ttl_s
+        old = self.members or frozenset()
+        if view.members != old:
+            joined, left = sorted(view.members - old), sorted(old - view.members)
+            log.info(
+                "members_changed",
+                member=self.member_id,
+                members=len(view.members),
+                joined=len(joined),
+                left=len(left),
+                joined_ids=cap_ids(joined),
+                left_ids=cap_ids(left),
+            )
+        self.members = view.members
+
+    def lapse(self, now: float) -> None:
+        """No answer: once this member's own deadline passed it is no member for the others,
+        who take its queues; it goes on sweeping its last share where the server answers."""
+        view = self.view
+        if view is not None and self.alive_until is not None and now >= self.alive_until:
+            others = sorted(view.members - {self.member_id})
+            log.warning(
+                "membership_lost",
+                member=self.member_id,
+                others=others,
+                hint="its heartbeat expired unrenewed: "
+                + (
+                    f"{', '.join(others)} take its queues too"
+                    if others
+                    else "no other member was live"
+                )
+                + "; it keeps sweeping its share where the server answers",
+            )
+            self.view = None
+
+    def refuse(self, error: str) -> None:
+        """A heartbeat refused: sweep every queue rather than leave any unswept."""
+        if self.refused != error:
+            log.warning(
+                "membership_refused",
+                member=self.member_id,
+                error=error,
+                hint="grant the sweeperd user the <root>:sweeperd:* keys and EVALSHA, "
+                "or run with --shard off; meanwhile every queue is swept",
+            )
+        self.refused, self.members, self.view = error, EVERY_QUEUE, None
+
+    def owns(self, queue: str) -> bool:
+        members = self.members
+        return members is EVERY_QUEUE or owner(queue, members) == self.member_id
+
+    def owned(self, queues: Sequence[QueueSettings]) -> list[QueueSettings]:
+        """The queues this replica sweeps now, in their order."""
+        return [q for q in queues if self.owns(q.name)]
+
+    def moved(self, gained: int, lost: int, owned: int) -> None:
+        """Queues that changed hands at this replica: counted and logged (counts, not names)."""
+        if gained or lost:
+            self.changes += 1
+            log.info("queues_moved", gained=gained, lost=lost, owned=owned)
+
+    def seen(self) -> int:
+        """The live members this replica sees, itself included; 0 when it is not one."""
+        view = self.view
+        return len(view.members) if view is not None else 0
+
+    def leave(self) -> None:
+        """SIGTERM: the entry removed now, so the others take the queues without waiting."""
+        with self.lock:
+            if not self.on or self.left:
+                return
+            self.left = True
+            store = self.located()
+            if store is None:
+                return
+            try:
+                store.leave()
+            except redis.RedisError as exc:
+                log.warning("leave_failed", member=self.member_id, error=str(exc))
+                return
+            log.info("left", member=self.member_id)
+
+    def describe(self) -> str:
+        """The member list, for the landing page."""
+        if not self.on:
+            return "sharing off: this replica sweeps every queue"
+        if self.refused is not None:
+            return f"sharing refused ({self.refused}): this replica sweeps every queue"
+        view = self.view
+        if view is None and self.members:
+            return (
+                f"{self.member_id} is not a member now (its heartbeat expired unanswered): "
+                "it sweeps its last share where the server answers"
+            )
+        if view is None or not self.members:
+            return f"{self.member_id} is not a member now: it sweeps no queue"
+        lines = [f"members ({len(view.members)}), this replica is {self.member_id}:"]
+        for member, deadline in sorted(view.deadlines_ms.items()):
+            lines.append(f"  {member}  expires in {(deadline - view.now_ms) / 1000:.1f} s")
+        return "\n".join(lines)

@@ -1,0 +1,256 @@
+"""Backlogs drained at server speed: one short call at a time, round-robin between queues."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+import structlog
+
+from sweeperd.config.settings import QueueSettings
+from sweeperd.fleet.ledger import Ledger
+from sweeperd.fleet.node import Node
+from sweeperd.keyspace import QueueKeys
+from sweeperd.logs import ID_CAP
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.connection import UNREACHABLE
+from sweeperd.verb.replies import Call, CallResult, SweepReply, keeps_draining
+from sweeperd.verb.rounds import InFlight
+
+log = structlog.get_logger("sweeperd.drain")
+
+PROGRESS_LOG_S = 5.0  # a drain_progress event per queue at most this often
+IDLE_WAIT_S = 0.5  # how long the drain thread sleeps when no queue is backlogged
+
+
+@dataclass
+class Backlog:
+    """One queue's drain: where it started, what it has done, what is left."""
+
+    queue: QueueSettings
+    keys: QueueKeys
+    started: float  # monotonic seconds
+    logged: float  # when progress was last logged
+    done: int = 0  # leases taken from active
+    left: int = 0  # leases due after the last call
+
+    def progress(self, now: float) -> dict[str, object]:
+        elapsed = max(now - self.started, 1e-9)
+        rate = self.done / elapsed
+        eta = self.left / rate if rate > 0 else None
+        return {
+            "queue": self.queue.name,
+            "done": self.done,
+            "left": self.left,
+            "rate": round(rate, 1),
+            "eta_s": None if eta is None else round(eta, 1),
+            "elapsed_s": round(elapsed, 1),
+        }
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A drain call on its way: its queue, when it went (monotonic seconds), its reply to come."""
+
+    backlog: Backlog
+    started: float
+    flight: InFlight
+
+
+class Drainer:
+    """Takes the queues a tick left with leases due and sweeps them until nothing is due.
+
+    One call on the node at a time, each sized to the call target, so other clients (and the
+    scheduled ticks of the other queues) get the server between two calls; queues with a
+    backlog take turns. The next call is sent as soon as a reply is read, and the reply counted
+    while the server runs it. `share` below 1 pauses between calls to leave the server that much
+    (and then the next call waits for the pause).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        ledger: Ledger,
+        *,
+        share: float,
+        on_restart: Callable[[Node], None],
+        on_redirect: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.ledger = ledger
+        self.share = share
+        self.on_restart = on_restart
+        self.on_redirect = on_redirect  # a call the node sent elsewhere: the topology moved
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.backlogs: OrderedDict[str, Backlog] = OrderedDict()
+        self.wake = threading.Condition()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.in_flight: Sent | None = None  # the next call, sent while the last was counted
+
+    def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
+        """A queue with `left` leases still due joins the turns (once)."""
+        now = self.clock()
+        with self.wake:
+            if queue.name in self.backlogs:
+                return
+            self.backlogs[queue.name] = Backlog(queue, keys, now, now, left=left)
+            self.wake.notify()
+        log.info("drain_started", queue=queue.name, left=left)
+
+    def holds(self, name: str) -> bool:
+        """Whether the queue is being drained (its scheduled tick has nothing to add)."""
+        with self.wake:
+            return name in self.backlogs
+
+    def forget(self, name: str) -> None:
+        """A queue no longer swept leaves the turns."""
+        with self.wake:
+            self.backlogs.pop(name, None)
+
+    def step(self) -> float | None:
+        """Read the reply of the call in flight (sending one first when none is) and count it.
+        Unless a pause is owed, the next call goes out before the counting, so the server runs
+        it meanwhile: still one call at a time. The pause owed, or None when nothing is due."""
+        sent, self.in_flight = self.in_flight or self.send(skip=None), None
+        if sent is None:
+            return None
+        name = sent.backlog.queue.name
+        try:
+            [result] = self.node.judged([sent.flight.result()])
+        except UNREACHABLE as exc:
+            error = SweepError.of(exc)
+            self.node.failed(self.clock(), exc)
+            self.ledger.fail(name, error)
+            self.drop_all("loading" if error.reason is Reason.LOADING else "redis_down")
+            return None
+        except redis.RedisError as exc:
+            self.forget(name)
+            self.ledger.fail(name, SweepError.of(exc))
+            return 0.0
+        again = keeps_draining(result)
+        pause = 0.0
+        if isinstance(result.reply, SweepReply):
+            spent = result.seconds(self.clock() - sent.started)
+            self.node.sizer.observe(sent.flight.call.limit, result.reply.taken, spent)
+            pause = spent * (1 / self.share - 1)
+        if again:
+            self.to_the_back(name)
+        if pause <= 0 and not self.stopped.is_set():
+            self.in_flight = self.send(skip=None if again else name)
+        self.count(sent, result, again)
+        return pause
+
+    def send(self, skip: str | None) -> Sent | None:
+        """A call for the first backlogged queue but `skip`, sent; None when there is none."""
+        with self.wake:
+            backlog = next((b for n, b in self.backlogs.items() if n != skip), None)
+        if backlog is None:
+            return None
+        executor = self.node.executor
+        if executor is None:  # the node restarted and has not been looked at yet: the tick will
+            self.forget(backlog.queue.name)
+            return None
+        size = self.node.sizer.next(backlog.queue.limit)
+        call = Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
+        return Sent(backlog, self.clock(), InFlight(self.node.client, executor, call))
+
+    def to_the_back(self, name: str) -> None:
+        with self.wake:
+            if name in self.backlogs:  # not forgotten meanwhile
+                self.backlogs.move_to_end(name)
+
+    def count(self, sent: Sent, result: CallResult, again: bool) -> None:
+        """A drain call counted and logged; its queue leaves the turns when nothing is due."""
+        backlog = sent.backlog
+        name = backlog.queue.name
+        if result.redirect is not None:  # unrun: the queue's ticks go on, held or routed anew
+            self.forget(name)
+            self.ledger.hold(name, result.redirect)
+            if result.redirect is Reason.MOVED:
+                self.on_redirect()
+            return
+        reply = self.ledger.record(name, result, self.wall_clock(), level=logging.DEBUG)
+        if result.depths is not None and result.depths.run_id != self.node.run_id:
+            self.restarted()
+        if reply is None:
+            self.forget(name)
+            return
+        with self.node.lock:
+            self.node.answered(self.clock())
+        backlog.done += reply.taken
+        backlog.left = result.expired_left or 0
+        now = self.clock()
+        if again:
+            if now - backlog.logged >= PROGRESS_LOG_S:
+                backlog.logged = now
+                log.info("drain_progress", **backlog.progress(now))
+            return
+        self.forget(name)
+        log.info("drain_finished", **backlog.progress(now))
+
+    def restarted(self) -> None:
+        """The reply came from another run of the server: look at it (counted there)."""
+        try:
+            epoch = self.node.look(self.clock())
+        except (redis.RedisError, SweepError):
+            return  # the next tick looks again
+        if epoch.restarted:
+            self.on_restart(self.node)
+
+    def drop_all(self, why: str) -> None:
+        with self.wake:
+            names = list(self.backlogs)
+            self.backlogs.clear()
+        if names:
+            log.info("drain_stopped", queues=len(names), reason=why)
+
+    def broke(self, exc: Exception) -> None:
+        """An unexpected error in a drain step: each held queue fails with reason `other`, and
+        every one goes back to its ticks."""
+        log.exception("drain_failed", node=self.node.name)
+        with self.wake:
+            names = list(self.backlogs)
+        error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
+        for name in names:
+            self.ledger.fail(name, error)
+        self.drop_all("error")
+
+    def run_forever(self) -> None:
+        """The drain thread: a call whenever a queue is backlogged, until stopped; a call in
+        flight then is still read and counted."""
+        while not self.stopped.is_set() or self.in_flight is not None:
+            try:
+                pause = self.step()
+            except Exception as exc:  # a bug must not leave held queues unswept: ticks retake them
+                self.broke(exc)
+                self.stopped.wait(IDLE_WAIT_S)  # and must not spin
+                continue
+            if pause is None:
+                with self.wake:
+                    if not self.backlogs and not self.stopped.is_set():
+                        self.wake.wait(IDLE_WAIT_S)
+            elif pause > 0:
+                self.stopped.wait(pause)
+
+    def start(self) -> None:
+        self.thread = threading.Thread(
+            target=self.run_forever, name=f"drain-{self.node.name}", daemon=True
+        )
+        self.thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop after the call in flight; wait for it at most `timeout_s`."""
+        self.stopped.set()
+        with self.wake:
+            self.wake.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout_s)

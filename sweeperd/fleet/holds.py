@@ -1,0 +1,109 @@
+"""Queues a Cluster holds back (their slot migrating, or served elsewhere now): since when, where
+and why; logged once per change, counted by node and reason, exported at scrape time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import structlog
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sweeperd.reasons import Reason
+
+log = structlog.get_logger("sweeperd.sweep")
+
+HINTS = {
+    Reason.MIGRATING: "the queue's slot is migrating to another primary: its sweep is held, "
+    "nothing written, until the slot has moved",
+    Reason.MOVED: "another primary serves the queue now (its slot moved, or this one was "
+    "demoted): where each queue lives is read again",
+}
+
+
+@dataclass(frozen=True)
+class Hold:
+    node: str
+    reason: Reason
+    since: float  # monotonic seconds: when the queue was first held, whatever the reason since
+
+
+class Holds(Collector):
+    """Every queue held now, and how many calls each node held, by reason."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.held: dict[str, Hold] = {}
+        self.calls: dict[tuple[str, str], int] = {}  # (node, reason) -> calls held
+        self.lock = threading.Lock()
+
+    def hold(self, queue: str, node: str, reason: Reason) -> None:
+        """A call of `queue` that `node` held or sent elsewhere, unrun: counted; logged when
+        the queue's hold begins or changes node or reason."""
+        now = self.clock()
+        with self.lock:
+            key = (node, str(reason))
+            self.calls[key] = self.calls.get(key, 0) + 1
+            was = self.held.get(queue)
+            if was is not None and (was.node, was.reason) == (node, reason):
+                return
+            self.held[queue] = Hold(node, reason, now if was is None else was.since)
+        log.warning("sweep_held", queue=queue, node=node, reason=str(reason), hint=HINTS[reason])
+
+    def release(self, queue: str, node: str) -> None:
+        """The queue's call ran on `node`: a hold ends, logged with how long (a failure ends
+        none: the queue is still unswept, and its failure is counted as well)."""
+        if queue not in self.held:  # most calls: nothing held, no lock taken
+            return
+        with self.lock:
+            was = self.held.pop(queue, None)
+        if was is not None:
+            log.info(
+                "sweep_resumed",
+                queue=queue,
+                node=node,
+                after=str(was.reason),
+                held_s=round(self.clock() - was.since, 1),
+            )
+
+    def forget(self, queue: str) -> None:
+        """A queue no longer swept is held no more."""
+        with self.lock:
+            self.held.pop(queue, None)
+
+    def oldest_s(self) -> float:
+        """How long the queue held the longest has been held; 0 when none is."""
+        with self.lock:
+            since = min((h.since for h in self.held.values()), default=None)
+        return 0.0 if since is None else self.clock() - since
+
+    def collect(self) -> Iterator[Metric]:
+        calls = CounterMetricFamily(
+            "sweeperd_sweeps_held",
+            "Sweep calls a node held or sent elsewhere, unrun: reason migrating (the queue's "
+            "slot is migrating: TRYAGAIN, ASK) or moved (MOVED, or a primary demoted: served "
+            "elsewhere now).",
+            labels=["node", "reason"],
+        )
+        with self.lock:
+            counted = sorted(self.calls.items())
+            held = len(self.held)
+        for (node, reason), n in counted:
+            calls.add_metric([node, reason], n)
+        yield calls
+        yield GaugeMetricFamily(
+            "sweeperd_held_queues", "Queues whose sweep a Cluster holds now.", value=held
+        )
+        yield GaugeMetricFamily(
+            "sweeperd_oldest_hold_age_seconds",
+            "How long the queue held the longest has been held (0: none is held).",
+            value=self.oldest_s(),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("sweeperd_sweeps_held", "", labels=["node", "reason"])
+        yield GaugeMetricFamily("sweeperd_held_queues", "")
+        yield GaugeMetricFamily("sweeperd_oldest_hold_age_seconds", "")

@@ -1,0 +1,110 @@
+"""Where the primaries are, followed: the layout read at the start, again every few seconds on
+a thread of its own (a hung node may hold CLUSTER SLOTS for the socket timeout) and soon after
+any sign it moved; a failure to read it, or servers that are not the topology named, said once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from sweeperd.constants import TopologyMode
+from sweeperd.reasons import SweepError
+from sweeperd.server.connection import UNREACHABLE
+from sweeperd.server.topology import Layout, Source
+
+log = structlog.get_logger("sweeperd.fleet")
+
+CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
+SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
+DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
+REFRESH_S = {TopologyMode.CLUSTER: CLUSTER_REFRESH_S, TopologyMode.SENTINEL: SENTINEL_REFRESH_S}
+
+
+class LayoutWatch:
+    """Reads the layout and hands each one read to `apply`, which says whether slots changed
+    hands; `on_moved` follows when they did on the watch's own thread."""
+
+    def __init__(
+        self,
+        source: Source,
+        mode: TopologyMode,
+        apply: Callable[[Layout], bool],
+        *,
+        on_moved: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.mode = mode
+        self.apply = apply
+        self.on_moved = on_moved  # the layout changed: every queue's next tick at once
+        self.clock = clock
+        self.every_s = REFRESH_S.get(mode)  # None: one server, whose layout never changes
+        self.read_at: float | None = None  # when the layout was last asked for
+        self.doubted = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.unreachable: str | None = None  # the last failure to read the layout, logged once
+        self.wrong: SweepError | None = None  # the servers are not the topology the options say
+        self.said_wrong = False  # logged: once started, the refusal to start does not say it
+        self.reading = threading.Lock()  # one read of the layout at a time
+
+    def refresh(self) -> bool:
+        """Read the layout and apply it; whether slots changed hands. One read at a time: a
+        slow read must not undo a newer one."""
+        with self.reading:
+            return self.read()
+
+    def read(self) -> bool:
+        self.doubted.clear()
+        self.read_at = self.clock()
+        try:
+            layout = self.source.read()
+        except SweepError as exc:  # what answers is not the topology the options name
+            said = self.wrong is not None and self.wrong.message == exc.message
+            if self.said_wrong and not said:
+                log.error(
+                    "topology_wrong", mode=self.mode, reason=str(exc.reason), error=exc.message
+                )
+            self.wrong = exc
+            return False
+        except UNREACHABLE as exc:
+            if self.unreachable != str(exc):
+                log.warning("topology_unreachable", mode=self.mode, error=str(exc))
+            self.unreachable = str(exc)
+            return False
+        if self.unreachable is not None or self.wrong is not None:
+            log.info("topology_reachable", mode=self.mode)
+        self.unreachable = self.wrong = None
+        return self.apply(layout)
+
+    def watch(self) -> None:
+        """The layout thread: read again every `every_s`, or soon after a doubt."""
+        while not self.stopped.is_set():
+            if self.doubted.wait(self.every_s):
+                self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
+            if self.stopped.is_set():
+                return
+            if self.refresh():
+                self.on_moved()
+
+    def asked_before(self, seconds: float) -> bool:
+        return self.read_at is None or self.clock() - self.read_at >= seconds
+
+    def doubt(self) -> None:
+        """Something said the layout moved: read it again soon."""
+        self.doubted.set()
+
+    def start(self) -> None:
+        """The watch thread, where the layout can change; wrong topologies logged from now."""
+        self.said_wrong = True
+        if self.every_s is not None:
+            self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.doubted.set()
+        self.source.close()

@@ -1,0 +1,208 @@
+"""`sweeperd top`'s read of one primary: one pipeline of read-only commands, each reply or
+refusal kept for the row it belongs to."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import redis
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    MovedError,
+    NoPermissionError,
+    ReadOnlyError,
+    TryAgainError,
+)
+
+from sweeperd.constants import VERB
+from sweeperd.keyspace import QueueKeys
+from sweeperd.server.counts import COUNTS, counts_of, queue_counts
+from sweeperd.server.serverinfo import parse_info, server_ms, verb_in
+
+# A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`).
+OK = "ok"  # read now
+STALE = "stale"  # its server cannot be read now: the last numbers read (its line says why)
+MIGRATING = "migrating"  # its slot is moving (ASK, TRYAGAIN): the last numbers read
+MOVED = "moved"  # its slot moved to another primary (MOVED): the last numbers, the map read again
+ERROR = "error"  # a read of its own keys was refused (WRONGTYPE, NOPERM): what could be read
+KEPT = (STALE, MIGRATING, MOVED)  # states that show the last numbers read
+
+CODES = (  # the error codes redis-py takes off the errors it has a class for
+    (MovedError, "MOVED"),
+    (AskError, "ASK"),
+    (TryAgainError, "TRYAGAIN"),
+    (MasterDownError, "MASTERDOWN"),
+    (ClusterDownError, "CLUSTERDOWN"),
+    (NoPermissionError, "NOPERM"),
+    (BusyLoadingError, "LOADING"),
+    (ReadOnlyError, "READONLY"),
+)
+
+
+def said(exc: redis.RedisError) -> str:
+    """An error as the server said it, its code in front."""
+    code = next((code for kind, code in CODES if isinstance(exc, kind)), None)
+    return f"{code} {exc}" if code else str(exc)
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One queue as the last read saw it; None: not read in detail, refused, or no rate yet."""
+
+    queue: str
+    node: str  # the primary it was read on
+    expired: int | None  # leases whose deadline has passed, on the server's clock
+    active: int | None = None
+    oldest_overdue_s: float | None = None
+    pending: int | None = None
+    dead: int | None = None
+    failed: int | None = None  # metrics:failed count
+    recovered_per_s: float | None = None  # growth of pending per second over the rate window
+    dead_per_s: float | None = None  # growth of metrics:failed count per second
+    owner: str | None = None  # the replica that sweeps it: the live member rendezvous picks
+    state: str = OK
+    error: str | None = None  # the row's own: a refused read, or where its slot is moving
+    as_of: float | None = None  # when its numbers were read, seconds since the epoch
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """One primary's identity as the last read saw it, or why its queues cannot be read."""
+
+    node: str
+    run_id: str = ""  # "": not read, the server is unreachable
+    uptime_s: int = 0
+    role: str = ""
+    verb_loaded: bool = False
+    first_run_id: str = ""  # the run_id when the view started: another one means a restart
+    error: str | None = None
+    replaced: bool = False  # unreachable and out of the slot map: another primary has its slots
+
+    @property
+    def restarted(self) -> bool:
+        return bool(self.run_id and self.first_run_id and self.run_id != self.first_run_id)
+
+
+@dataclass(frozen=True)
+class NodeRead:
+    """What one pipeline found: the server, its rows and, when asked, the live members."""
+
+    server: ServerRow
+    rows: list[QueueRow]
+    members: tuple[str, ...] | None = None  # None: not asked, or refused (members_error)
+    members_error: str | None = None
+    failure: redis.RedisError | None = None  # why none of its queues could be read
+
+
+@dataclass
+class NodeReader:
+    """One primary: a client and the server's clock offset, kept from one refresh to the next."""
+
+    node: str
+    client: redis.Redis
+    root: str
+    first_run_id: str = ""
+    offset_ms: float | None = None  # the server's clock minus ours, as the last read saw it
+
+    def read(
+        self, queues: Sequence[str], detail: set[str], now: float, members_key: str | None = None
+    ) -> NodeRead:
+        """INFO, COMMAND INFO, a ZCOUNT of expired leases per queue, the counts of the queues in
+        `detail` and the live members: one round trip of reads. An unreachable server raises."""
+        if self.offset_ms is None:  # once, at the start: the server's clock bounds "expired"
+            raw = self.client.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
+            self.offset_ms = server_ms(parse_info(raw)) - now * 1000
+        due = int(now * 1000 + self.offset_ms)
+        shown = [q for q in queues if q in detail]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command("INFO", "server", "replication")  # type: ignore[no-untyped-call]
+        pipe.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
+        for queue in queues:
+            pipe.zcount(QueueKeys(queue, self.root).active, "-inf", due)
+        for queue in shown:
+            queue_counts(pipe, QueueKeys(queue, self.root))
+        if members_key is not None:
+            pipe.zrangebyscore(members_key, due, "+inf")
+        replies = pipe.execute(raise_on_error=False)
+        if isinstance(replies[0], redis.RedisError):
+            raise replies[0]
+        info = parse_info(replies[0])
+        self.offset_ms = server_ms(info) - now * 1000
+        down = next((r for r in replies if isinstance(r, ClusterDownError)), None)
+        server = self._server(info, replies[1], None if down is None else said(down))
+        if down is not None:  # said once, on the server's line
+            stale = [QueueRow(q, self.node, None, state=STALE) for q in queues]
+            return NodeRead(server, stale, failure=down)
+        expired = dict(zip(queues, replies[2 : 2 + len(queues)], strict=True))
+        counts = replies[2 + len(queues) :]
+        rows = []
+        for queue in queues:
+            chunk: Sequence[object] = ()
+            if queue in detail:
+                n = shown.index(queue)
+                chunk = counts[n * COUNTS : (n + 1) * COUNTS]
+            rows.append(self._row(queue, [expired[queue], *chunk], server_ms(info), now))
+        if members_key is None:
+            return NodeRead(server, rows)
+        members = replies[-1]
+        if isinstance(members, redis.RedisError):
+            return NodeRead(server, rows, members_error=said(members))
+        return NodeRead(server, rows, tuple(sorted(m.decode(errors="replace") for m in members)))
+
+    def _server(
+        self, info: Mapping[str, str], command_info: object, error: str | None
+    ) -> ServerRow:
+        run_id = info.get("run_id", "")
+        self.first_run_id = self.first_run_id or run_id
+        return ServerRow(
+            node=self.node,
+            run_id=run_id,
+            uptime_s=int(info.get("uptime_in_seconds", "0")),
+            role=info.get("role", "master"),
+            verb_loaded=verb_in(command_info),
+            first_run_id=self.first_run_id,
+            error=error,
+        )
+
+    def _row(self, queue: str, replies: Sequence[object], server_ms: int, now: float) -> QueueRow:
+        """One queue's replies: the expired count, then the five counts when it is shown."""
+        redirect = next((r for r in replies if isinstance(r, (AskError, TryAgainError))), None)
+        if redirect is not None:  # MOVED is an AskError
+            return QueueRow(queue, self.node, None, state=_moving(redirect), error=_where(redirect))
+        refused = next((r for r in replies if isinstance(r, redis.RedisError)), None)
+        read = [None if isinstance(r, redis.RedisError) else r for r in replies]
+        row = QueueRow(
+            queue,
+            self.node,
+            read[0] if isinstance(read[0], int) else None,
+            state=ERROR if refused else OK,
+            error=None if refused is None else said(refused),
+            as_of=now,
+        )
+        if len(read) == 1:
+            return row
+        counts = counts_of(replies[1:], server_ms)
+        return replace(
+            row,
+            active=counts.active,
+            oldest_overdue_s=counts.oldest_overdue_s,
+            pending=counts.pending,
+            dead=counts.dead,
+            failed=counts.failed,
+        )
+
+
+def _moving(exc: redis.RedisError) -> str:
+    return MOVED if isinstance(exc, MovedError) else MIGRATING
+
+
+def _where(exc: redis.RedisError) -> str:
+    """Where a redirected read would go: `slot 1234 migrating to 10.0.0.2:6379`."""
+    if isinstance(exc, AskError):
+        host, port = exc.node_addr
+        return f"slot {exc.slot_id} {_moving(exc)} to {host}:{port}"
+    return said(exc)

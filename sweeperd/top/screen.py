@@ -1,0 +1,157 @@
+"""How one refresh of `sweeperd top` looks: the title, a line per server, the replicas, the
+table (80 columns wide at the least) and a note per row that could not be read as usual."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from sweeperd.top.read import ERROR, KEPT, MIGRATING, MOVED, OK, STALE
+from sweeperd.top.refresh import Screen, ServerRow
+
+MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!"}  # before the queue's name
+STYLES = {STALE: "dim", MIGRATING: "dim", MOVED: "dim", ERROR: "yellow"}
+CELL = 6  # characters a count or a rate may take
+COLUMNS = ("expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
+STALE_NOTE = "~ the last numbers read: their server cannot be read now (its line says why)"
+
+
+def count(value: int | None, missing: str = "…") -> str:
+    """A count in at most 6 characters: 99,999 (-9,999), then 123.5k (-123k), 12.3M, 1.2G:
+    the first of these that fits, a unit taken only while under 1,000 of it."""
+    if value is None:
+        return missing
+    shown = [f"{value:,}"]
+    for size, unit in ((1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")):
+        scaled = value / size
+        if round(abs(scaled), 1) < 1000:
+            shown += [f"{scaled:.1f}{unit}", f"{scaled:.0f}{unit}"]
+    return next((text for text in shown if len(text) <= CELL), shown[-1])
+
+
+def rate(value: float | None) -> str:
+    """A rate per second: one decimal under 100, whole above, compact above 99,999."""
+    if value is None:
+        return "-"
+    if abs(value) < 100:
+        return f"{value:.1f}"
+    return count(round(value))
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for limit, unit, size in ((120, "s", 1), (7200, "m", 60), (172800, "h", 3600)):
+        if seconds < limit:
+            return f"{seconds / size:.1f}{unit}"
+    days = seconds / 86400
+    return f"{days:.1f}d" if days < 100 else f"{days:,.0f}d"
+
+
+def uptime(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    return (f"{days}d" if days else "") + f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def letters(n: int) -> str:
+    """The owner label of the n-th member: a … z, then aa, ab …"""
+    high, low = divmod(n, 26)
+    return (letters(high - 1) if high else "") + chr(ord("a") + low)
+
+
+def server_line(label: str, s: ServerRow) -> Text:
+    """One server: run_id, uptime, role and the verb, or why its queues cannot be read."""
+    line = Text(f"{label} {s.node}  ")
+    if s.error is not None:
+        error = s.error.replace(f" connecting to {s.node}.", ":")  # the node is named already
+        unreachable = "UNREACHABLE (replaced)" if s.replaced else "UNREACHABLE"
+        said = f"{unreachable}: {error}" if not s.run_id else f"{error} (rows as last read)"
+        line.append(said, style="bold red")
+    else:
+        verb = "verb loaded" if s.verb_loaded else "verb NOT loaded (script executor)"
+        line.append(f"run_id {s.run_id[:12]}…  up {uptime(s.uptime_s)}  {s.role}  {verb}")
+    if s.restarted:
+        line.append(
+            f"  RESTARTED since the view started (run_id was {s.first_run_id[:12]}…)",
+            style="bold red",
+        )
+    return line
+
+
+def table(screen: Screen, nodes: dict[str, str], owners: dict[str, str]) -> Table:
+    """The rows, most expired first; the queue's name is the one column that gives way."""
+    shown = f"top {len(screen.rows)} of {screen.queues} queues by expired leases"
+    grid = Table(
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        caption=shown,
+        caption_justify="left",
+    )
+    grid.add_column("queue", overflow="ellipsis", min_width=8)  # wraps only by cutting
+    grid.add_column("node", justify="right", no_wrap=True)
+    if owners:
+        grid.add_column("owner", justify="right", no_wrap=True)
+    for name in COLUMNS:
+        grid.add_column(name, justify="right", no_wrap=True)
+    for row in screen.rows:
+        missing = "…" if row.state == OK else "?"
+        cells = [
+            count(row.expired, missing),
+            age(row.oldest_overdue_s),
+            count(row.active, missing),
+            count(row.pending, missing),
+            count(row.dead, missing),
+            rate(row.recovered_per_s),
+            rate(row.dead_per_s),
+        ]
+        where = [nodes.get(row.node, "?")] + ([owners.get(row.owner or "", "-")] if owners else [])
+        grid.add_row(MARKS[row.state] + row.queue, *where, *cells, style=STYLES.get(row.state))
+    return grid
+
+
+def notes(screen: Screen) -> Iterator[Text]:
+    """A line per row with its own error or a slot on the move; one for the rows kept stale."""
+    for row in screen.rows:
+        if row.error is not None:
+            when = f" (numbers as of {_clock(row.as_of)})" if row.state in KEPT else ""
+            yield Text(f"{MARKS[row.state]}{row.queue}: {row.error}{when}", style=STYLES[row.state])
+    if any(row.state == STALE and row.error is None for row in screen.rows):
+        yield Text(STALE_NOTE, style="dim")
+
+
+def _clock(at: float | None) -> str:
+    return "never" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
+    how = (
+        f"every {interval:g}s, rates over {screen.window_s:g}s  (read only; Ctrl-C quits)"
+        if live
+        else f"rates over {interval:g}s  (read only)"
+    )
+    title = Text(f"sweeperd top  {_clock(screen.at)}  {how}", style="bold")
+    nodes = {s.node: str(n) for n, s in enumerate(screen.servers, 1)}
+    owners = {member: letters(n) for n, member in enumerate(screen.members)}
+    lines = [server_line(nodes[s.node], s) for s in screen.servers]
+    if owners:
+        lines.append(Text("replicas: " + "  ".join(f"{owners[m]} {m}" for m in screen.members)))
+    if screen.members_error is not None:
+        lines.append(Text(f"replicas: cannot be read: {screen.members_error}", style="bold red"))
+    return Group(title, *lines, table(screen, nodes, owners), *notes(screen))
+
+
+def plain_text(screen: Screen, interval: float, width: int) -> str:
+    """The same view as text without colours, for a pipe or a log."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False)
+    console.print(renderable(screen, interval, live=False))
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())

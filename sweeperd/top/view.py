@@ -1,0 +1,159 @@
+"""`sweeperd top`'s options and loop: a live view, or one refresh as plain text or JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+
+from rich.console import Console
+from rich.live import Live
+
+from sweeperd.config.options import OPTIONS
+from sweeperd.config.settings import Settings
+from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
+from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, wall_clock
+from sweeperd.top.screen import notes, plain_text, renderable
+
+HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
+JSON_SCHEMA = 2  # `schema` in --json: raised when a field changes meaning or goes
+
+
+def _server_json(s: ServerRow) -> dict[str, object]:
+    return {**asdict(s), "restarted": s.restarted}
+
+
+def as_json(screen: Screen, interval: float) -> str:
+    """The documented --json object (docs/commands.md: sweeperd top)."""
+    body = {
+        "schema": JSON_SCHEMA,
+        "at": screen.at,
+        "interval_s": interval,
+        "rate_window_s": screen.window_s,
+        "queues": screen.queues,
+        "members": list(screen.members),
+        "servers": [_server_json(s) for s in screen.servers],
+        "rows": [asdict(r) for r in screen.rows],
+    }
+    return json.dumps(body, allow_nan=False)
+
+
+def rows_fitting(lines: int, servers: int) -> int:
+    """How many rows fit a terminal of `lines` lines under the header; at least 5."""
+    return max(5, lines - HEADER_LINES - servers - 2)
+
+
+def rows_for(screen: Screen, lines: int) -> int:
+    """How many rows the live view's next refresh may show in `lines`: room for the servers'
+    lines and the notes under the table (a row's error, the stale mark), which the rows must
+    not push off the screen, however many servers an incident brings."""
+    return rows_fitting(lines, len(screen.servers) + sum(1 for _ in notes(screen)))
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    interval: float
+    rows: int
+    once: bool  # print once and exit: --once, or stdout is no terminal
+    json: bool
+    window: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
+    fit: bool = False  # no --rows: the live view fits the terminal at every refresh
+
+
+def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int]) -> float:
+    where = OPTIONS[key].where
+    try:
+        return kind(str(params[key]))
+    except ValueError:
+        noun = "a whole number" if kind is int else "a number of seconds"
+        raise ValueError(f"{where} must be {noun}, not {params[key]!r}") from None
+
+
+def _given(params: Mapping[str, object], key: str) -> bool:
+    """The option was given; given empty (a flag, or an env var click drops) is refused, as the
+    settings refuse it: it would otherwise mean the default."""
+    value = params[key]
+    if value == "" or (value is None and OPTIONS[key].empty_in_env):
+        raise ValueError(
+            f"{OPTIONS[key].where} is empty: give {OPTIONS[key].metavar} or leave it out"
+        )
+    return value is not None
+
+
+def _seconds(params: Mapping[str, object], key: str) -> float:
+    """A number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's default."""
+    if not _given(params, key):
+        return float(str(OPTIONS[key].default))
+    seconds = _number(params, key, float)
+    if not MIN_INTERVAL_S <= seconds <= MAX_INTERVAL_S:
+        raise ValueError(
+            f"{OPTIONS[key].where} must be between {MIN_INTERVAL_S:g} and "
+            f"{MAX_INTERVAL_S:g} seconds, not {seconds:g}"
+        )
+    return seconds
+
+
+def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
+    """top's own options, checked: a ValueError names the bad one and its range."""
+    interval = _seconds(params, "top_interval")
+    window = _seconds(params, "top_rate_window")
+    if _given(params, "rows"):
+        rows = int(_number(params, "rows", int))
+        if rows < 1:
+            raise ValueError(f"{OPTIONS['rows'].where} must be 1 or more, not {rows}")
+    else:
+        rows = rows_fitting(shutil.get_terminal_size((100, 40)).lines, 1)
+    once = bool(params["once"]) or not isatty or bool(params["json"])
+    if once:  # two reads an interval apart: the rates are over that interval, whatever the window
+        window = interval
+    fit = params["rows"] is None
+    return ViewOptions(interval, rows, once, bool(params["json"]), window, fit)
+
+
+def run(
+    settings: Settings, view: ViewOptions, say: Callable[[str], None], clock: Clock = wall_clock
+) -> int:
+    """Show the view until Ctrl-C, or once; a server that cannot be read ends a --once run
+    with its failure (raised), and shows in red in the live view."""
+    top = Top(
+        settings.connection,
+        settings.prefix_root,
+        [q.name for q in settings.queues],
+        view.rows,
+        clock,
+        view.window,
+    )
+    try:
+        if view.once:
+            return _once(top, view, say)
+        _live(top, view)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        top.close()
+    return EXIT_OK
+
+
+def _once(top: Top, view: ViewOptions, say: Callable[[str], None]) -> int:
+    for attempt in range(2):  # two reads: the rates need both
+        screen = top.refresh()
+        if screen.failures:
+            raise screen.failures[0]
+        if attempt == 0:
+            time.sleep(view.interval)
+    width = shutil.get_terminal_size((120, 40)).columns
+    say(as_json(screen, view.interval) if view.json else plain_text(screen, view.interval, width))
+    return EXIT_OK
+
+
+def _live(top: Top, view: ViewOptions) -> None:
+    with Live(console=Console(), screen=True, auto_refresh=False) as live:
+        while True:
+            screen = top.refresh()
+            live.update(renderable(screen, view.interval), refresh=True)
+            if view.fit:
+                top.rows = rows_for(screen, shutil.get_terminal_size((100, 40)).lines)
+            time.sleep(view.interval)

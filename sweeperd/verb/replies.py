@@ -1,0 +1,175 @@
+"""What one sweep call is and what it did: the call, its reply or refusal, and the queue's
+numbers right after it, read from the sweep script's reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sweeperd.keyspace import QueueKeys
+from sweeperd.model import string2ll
+from sweeperd.reasons import REDIRECTS, Reason, SweepError
+from sweeperd.verb.acl import refused_command
+from sweeperd.verb.executors import Executor
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One sweep of one queue; `bound_ms` (server clock, 0 = the call's now) bounds `expired`;
+    `listed` caps the ids the reply lists (0 = every id; the counts stay whole)."""
+
+    keys: QueueKeys
+    max_stalled: int
+    limit: int
+    bound_ms: int = 0
+    listed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReply:
+    """What one call did: recovered ids (exempt included) and dead ids in selection order, the
+    recovered ids whose lease predates the server's run_id, and ids removed that had no row.
+    A call that listed only its first ids (Call.listed) carries the whole counts in `counts`."""
+
+    recovered: tuple[bytes, ...] = ()
+    dead: tuple[bytes, ...] = ()
+    exempt: tuple[bytes, ...] = ()
+    ghosts: int = 0
+    counts: tuple[int, int, int] | None = None  # recovered, dead, exempt when the lists are cut
+    ghost_ids: tuple[bytes, ...] = ()  # the ghosts among the first `listed` ids the call took
+
+    @property
+    def sizes(self) -> tuple[int, int, int]:
+        """How many were recovered, dead and exempt, listed or not."""
+        if self.counts is not None:
+            return self.counts
+        return len(self.recovered), len(self.dead), len(self.exempt)
+
+    @property
+    def taken(self) -> int:
+        """Leases the call removed from active."""
+        recovered, dead, _ = self.sizes
+        return recovered + dead + self.ghosts
+
+    @classmethod
+    def parse(cls, raw: object) -> SweepReply:
+        if raw == NOTHING_RAW:  # most calls: nothing was due
+            return NOTHING
+        if not (isinstance(raw, list) and len(raw) in (5, 8) and isinstance(raw[3], int)):
+            raise ValueError(f"the sweep replied {raw!r}, not its five or eight parts")
+        recovered, dead, exempt, ghosts, ghost_ids, *counts = raw
+        whole = (counts[0], counts[1], counts[2]) if counts else None
+        return cls(tuple(recovered), tuple(dead), tuple(exempt), ghosts, whole, tuple(ghost_ids))
+
+
+NOTHING = SweepReply()
+NOTHING_RAW = [[], [], [], 0, []]  # the sweep's reply when it took nothing
+
+
+@dataclass(frozen=True, slots=True)
+class Depths:
+    """A queue's numbers right after its sweep, on the server's clock (`now_ms`)."""
+
+    run_id: bytes
+    now_ms: int
+    expired: int  # leases due by the call's bound
+    active: int
+    pending: int
+    dead: int
+    failed: int | None  # the metrics:failed count; None when it is not an integer
+    oldest_expired_ms: float | None  # deadline of the oldest lease due now; None when none
+    server_us: int = 0  # how long the call ran on the server, in microseconds
+
+    @property
+    def oldest_expired_age_s(self) -> float:
+        """How long the oldest expired lease has been overdue; a -inf deadline counts from 1970."""
+        if self.oldest_expired_ms is None:
+            return 0.0
+        return (self.now_ms - max(self.oldest_expired_ms, 0.0)) / 1000
+
+    @classmethod
+    def parse(cls, raw: object) -> Depths | None:
+        if not (isinstance(raw, list) and len(raw) == 9):
+            return None
+        run_id, now_ms, expired, active, pending, dead, failed, oldest, server_us = raw
+        if not (
+            isinstance(expired, int)
+            and isinstance(active, int)
+            and isinstance(pending, int)
+            and isinstance(dead, int)
+        ):
+            return None  # a key of the wrong type: the sweep's own error says which
+        return cls(
+            run_id,
+            now_ms,
+            expired,
+            active,
+            pending,
+            dead,
+            string2ll(failed) if isinstance(failed, bytes) else 0,
+            float(oldest) if isinstance(oldest, bytes) else None,
+            server_us,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """A call's reply or its error, and the queue's numbers after it."""
+
+    call: Call
+    reply: SweepReply | SweepError
+    depths: Depths | None = None
+
+    @property
+    def redirect(self) -> Reason | None:
+        """MOVED: a Cluster node serves the queue's slot elsewhere; MIGRATING: it holds the call
+        while the slot migrates (TRYAGAIN, ASK). Either way the call never ran, wrote nothing."""
+        reply = self.reply
+        return reply.reason if isinstance(reply, SweepError) and reply.reason in REDIRECTS else None
+
+    @property
+    def expired_left(self) -> int | None:
+        return None if self.depths is None else self.depths.expired
+
+    def seconds(self, round_trip_s: float) -> float:
+        """How long the call took on the server; its round trip where the server did not say."""
+        if self.depths is None or self.depths.server_us <= 0:
+            return round_trip_s
+        return self.depths.server_us / 1_000_000
+
+
+def keeps_draining(result: CallResult) -> bool:
+    """A call that took leases and left some due: the queue's next call has work."""
+    return (
+        isinstance(result.reply, SweepReply)
+        and result.reply.taken > 0
+        and bool(result.expired_left)
+    )
+
+
+def result_of(call: Call, raw: object) -> CallResult:
+    """A call's raw reply (or the error it got) as its result."""
+    if isinstance(raw, BaseException):
+        return CallResult(call, SweepError.of(raw))
+    if not (isinstance(raw, list) and len(raw) == 2):
+        return CallResult(call, SweepError.of(ValueError(f"the sweep replied {raw!r}")))
+    verdict, stats = raw
+    depths = Depths.parse(stats)
+    if isinstance(verdict, BaseException):
+        return CallResult(call, SweepError.of(verdict), depths)
+    try:
+        return CallResult(call, SweepReply.parse(verdict), depths)
+    except ValueError as exc:
+        return CallResult(call, SweepError.of(exc), depths)
+
+
+def named(result: CallResult, executor: Executor) -> CallResult:
+    """An ACL refusal inside the sweep script says which command the user lacks."""
+    error = result.reply
+    if not (isinstance(error, SweepError) and error.reason is Reason.NOPERM):
+        return result
+    command = refused_command(error.message, executor.script.source)
+    message = (
+        f"the ACL user may not run {command}, which the sweep calls ({error.message}): grant it "
+        f"with ACL SETUSER <user> +{command.lower()} (docs/security.md#the-acl-user)"
+    )
+    return CallResult(result.call, SweepError(Reason.NOPERM, message), result.depths)

@@ -1,0 +1,164 @@
+"""Sweeps sent to a node: a round of one call per queue in one round trip, or a drain's call
+whose reply is read once the call before it has been counted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+from redis.connection import Connection
+
+from sweeperd.keyspace import QueueKeys
+from sweeperd.verb.executors import Executor
+from sweeperd.verb.replies import Call, CallResult, named, result_of
+
+
+def resp(args: Sequence[object]) -> bytes:
+    """A command as RESP puts it on the wire: an array of bulk strings."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+PACKED_MAX = 1 << 17  # commands kept packed: more queues than that are packed anew each round
+
+
+class Packed:
+    """Each queue's command in RESP, packed once until its call changes: a tick's calls are the
+    same round after round. One per node; at most PACKED_MAX commands kept."""
+
+    def __init__(self) -> None:
+        self.commands: dict[tuple[str, QueueKeys], tuple[Call, bytes]] = {}
+
+    def __call__(self, executor: Executor, call: Call) -> bytes:
+        key = (executor.script.sha, call.keys)
+        found = self.commands.get(key)
+        if found is not None and found[0] == call:
+            return found[1]
+        command = resp(
+            executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
+        )
+        if len(self.commands) >= PACKED_MAX:
+            self.commands.clear()
+        self.commands[key] = (call, command)
+        return command
+
+
+# A call's error reply: its result, not a broken connection (redis-py makes -LOADING one).
+ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
+
+
+def _exchange(connection: Connection, commands: bytes, count: int) -> list[object]:
+    """Send the packed commands, read their `count` replies; an error reply is its reply."""
+    connection.send_packed_command([commands])  # type: ignore[no-untyped-call]
+    replies: list[object] = []
+    for _ in range(count):
+        try:
+            replies.append(connection.read_response())
+        except ERROR_REPLIES as exc:
+            replies.append(exc)
+    return replies
+
+
+def _send(
+    client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed
+) -> list[object]:
+    """Each call's reply, or the error it got, in call order; one round trip.
+
+    A round is what redis-py's pipeline does (one write, the replies read in order, the
+    connection's retry policy on a connection failure: none, as connection.connect sets it, so
+    a sweep is never sent twice) without its per-command packing and bookkeeping, a third of a
+    tick's time: each queue's command is packed once.
+    """
+    if len(calls) == 1:  # a call on its own: a pipeline costs more than the command itself
+        return [InFlight(client, executor, calls[0]).reply()]
+    commands = b"".join([packed(executor, call) for call in calls])
+    pool = client.connection_pool
+    connection = pool.get_connection()
+    try:
+        return connection.retry.call_with_retry(
+            lambda: _exchange(connection, commands, len(calls)),
+            lambda _error: connection.disconnect(),  # type: ignore[no-untyped-call]
+        )
+    except BaseException:
+        connection.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread
+        raise
+    finally:
+        pool.release(connection)
+
+
+def _lost(reply: object) -> bool:
+    return isinstance(reply, redis.exceptions.NoScriptError)
+
+
+def sweep_round(
+    client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed | None = None
+) -> list[CallResult]:
+    """Every call in one round trip; a call the server refused with NOSCRIPT (it wrote nothing)
+    is sent again once the script is loaded. A connection failure raises (the node is down);
+    an error reply is one call's result. `packed` keeps the commands of the node's earlier
+    rounds."""
+    if not calls:
+        return []
+    packed = packed or Packed()
+    replies = _send(client, executor, calls, packed)
+    again = [i for i, reply in enumerate(replies) if _lost(reply)]
+    if again:
+        executor.prepare(client)
+        resent = _send(client, executor, [calls[i] for i in again], packed)
+        for i, reply in zip(again, resent, strict=True):
+            replies[i] = reply
+    return [
+        named(result_of(call, reply), executor) for call, reply in zip(calls, replies, strict=True)
+    ]
+
+
+class InFlight:
+    """One call sent on a connection of its own, its reply read later: what the caller does
+    meanwhile (counting the call before) runs while the server runs this one.
+
+    A send that failed fails when the reply is read, as a read that fails does; the connection
+    goes back to the pool either way (closed first when its reply may be left unread).
+    """
+
+    def __init__(self, client: redis.Redis, executor: Executor, call: Call) -> None:
+        self.client = client
+        self.executor = executor
+        self.call = call
+        self.connection: Connection | None = None
+        self.error: Exception | None = None
+        args = executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
+        try:
+            self.connection = client.connection_pool.get_connection()
+            self.connection.send_command(*args)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # raised by result(), where a failed call is handled
+            self.error = exc
+
+    def result(self) -> CallResult:
+        """The call's result; a connection failure raises (the node is down), a NOSCRIPT is
+        answered by loading the script and sending the call again (it wrote nothing)."""
+        raw = self.reply()
+        if _lost(raw):
+            self.executor.prepare(self.client)
+            return sweep_round(self.client, self.executor, [self.call])[0]
+        return named(result_of(self.call, raw), self.executor)
+
+    def reply(self) -> object:
+        """The call's reply as read, or the error it got; a connection failure raises."""
+        connection = self.connection
+        try:
+            if self.error is not None or connection is None:
+                raise self.error or redis.ConnectionError("the call was never sent")
+            try:
+                return connection.read_response()
+            except ERROR_REPLIES as exc:
+                return exc
+        except BaseException:
+            if connection is not None:
+                connection.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            if connection is not None:
+                self.client.connection_pool.release(connection)

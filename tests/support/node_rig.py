@@ -1,0 +1,69 @@
+"""A node with its ledger, drainer and ticks in-process on a real server, time passed in: the
+sweep path without the daemon around it, for the tests of its parts."""
+
+from __future__ import annotations
+
+import redis
+from prometheus_client import CollectorRegistry
+
+from sweeperd.config.settings import QueueSettings
+from sweeperd.constants import ExecutorChoice, QueueMetrics
+from sweeperd.fleet.drain import Drainer
+from sweeperd.fleet.ledger import Ledger
+from sweeperd.fleet.node import Node
+from sweeperd.fleet.tick import Tick
+from sweeperd.keyspace import QueueKeys
+from sweeperd.metrics.registry import Metrics
+from sweeperd.server.connection import connect
+from sweeperd.verb.sizing import CallSizer
+from tests.support.clock import Clock
+from tests.support.helpers import PAST_MS
+
+ALL_RECOVER = 2**62
+
+
+def seed(r: redis.Redis, keys: QueueKeys, count: int, **row: object) -> None:
+    """`count` expired leases with rows (attempts 1 unless given), deadlines in id order."""
+    pipe = r.pipeline(transaction=False)
+    for n in range(count):
+        job = f"j{n:06}"
+        pipe.zadd(keys.active, {job: PAST_MS + n})
+        pipe.hset(keys.job(job), mapping={"attempts": 1, **row})  # type: ignore[dict-item]
+    pipe.execute()
+
+
+def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> QueueSettings:
+    return QueueSettings(name, 5.0, max_stalled, limit)
+
+
+class Rig:
+    """A node, its metrics, ledger and drainer on the module server, time passed in."""
+
+    def __init__(self, url: str, *, target_s: float = 0.002, clock: Clock | None = None) -> None:
+        self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
+        self.clock = clock or Clock()
+        self.node = Node(
+            "n:1", connect(url, socket_timeout=5.0), ExecutorChoice.AUTO, CallSizer(target_s)
+        )
+        self.ledger = Ledger(self.metrics.numbers, "n:1")
+        self.restarts: list[Node] = []
+        self.drainer = Drainer(
+            self.node, self.ledger, share=1.0, on_restart=self.restarts.append, clock=self.clock
+        )
+        self.node.look(self.clock())
+
+    def tick(self, *queues: QueueSettings) -> None:
+        """One tick of `queues`, their series added first as the daemon's queue set adds them."""
+        for q in queues:
+            self.metrics.numbers.add_queue(q.name)
+        Tick(self.node, self.ledger, self.drainer, "emq", clock=self.clock).run(queues)
+
+    def drain(self) -> int:
+        """Steps until no queue is backlogged; the number of calls."""
+        calls = 0
+        while self.drainer.step() is not None:
+            calls += 1
+        return calls
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name, labels)

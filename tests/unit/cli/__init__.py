@@ -1,0 +1,1 @@
+"""The command line: usage, help, exit codes and the one line of every failure."""

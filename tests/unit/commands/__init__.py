@@ -1,0 +1,1 @@
+"""The commands wing: once, its dry run and budget, inspect, the progress bar, demo."""

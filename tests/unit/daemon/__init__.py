@@ -1,0 +1,2 @@
+"""The daemon wing: `run` as a process and in-process, the schedule, discovery,
+membership, notify, HTTP and reload."""

@@ -1,0 +1,183 @@
+"""The daemon in-process, its clock passed in: throttled overruns, reloads, discovery, readiness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from structlog.testing import capture_logs
+
+from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.daemon.daemon import OVERRUN_LOG_S, Daemon
+from sweeperd.daemon.health import READY_INTERVALS
+from sweeperd.daemon.queueset import DISCOVERED_TTL_S
+from sweeperd.fleet.node import Node
+from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import Reason
+from tests.support.clock import Clock
+from tests.support.daemon_inprocess import in_process, settings_for
+from tests.support.helpers import lease
+from tests.support.servers import RedisServer
+
+
+def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:
+    def again() -> Settings:
+        if isinstance(reload, Exception):
+            raise reload
+        return settings
+
+    return in_process(settings, again, clock)
+
+
+def value(daemon: Daemon, name: str, **labels: str) -> float | None:
+    return daemon.metrics.registry.get_sample_value(name, labels)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(100.0)
+
+
+@pytest.fixture
+def daemon(r: redis.Redis, redis_server: RedisServer, clock: Clock) -> Iterator[Daemon]:
+    made = make(settings_for(redis_server.url, discover="30"), clock)
+    made.fleet.refresh()  # the one primary, as start() finds it
+    yield made
+    made.fleet.stop(1.0)
+
+
+def node_of(daemon: Daemon) -> Node:
+    [node] = daemon.fleet.nodes()
+    return node
+
+
+class TestOverruns:
+    def test_overruns_are_counted_each_and_logged_once_a_minute(
+        self, daemon: Daemon, clock: Clock
+    ) -> None:
+        """Three overruns in a minute: three counted, one sweep_overrun line; a minute on,
+        the next one is logged again."""
+        with capture_logs() as logs:
+            for _ in range(3):
+                daemon.schedule.overran(None)  # what the scheduler's event calls
+                clock.now += 1
+            clock.now += OVERRUN_LOG_S
+            daemon.schedule.overran(None)
+        assert value(daemon, "sweeperd_schedule_overruns_total") == 4
+        assert [e["event"] for e in logs] == ["sweep_overrun", "sweep_overrun"]
+
+
+class TestReload:
+    def test_a_broken_file_on_reload_keeps_the_running_settings(
+        self, redis_server: RedisServer, clock: Clock
+    ) -> None:
+        """A reload whose file is refused logs reload_failed and changes nothing."""
+        settings = settings_for(redis_server.url)
+        daemon = make(settings, clock, reload=ConfigError("interval in f must be positive"))
+        with capture_logs() as logs:
+            daemon.apply_reload()
+        assert daemon.settings is settings
+        assert logs == [
+            {
+                "event": "reload_failed",
+                "log_level": "error",
+                "error": "interval in f must be positive",
+            }
+        ]
+
+    def test_a_reload_that_breaks_keeps_the_daemon_running(
+        self, redis_server: RedisServer, clock: Clock
+    ) -> None:
+        """A reload that raises what no refusal is (a bug) is logged as reload_failed with its
+        traceback; the daemon goes on with the running settings."""
+        settings = settings_for(redis_server.url)
+        daemon = make(settings, clock, reload=RuntimeError("no such attribute"))
+        with capture_logs() as logs:
+            daemon.apply_reload()
+        assert daemon.settings is settings
+        [failed] = logs
+        assert (failed["event"], failed["log_level"], failed["exc_info"]) == (
+            "reload_failed",
+            "error",
+            True,
+        )
+
+
+class TestDiscovery:
+    def test_found_queues_are_scheduled_and_logged(self, r: redis.Redis, daemon: Daemon) -> None:
+        """A scan finds the active sets: the new queues get series and the node answered; the
+        queues known are the configured one and the one found."""
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        assert value(daemon, "sweeperd_known_queues") == 1
+        with capture_logs() as logs:
+            daemon.discover()
+            daemon.discover()
+        assert [(e["event"], e.get("added")) for e in logs] == [
+            ("redis_up", None),
+            ("queues_discovered", ["found"]),
+        ]
+        assert daemon.queues.swept == {"fixed", "found"}
+        assert value(daemon, "sweeperd_known_queues") == 2
+        assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
+        assert node_of(daemon).up is True
+
+    def test_an_unreachable_server_keeps_the_last_list(
+        self, r: redis.Redis, daemon: Daemon
+    ) -> None:
+        """A scan that cannot reach the server marks the node down once and keeps what was
+        found before."""
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        daemon.discover()
+        node_of(daemon).client = redis.Redis(
+            port=1, socket_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
+        with capture_logs() as logs:
+            daemon.discover()
+            daemon.discover()
+        assert [e["event"] for e in logs] == ["redis_down"]
+        assert daemon.queues.discovered.keys() == {"found"} and node_of(daemon).up is False
+
+    def test_a_drained_queue_keeps_its_series_for_an_hour(
+        self, r: redis.Redis, daemon: Daemon, clock: Clock
+    ) -> None:
+        """A found queue whose active set is gone (drained) stays swept with its counters;
+        only once no scan has found it for an hour is it dropped, series and all."""
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        daemon.discover()
+        daemon.metrics.numbers.record_failure("n", "found", Reason.TIMEOUT)
+        r.delete(QueueKeys("found").active)  # drained: EchoMQ's last lease left
+        clock.now += DISCOVERED_TTL_S
+        daemon.discover()
+        assert daemon.queues.swept == {"fixed", "found"}
+        assert value(daemon, "sweeperd_sweep_failures_total", queue="found", reason="timeout") == 1
+        clock.now += 1.0
+        with capture_logs() as logs:
+            daemon.discover()
+        assert [(e["event"], e.get("dropped")) for e in logs] == [("queues_discovered", ["found"])]
+        assert daemon.queues.swept == {"fixed"}
+        assert value(daemon, "sweeperd_recovered_total", queue="found") is None
+
+
+class TestNodeSeries:
+    def test_restarts_exist_at_zero_from_the_start(self, daemon: Daemon) -> None:
+        """A primary's restart counter is exported at 0 as soon as it is known, so an alert on
+        its increase sees the first restart."""
+        assert value(daemon, "sweeperd_server_restarts_total", node=node_of(daemon).name) == 0
+
+
+class TestReadiness:
+    def test_ready_within_three_intervals_of_an_answer(self, daemon: Daemon, clock: Clock) -> None:
+        """Not ready before any answer; ready for three intervals after one; then not."""
+        daemon.queues.apply()
+        assert not daemon.health.ready()
+        with node_of(daemon).lock:
+            node_of(daemon).answered(clock.now)
+        clock.now += READY_INTERVALS * 5
+        assert daemon.health.ready()
+        assert value(daemon, "sweeperd_ready") == 1
+        clock.now += 0.1
+        assert not daemon.health.ready()
+        assert value(daemon, "sweeperd_ready") == 0

@@ -1,0 +1,1 @@
+"""The metrics wing: the sweep's numbers, the state series and the exposition."""

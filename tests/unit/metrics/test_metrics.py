@@ -1,0 +1,455 @@
+"""The daemon's metrics: what each record method counts, at each level, and the exposition."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from sweeperd.constants import QueueMetrics
+from sweeperd.daemon.schedule import Schedule
+from sweeperd.keyspace import QueueKeys
+from sweeperd.metrics.registry import Metrics
+from sweeperd.metrics.state import NodeState
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply
+
+NODE = "h:6379"
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]
+
+
+def reply(recovered: int = 0, dead: int = 0, exempt: int = 0, ghosts: int = 0) -> SweepReply:
+    """A reply with that many ids in each list (exempt ones among the recovered)."""
+    ids = [f"j{n}".encode() for n in range(recovered + dead)]
+    return SweepReply(tuple(ids[:recovered]), tuple(ids[recovered:]), tuple(ids[:exempt]), ghosts)
+
+
+def depths(
+    active: int = 0,
+    pending: int = 0,
+    dead: int = 0,
+    failed: int = 0,
+    expired: int = 0,
+    oldest_ms: float | None = None,
+    now_ms: int = 10_000,
+) -> Depths:
+    return Depths(b"r", now_ms, expired, active, pending, dead, failed, oldest_ms)
+
+
+def result(answer: SweepReply | Reason, after: Depths | None = None) -> CallResult:
+    """A call's result: its reply, or a failure for that reason."""
+    got = SweepError(answer, "refused") if isinstance(answer, Reason) else answer
+    return CallResult(Call(QueueKeys("any"), 1, 10), got, after)
+
+
+@pytest.fixture
+def m() -> Metrics:
+    return Metrics(CollectorRegistry(), version="9.9.9")
+
+
+@pytest.fixture
+def full() -> Metrics:
+    return Metrics(CollectorRegistry(), version="9.9.9", level=QueueMetrics.FULL)
+
+
+def value(m: Metrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def names(m: Metrics) -> set[str]:
+    return {s.name for metric in m.registry.collect() for s in metric.samples}
+
+
+def samples(families: object) -> Samples:
+    """sweeperd's samples of parsed families, as comparable tuples."""
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for family in families  # type: ignore[attr-defined]
+        for s in family.samples
+        if s.name.startswith("sweeperd_")
+    }
+
+
+def without_created(found: Samples) -> Samples:
+    """The samples but the _created ones (the formats write those differently)."""
+    return {s for s in found if not s[0].endswith("_created")}
+
+
+def swept(m: Metrics, queue: str = "q") -> None:
+    """Every kind of event once for the queue: a reply, a failure, a tick, its numbers."""
+    m.numbers.add_queue(queue)
+    after = depths(active=1, pending=2, dead=3, failed=4, expired=5, oldest_ms=2_500)
+    m.numbers.record(
+        NODE, queue, result(reply(recovered=2, dead=1, exempt=1, ghosts=3), after), 1.7e9
+    )
+    m.numbers.record(NODE, queue, result(Reason.LANE), 1.0)
+    m.numbers.record_ticks(NODE, [queue], duration_s=0.002)
+
+
+def per_queue(m: Metrics, queue: str = "q") -> int:
+    """How many series carry the queue's label."""
+    return sum(1 for _, labels, _ in samples(m.registry.collect()) if ("queue", queue) in labels)
+
+
+class TestConstruction:
+    def test_own_registry(self) -> None:
+        """Without a registry a new one is made; the global registry is never touched."""
+        before = set(REGISTRY._names_to_collectors)
+        metrics = Metrics(version="1.0")
+        assert metrics.registry is not REGISTRY
+        assert set(REGISTRY._names_to_collectors) == before
+
+    def test_basic_is_the_default(self) -> None:
+        """Without a level the per-queue series are the basic ones."""
+        assert Metrics(version="1.0").numbers.level is QueueMetrics.BASIC
+
+    def test_build_info(self, m: Metrics) -> None:
+        """Build info carries the version and the Python version."""
+        assert value(m, "sweeperd_build_info", version="9.9.9", python=platform.python_version())
+
+    def test_process_and_platform(self, m: Metrics) -> None:
+        """The process and platform collectors report into the same registry."""
+        assert "process_cpu_seconds_total" in names(m)
+        assert "python_info" in names(m)
+
+    def test_two_instances(self) -> None:
+        """Two Metrics with their own registries do not collide."""
+        Metrics(version="1")
+        Metrics(version="2")
+
+
+class TestRecord:
+    @pytest.fixture(autouse=True)
+    def queues(self, m: Metrics, full: Metrics) -> None:
+        """The queues these tests count into, added as the daemon adds a queue it sweeps."""
+        for metrics in (m, full):
+            for queue in ("q", "a", "b"):
+                metrics.numbers.add_queue(queue)
+
+    def test_record_reply(self, m: Metrics) -> None:
+        """A reply adds its recovered, dead and exempt counts to the queue, a sweep and its
+        ghosts to the node."""
+        m.numbers.record(NODE, "q", result(reply(recovered=3, dead=1, exempt=2, ghosts=5)), 1.0)
+        m.numbers.record(NODE, "q", result(reply(recovered=1)), 2.0)
+        assert value(m, "sweeperd_recovered_total", queue="q") == 4
+        assert value(m, "sweeperd_dead_total", queue="q") == 1
+        assert value(m, "sweeperd_exempt_total", queue="q") == 2
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 2
+        assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 5
+
+    def test_record_reply_full(self, full: Metrics) -> None:
+        """With full metrics the sweeps and ghosts are the queue's own series."""
+        full.numbers.record(NODE, "q", result(reply(ghosts=5)), 1.0)
+        assert value(full, "sweeperd_sweeps_total", queue="q") == 1
+        assert value(full, "sweeperd_ghosts_removed_total", queue="q") == 5
+        assert value(full, "sweeperd_sweeps_total", node=NODE) is None
+
+    def test_record_failed_call(self, m: Metrics) -> None:
+        """A call's error reply adds a sweep and a failure of its reason; no success time."""
+        m.numbers.record(NODE, "q", result(Reason.LANE), 1.0)
+        m.numbers.record(NODE, "q", result(Reason.TIMEOUT), 2.0)
+        m.numbers.record(NODE, "q", result(Reason.TIMEOUT), 3.0)
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 3
+        assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="lane") == 1
+        assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="timeout") == 2
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
+
+    def test_record_failure(self, m: Metrics) -> None:
+        """A failure without a reply adds one sweep and one failure of its reason."""
+        m.numbers.record_failure(NODE, "q", Reason.CONNECTION)
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 1
+        assert value(m, "sweeperd_sweep_failures_total", queue="q", reason="connection") == 1
+
+    def test_record_success(self, m: Metrics) -> None:
+        """The last success is the time of the last call that succeeded, absent until then."""
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") is None
+        m.numbers.record(NODE, "q", result(reply()), 1_700_000_000.5)
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="q") == 1_700_000_000.5
+
+    def test_record_depths(self, full: Metrics) -> None:
+        """Depths set one gauge per set, the failed count, the backlog and its oldest age."""
+        after = depths(active=1, pending=2, dead=3, failed=4, expired=7, oldest_ms=2_500)
+        full.numbers.record(NODE, "q", result(reply(), after), 1.0)
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="active") == 1
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="pending") == 2
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="dead") == 3
+        assert value(full, "sweeperd_queue_failed_jobs", queue="q") == 4
+        assert value(full, "sweeperd_expired_leases", queue="q") == 7
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
+        full.numbers.record(NODE, "q", result(Reason.LANE, depths(oldest_ms=None)), 2.0)
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
+        assert value(full, "sweeperd_expired_leases", queue="q") == 0
+
+    def test_record_depths_basic(self, m: Metrics) -> None:
+        """The basic level keeps the backlog and its age, not the set sizes."""
+        m.numbers.record(
+            NODE, "q", result(reply(), depths(active=1, expired=7, oldest_ms=2_500)), 1.0
+        )
+        assert value(m, "sweeperd_expired_leases", queue="q") == 7
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="q") == 7.5
+        assert value(m, "sweeperd_queue_jobs", queue="q", set="active") is None
+        assert value(m, "sweeperd_queue_failed_jobs", queue="q") is None
+
+    def test_record_round(self, full: Metrics) -> None:
+        """A tick's calls are each counted, and the round trip is each queue's duration."""
+        calls = [result(reply(recovered=1)), result(Reason.LANE)]
+        full.numbers.record_round(NODE, ["a", "b"], calls, 1.0, duration_s=0.002)
+        assert value(full, "sweeperd_recovered_total", queue="a") == 1
+        assert value(full, "sweeperd_sweep_failures_total", queue="b", reason="lane") == 1
+        for queue in ("a", "b"):
+            assert value(full, "sweeperd_sweeps_total", queue=queue) == 1
+            assert value(full, "sweeperd_sweep_duration_seconds_count", queue=queue) == 1
+            assert value(full, "sweeperd_sweep_duration_seconds_sum", queue=queue) == 0.002
+
+    def test_record_ticks_basic(self, m: Metrics) -> None:
+        """At the basic level a tick of n queues is n observations of the node's histogram."""
+        m.numbers.record_ticks(NODE, ["a", "b"], duration_s=0.002)
+        m.numbers.record_round(NODE, ["a"], [result(reply())], 1.0, duration_s=0.001)
+        assert value(m, "sweeperd_sweep_duration_seconds_count", node=NODE) == 3
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.001") == 1
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.005") == 3
+        assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="+Inf") == 3
+        assert value(m, "sweeperd_sweep_duration_seconds_sum", node=NODE) == pytest.approx(0.005)
+        assert value(m, "sweeperd_sweep_duration_seconds_count", queue="a") is None
+
+    def test_state_of_the_nodes(self, m: Metrics) -> None:
+        """Each node's up, restarts and run_id with its executor are read from the nodes at
+        scrape time; a node not yet answered has no up, one retired keeps its restarts."""
+        m.state.nodes = lambda: [
+            NodeState("h:6379", 2, True, "r1", "native"),
+            NodeState("/run/r.sock", 0, False),
+            NodeState("gone:1", 3),
+        ]
+        assert value(m, "sweeperd_redis_up", node="h:6379") == 1
+        assert value(m, "sweeperd_redis_up", node="/run/r.sock") == 0
+        assert value(m, "sweeperd_redis_up", node="gone:1") is None
+        assert value(m, "sweeperd_server_restarts_total", node="h:6379") == 2
+        assert value(m, "sweeperd_server_restarts_total", node="gone:1") == 3
+        series = [
+            s.labels
+            for metric in m.registry.collect()
+            if metric.name == "sweeperd_server_info"
+            for s in metric.samples
+        ]
+        assert series == [{"node": "h:6379", "run_id": "r1", "executor": "native"}]
+
+    def test_ready(self, m: Metrics) -> None:
+        """Readiness is read when scraped: 1 or 0."""
+        assert value(m, "sweeperd_ready") == 0
+        m.state.ready = lambda: True
+        assert value(m, "sweeperd_ready") == 1
+
+
+class TestSharingSeries:
+    def test_members_owned_queues_and_changes_start_at_zero(self, m: Metrics) -> None:
+        """The four series of sharing exist from the start, unlabelled, at 0."""
+        assert value(m, "sweeperd_members") == 0
+        assert value(m, "sweeperd_owned_queues") == 0
+        assert value(m, "sweeperd_known_queues") == 0
+        assert value(m, "sweeperd_ownership_changes_total") == 0
+
+
+class TestLevels:
+    def test_basic_series_per_queue(self, m: Metrics) -> None:
+        """basic: 6 series per queue, one more per failure reason seen."""
+        m.numbers.add_queue("q")
+        m.numbers.record(NODE, "q", result(reply()), 1.0)
+        assert per_queue(m) == 6
+        m.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
+        assert per_queue(m) == 7
+
+    def test_full_series_per_queue(self, full: Metrics) -> None:
+        """full: 22 series per queue, one more per failure reason seen."""
+        full.numbers.add_queue("q")
+        full.numbers.record(NODE, "q", result(reply()), 1.0)
+        assert per_queue(full) == 22
+        full.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
+        assert per_queue(full) == 23
+
+    def test_basic_series_per_node(self, m: Metrics) -> None:
+        """basic: the node has 12 series for what full keeps per queue (sweeps, ghosts and
+        the duration histogram), however many queues it has."""
+        for queue in ("a", "b", "c"):
+            swept(m, queue)
+        by_node = [s for s in samples(m.registry.collect()) if ("node", NODE) in s[1]]
+        assert {name for name, _, _ in by_node} >= {
+            "sweeperd_sweeps_total",
+            "sweeperd_ghosts_removed_total",
+            "sweeperd_sweep_duration_seconds_count",
+        }
+        assert len([s for s in by_node if not s[0].startswith("sweeperd_redis_")]) == 12
+
+    def test_full_has_no_node_totals(self, full: Metrics) -> None:
+        """full: sweeps, ghosts and durations are per queue only (sums stay exact)."""
+        swept(full)
+        by_node = {s[0] for s in samples(full.registry.collect()) if ("node", NODE) in s[1]}
+        assert by_node == set()
+
+
+class TestQueueLifecycle:
+    def test_add_queue_precreates(self, full: Metrics) -> None:
+        """add_queue makes every per-queue series exist at 0 before anything happens."""
+        full.numbers.add_queue("q")
+        for name in ("recovered", "dead", "exempt", "ghosts_removed", "sweeps"):
+            assert value(full, f"sweeperd_{name}_total", queue="q") == 0
+        for reason in Reason:  # a reason's series appears when it first happens
+            assert value(full, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
+        assert value(full, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
+        assert value(full, "sweeperd_expired_leases", queue="q") == 0
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
+        for name in ("active", "pending", "dead"):
+            assert value(full, "sweeperd_queue_jobs", queue="q", set=name) == 0
+        assert value(full, "sweeperd_queue_failed_jobs", queue="q") == 0
+        assert value(full, "sweeperd_last_success_timestamp_seconds", queue="q") is None
+
+    def test_add_queue_keeps_counts(self, m: Metrics) -> None:
+        """Adding a queue again does not reset what it counted."""
+        m.numbers.add_queue("q")
+        m.numbers.record(NODE, "q", result(reply(recovered=2)), 1.0)
+        m.numbers.add_queue("q")
+        assert value(m, "sweeperd_recovered_total", queue="q") == 2
+
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_keep_queues_removes_every_series_of_the_others(self, level: QueueMetrics) -> None:
+        """keep_queues removes every series of a queue not named, and no other queue's."""
+        m = Metrics(CollectorRegistry(), version="1", level=level)
+        for queue in ("gone", "kept"):
+            swept(m, queue)
+        m.numbers.keep_queues({"kept"})
+        text = generate_latest(m.registry).decode()
+        assert 'queue="gone"' not in text
+        assert 'queue="kept"' in text
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 1.7e9
+
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_a_call_that_outlives_its_queue_brings_no_series_back(
+        self, level: QueueMetrics
+    ) -> None:
+        """Calls counted after their queue was dropped (every way the ledger counts) leave no
+        series of it: only their node's totals count them."""
+        m = Metrics(CollectorRegistry(), version="1", level=level)
+        m.numbers.add_node(NODE)
+        swept(m, "gone")
+        m.numbers.keep_queues(set())
+        late = result(reply(recovered=1, ghosts=1), depths(active=9, expired=9))
+        m.numbers.record(NODE, "gone", late, 2.0)
+        m.numbers.record_round(NODE, ["gone"], [late], 2.0, duration_s=0.001)
+        m.numbers.record_failure(NODE, "gone", Reason.LANE)
+        m.numbers.record_ticks(NODE, ["gone"], duration_s=0.001)
+        assert 'queue="gone"' not in generate_latest(m.registry).decode()
+        if level is QueueMetrics.BASIC:  # (at full, the per-queue series replace these)
+            assert value(m, "sweeperd_sweeps_total", node=NODE) == 2 + 3  # swept()'s two
+            assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 3 + 2
+
+    def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
+        """keep_queues removes the series of queues not named, as a late call left them."""
+        for queue in ("kept", "given-away"):
+            m.numbers.add_queue(queue)
+            m.numbers.record(NODE, queue, result(reply()), 5.0)
+        m.numbers.keep_queues({"kept", "never-seen"})
+        text = generate_latest(m.registry).decode()
+        assert 'queue="given-away"' not in text
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
+        assert 'queue="never-seen"' not in text
+
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_disown_keeps_counters_and_last_success(self, level: QueueMetrics) -> None:
+        """A queue owned by another replica now keeps its counters and last success (sums over
+        replicas stay whole) and loses the gauges of its state; owned again, it has them back."""
+        m = Metrics(CollectorRegistry(), version="1", level=level)
+        swept(m, "moved")
+        m.numbers.record(NODE, "moved", result(reply(recovered=2)), 2.0)
+        m.numbers.disown_queue("moved")
+        assert value(m, "sweeperd_recovered_total", queue="moved") == 4
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="moved") == 2.0
+        assert value(m, "sweeperd_expired_leases", queue="moved") is None
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") is None
+        assert value(m, "sweeperd_queue_jobs", queue="moved", set="active") is None
+        late = depths(active=7, expired=7, oldest_ms=1_000)  # a call that outlived the ownership
+        m.numbers.record(NODE, "moved", result(reply(recovered=1), late), 3.0)
+        assert value(m, "sweeperd_expired_leases", queue="moved") is None
+        m.numbers.add_queue("moved")
+        assert value(m, "sweeperd_expired_leases", queue="moved") == 0
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") == 0
+        assert value(m, "sweeperd_recovered_total", queue="moved") == 5
+
+    def test_add_node_precreates(self, m: Metrics) -> None:
+        """add_node makes a node's sweeps and ghosts exist at 0."""
+        m.numbers.add_node("n:9")
+        for name in ("sweeps", "ghosts_removed"):
+            assert value(m, f"sweeperd_{name}_total", node="n:9") == 0
+
+
+def every_kind(m: Metrics) -> Metrics:
+    """Every series present: two queues swept (one with a name to escape), a node's events."""
+    swept(m)
+    swept(m, 'odd"\\name')
+    m.state.nodes = lambda: [NodeState(NODE, 1, True, "abc", "native")]
+    m.state.ready = lambda: True
+    schedule = Schedule(
+        BackgroundScheduler(), lambda _batch: None, workers=1, jitter=0.0, on_overrun=lambda: None
+    )
+    for series in schedule.series:
+        m.add_collector(series)
+    schedule.lag.observe(0.01)
+    return m
+
+
+class TestExposition:
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_promtool_check_metrics(self, level: QueueMetrics) -> None:
+        """A scrape's text, every series present, passes `promtool check metrics`."""
+        promtool = shutil.which("promtool")
+        assert promtool, "promtool is missing: install Debian's prometheus package"
+        body, content_type = every_kind(Metrics(version="1", level=level)).exposition(None)
+        assert content_type.startswith("text/plain; version=0.0.4")
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=body, capture_output=True, timeout=30
+        )
+        assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+        assert checked.stdout.decode() + checked.stderr.decode() == ""
+
+    @pytest.mark.parametrize("level", list(QueueMetrics))
+    def test_same_as_the_library(self, level: QueueMetrics) -> None:
+        """A scrape holds exactly the samples prometheus_client renders from the registry."""
+        m = every_kind(Metrics(version="1", level=level))
+        body, _ = m.exposition(None)
+        library = generate_latest(m.registry).decode()
+        assert samples(text_string_to_metric_families(body.decode())) == samples(
+            text_string_to_metric_families(library)
+        )
+
+    def test_openmetrics(self) -> None:
+        """Asked for OpenMetrics, a scrape parses as OpenMetrics with the same samples."""
+        m = every_kind(Metrics(version="1", level=QueueMetrics.FULL))
+        body, content_type = m.exposition(OPENMETRICS)
+        assert content_type.startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
+        text, _ = m.exposition(None)
+        parsed = samples(openmetrics_families(body.decode()))  # type: ignore[no-untyped-call]
+        plain = samples(text_string_to_metric_families(text.decode()))
+        assert without_created(parsed) == without_created(plain)
+
+    def test_escaped_queue_names(self, m: Metrics) -> None:
+        """A queue name with a quote and a backslash comes back as it was."""
+        every_kind(m)
+        assert value(m, "sweeperd_recovered_total", queue='odd"\\name') == 2
+
+    def test_help_texts(self, full: Metrics) -> None:
+        """Every sweeperd metric has a HELP text."""
+        helps = {
+            metric.name: metric.documentation
+            for metric in every_kind(full).registry.collect()
+            if metric.name.startswith("sweeperd_")
+        }
+        assert len(helps) == 24
+        assert all(len(text) > 20 for text in helps.values())

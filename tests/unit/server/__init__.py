@@ -1,0 +1,1 @@
+"""The server wing: topology, Cluster nodes, TLS and the ACL user."""

@@ -1,0 +1,578 @@
+"""`sweeperd top`: rows, rates and restarts read from a real server, nothing written."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from sweeperd.commands import once
+from sweeperd.constants import ExecutorChoice
+from sweeperd.keyspace import QueueKeys, members_key
+from sweeperd.ownership import owner
+from sweeperd.server.connection import Connection
+from sweeperd.top.refresh import Screen, Top
+from sweeperd.top.screen import plain_text
+from sweeperd.verb.executors import choose
+from tests.support.clock import Clock
+from tests.support.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
+from tests.support.invoke import Ran, sweeperd
+from tests.support.servers import RedisServer
+from tests.support.top_rows import rows_of
+
+BACKLOGS = {"reports": 7, "mail": 3, "idle": 0}  # expired leases per queue
+READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
+    "info",
+    "command|info",
+    "zcount",
+    "zcard",
+    "zrange",
+    "zrangebyscore",
+    "hget",
+    "scan",
+    "ping",
+    "client|setinfo",
+    "hello",
+    "select",
+    "config|resetstat",
+}
+ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][A-Z0-9]|[=>])")
+LIVE_TIMEOUT_S = 20.0
+
+
+def populate(r: redis.Redis) -> None:
+    """BACKLOGS expired leases per queue, one live lease, 2 pending, 1 dead, count 5 each."""
+    for queue, expired in BACKLOGS.items():
+        keys = QueueKeys(queue)
+        for n in range(expired):
+            lease(r, keys, f"j{n}".encode(), now_ms() - 60_000 - n, attempts=1)
+        lease(r, keys, b"live", now_ms() + FUTURE_OFFSET_MS, attempts=1)
+        r.zadd(keys.pending, {"p0": 0, "p1": 0})
+        r.zadd(keys.dead, {"d": 0})
+        r.hset(keys.metrics_failed, "count", 5)
+
+
+def viewer(
+    server: RedisServer, queues: tuple[str, ...] = (), rows: int = 10, **options: float
+) -> Top:
+    connection = Connection.checked(server.url, None, 5.0)
+    return Top(connection, "emq", queues, rows, Clock(1_000_000.0), **options)
+
+
+def bursts(r: redis.Redis, view: Top, seconds: int) -> list[float | None]:
+    """queue q's recovered/s read every second while a daemon recovers 921 leases every 3 s."""
+    clock = view.clock
+    assert isinstance(clock, Clock)
+    rates = []
+    for second in range(seconds):
+        if second and second % 3 == 0:
+            r.zadd(QueueKeys("q").pending, {f"s{second}-{n}": 0 for n in range(921)})
+        rates.append(view.refresh().rows[0].recovered_per_s)
+        clock.now += 1.0
+    return rates
+
+
+def live_members(r: redis.Redis, *ids: str, gone: tuple[str, ...] = ()) -> None:
+    """Members as the daemon's heartbeats leave them: `ids` live a minute more, `gone` expired."""
+    deadlines = {m: now_ms() + 60_000 for m in ids} | {m: now_ms() - 1_000 for m in gone}
+    r.zadd(members_key("emq"), deadlines)
+
+
+def top(server: RedisServer, *args: str) -> Ran:
+    return sweeperd("top", "--redis-url", server.url, "--interval", "0.1", *args)
+
+
+@pytest.fixture
+def own_server(server_kind: str, tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test alone: it is restarted."""
+    with RedisServer(tmp_path, kind=server_kind) as server:
+        yield server
+
+
+class TestTopRows:
+    """The rows: what the keyspace holds, most expired first, capped to --rows."""
+
+    def test_rows_match_the_keyspace(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Discovery finds every queue, and each row's counts are its keys' counts."""
+        populate(r)
+        screen = viewer(redis_server).refresh()
+        assert [row.queue for row in screen.rows] == ["reports", "mail", "idle"]
+        for row in screen.rows:
+            expired = BACKLOGS[row.queue]
+            assert (row.expired, row.active, row.pending, row.dead, row.failed) == (
+                expired,
+                expired + 1,
+                2,
+                1,
+                5,
+            )
+            assert (row.oldest_overdue_s is None) == (expired == 0)
+        assert screen.queues == 3
+        assert screen.rows[0].oldest_overdue_s is not None
+        assert 60 <= screen.rows[0].oldest_overdue_s < 70
+
+    def test_capped_rows(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """--rows 2 shows the two queues with the most expired leases, of the 3 read."""
+        populate(r)
+        body = top(redis_server, "--json", "--rows", "2").json()
+        assert [row["queue"] for row in body["rows"]] == ["reports", "mail"]
+        assert body["queues"] == 3
+
+    def test_given_queues_only(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """With --queue only the queues named are read, a missing one as zeros."""
+        populate(r)
+        screen = viewer(redis_server, ("mail", "nowhere")).refresh()
+        assert {row.queue: (row.expired, row.active) for row in screen.rows} == {
+            "mail": (3, 4),
+            "nowhere": (0, 0),
+        }
+
+
+class TestTopDiscovery:
+    """Without --queue: every queue with leases, pending work or dead jobs; never sweeperd's own
+    keys."""
+
+    def test_queue_with_pending_work_only(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A queue with jobs waiting and no active set yet, or only dead jobs, is shown."""
+        populate(r)
+        r.zadd(QueueKeys("waiting").pending, {"p0": 0, "p1": 0, "p2": 0})
+        r.zadd(QueueKeys("buried").dead, {"d0": 0})
+        r.zadd(QueueKeys("b:ü").pending, {"p0": 0})
+        screen = viewer(redis_server).refresh()
+        rows = rows_of(screen)
+        assert set(rows) == {*BACKLOGS, "waiting", "buried", "b:ü"}
+        assert rows["waiting"] == ("ok", 0, 0, 3, 0, 0)
+        assert rows["buried"] == ("ok", 0, 0, 0, 1, 0)
+
+    def test_own_keys_are_no_queues(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """The replicas' membership set and other keys under <root>:sweeperd: are not queues."""
+        populate(r)
+        live_members(r, "web-1:11")
+        r.zadd("emq:sweeperd:{x}:pending", {"m": 0})
+        r.zadd("emq:sweeperd:{x}:active", {"m": 0})
+        assert set(rows_of(viewer(redis_server).refresh())) == set(BACKLOGS)
+
+
+class TestTopRates:
+    """recovered/s and dead/s: growth of pending and metrics:failed between two reads."""
+
+    def test_known_drain(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """6 recoveries and 4 deaths in 2 seconds read as 3.0 recovered/s and 2.0 dead/s."""
+        keys = QueueKeys("q")
+        epoch = run_id(r)
+        for n in range(6):
+            lease(r, keys, f"ok{n}".encode(), attempts=1, stalled=0, lease_epoch=epoch)
+        for n in range(4):
+            lease(r, keys, f"die{n}".encode(), attempts=1, stalled=2, lease_epoch=epoch)
+        view = viewer(redis_server, ("q",))
+        clock = view.clock
+        assert isinstance(clock, Clock)
+        first = view.refresh().rows[0]
+        assert (first.expired, first.recovered_per_s, first.dead_per_s) == (10, None, None)
+        client = view.connection.client()  # as sweeperd connects: raw replies
+        result = once.sweep(
+            client,
+            choose(client, ExecutorChoice.AUTO),
+            keys,
+            max_stalled=3,
+            limit=100,
+            drain=True,
+        )
+        client.close()
+        assert (len(result.recovered), len(result.dead)) == (6, 4)
+        clock.now += 2.0
+        row = view.refresh().rows[0]
+        assert (row.expired, row.pending, row.failed) == (0, 6, 4)
+        assert (row.recovered_per_s, row.dead_per_s) == (3.0, 2.0)
+
+    def test_steady_over_the_window(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A daemon recovering 921 leases every 3 s, read every second, reads as a steady
+        307.0/s once the default window (15 s) is full, never 0 between its sweeps."""
+        rates = bursts(r, viewer(redis_server, ("q",)), 31)
+        assert rates[0] is None
+        assert rates[15:] == [307.0] * 16
+        assert all(rate is not None and rate > 0 for rate in rates[3:])
+
+    def test_window_option(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A 6 s window is full after 6 reads: the same sweeps read as 307.0/s from then on."""
+        rates = bursts(r, viewer(redis_server, ("q",), window=6.0), 13)
+        assert rates[6:] == [307.0] * 7
+
+    def test_once_has_rates(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """--once reads twice, so its rows carry rates (zero on a still queue)."""
+        populate(r)
+        body = top(redis_server, "--json", "--queue", "mail").json()
+        assert (body["rows"][0]["recovered_per_s"], body["rows"][0]["dead_per_s"]) == (0.0, 0.0)
+
+
+class TestTopRestart:
+    """A server whose run_id changed since the view started is marked."""
+
+    def test_restart_marker(self, own_server: RedisServer) -> None:
+        """After a restart the server row keeps the first run_id and says it restarted."""
+        view = viewer(own_server, ("q",))
+        before = view.refresh().servers[0]
+        assert not before.restarted
+        own_server.restart()
+        screens: list[Screen] = [view.refresh() for _ in range(2)]  # the first sees it go
+        after = screens[-1].servers[0]
+        assert (after.first_run_id, after.restarted) == (before.run_id, True)
+        assert after.run_id != before.run_id
+        view.close()
+
+    def test_unreachable_is_one_line(self, own_server: RedisServer) -> None:
+        """--once against a stopped server: one line on stderr, exit 3, as inspect."""
+        own_server.stop()
+        ran = top(own_server, "--once", "--queue", "q")
+        assert ran.code == 3
+        assert len(ran.err_lines) == 1 and ran.err.startswith("sweeperd: ")
+        own_server.start()
+
+
+class TestTopOutage:
+    """A server or a key that cannot be read: the last known rows stay, said to be so."""
+
+    def test_unreachable_server_keeps_its_rows(
+        self, own_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """A stopped server's rows stay with their last numbers, marked stale, and its line
+        says UNREACHABLE with the error, naming the server."""
+        with own_server.client() as c:
+            populate(c)
+        view = viewer(own_server)
+        try:
+            before = rows_of(view.refresh())
+            own_server.stop()
+            screen = view.refresh()
+            [server] = screen.servers
+            assert server.node == f"127.0.0.1:{own_server.port}"
+            assert server.error is not None and "refused" in server.error.lower()
+            assert {q: row[1:] for q, row in rows_of(screen).items()} == {
+                q: row[1:] for q, row in before.items()
+            }
+            assert {row.state for row in screen.rows} == {"stale"}
+            text = plain_text(screen, 1.0, 100)
+            assert f"127.0.0.1:{own_server.port}  UNREACHABLE: " in text
+            assert all(f"~{queue}" in text for queue in BACKLOGS), text
+        finally:
+            view.close()
+
+    def test_wrong_type_is_its_rows_error(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A queue whose key has the wrong type carries the error in its own row; the server
+        and the other queues are read as usual."""
+        populate(r)
+        r.delete(QueueKeys("mail").pending)
+        r.set(QueueKeys("mail").pending, "not a zset")
+        r.delete(QueueKeys("idle").active)
+        r.hset(QueueKeys("idle").active, "not", "a zset")
+        screen = viewer(redis_server, ("reports", "mail", "idle")).refresh()
+        assert [s.error for s in screen.servers] == [None]
+        rows = {row.queue: row for row in screen.rows}
+        assert rows_of(screen)["reports"] == ("ok", 7, 8, 2, 1, 5)
+        assert rows_of(screen)["mail"] == ("error", 3, 4, None, 1, 5)
+        assert rows_of(screen)["idle"][:3] == ("error", None, None)
+        for queue in ("mail", "idle"):
+            assert (rows[queue].error or "").startswith("WRONGTYPE"), rows[queue].error
+        assert screen.failures == ()
+        text = plain_text(screen, 1.0, 100)
+        assert "!mail" in text and "!idle" in text and "UNREACHABLE" not in text
+        assert "mail: WRONGTYPE" in text
+
+    def test_restart_keeps_the_rows(self, own_server: RedisServer) -> None:
+        """A server restarted (its keyspace lost) keeps its rows: stale while it is down, then
+        read again (zeros), their rates started again, the server marked RESTARTED."""
+        with own_server.client() as c:
+            populate(c)
+        view = viewer(own_server)
+        try:
+            view.refresh()
+            clock = view.clock
+            assert isinstance(clock, Clock)
+            own_server.stop()
+            clock.now += 1.0
+            assert {row.state for row in view.refresh().rows} == {"stale"}
+            own_server.start()
+            clock.now += 1.0
+            screen = view.refresh()
+            assert rows_of(screen) == {q: ("ok", 0, 0, 0, 0, 0) for q in BACKLOGS}
+            assert [row.recovered_per_s for row in screen.rows] == [None] * 3
+            assert screen.servers[0].restarted
+            clock.now += 1.0
+            assert [row.recovered_per_s for row in view.refresh().rows] == [0.0] * 3
+        finally:
+            view.close()
+
+
+class TestTopOwners:
+    """The node and owner columns: where each queue lives and which replica sweeps it."""
+
+    def test_owner_is_the_rendezvous_winner(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Each row's owner is the live member with the highest rendezvous hash; an expired
+        member owns nothing."""
+        populate(r)
+        live_members(r, "web-1:11", "web-2:22", "web-3:33", gone=("dead-4:44",))
+        screen = viewer(redis_server).refresh()
+        live = ("web-1:11", "web-2:22", "web-3:33")
+        assert screen.members == live
+        assert {row.queue: row.owner for row in screen.rows} == {
+            q: owner(q, live) for q in BACKLOGS
+        }
+        assert {row.node for row in screen.rows} == {f"127.0.0.1:{redis_server.port}"}
+        text = plain_text(screen, 1.0, 100)
+        header = next(line for line in text.splitlines() if line.startswith("queue"))
+        assert header.split()[:3] == ["queue", "node", "owner"]
+        labels = dict(zip(live, "abc", strict=True))
+        assert "replicas: a web-1:11  b web-2:22  c web-3:33" in text
+        reports = next(line for line in text.splitlines() if line.startswith("reports"))
+        assert reports.split()[1:3] == ["1", labels[owner("reports", live) or ""]]
+
+    def test_no_members_no_owner_column(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """With no live member (sharing off, or every heartbeat expired) there is no owner."""
+        populate(r)
+        live_members(r, gone=("dead-4:44",))
+        screen = viewer(redis_server).refresh()
+        assert screen.members == ()
+        assert {row.owner for row in screen.rows} == {None}
+        text = plain_text(screen, 1.0, 100)
+        header = next(line for line in text.splitlines() if line.startswith("queue"))
+        assert "owner" not in header and "replicas:" not in text
+
+
+class TestTopWidth:
+    """The table at 80 columns."""
+
+    def test_fits_80_columns(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """At exactly 80 columns every header is whole, every line fits and a long queue name
+        is cut with an ellipsis."""
+        populate(r)
+        long_name = "billing-reconciliation-nightly-exports-for-every-region"
+        keys = QueueKeys(long_name)
+        r.zadd(keys.active, {f"j{n}": 1000 for n in range(123_456)})
+        r.zadd(keys.pending, {f"p{n}": 0 for n in range(54_321)})
+        live_members(r, "sweeperd-6d5f9c7b8-x2kq9", "sweeperd-6d5f9c7b8-ab3cd")
+        view = viewer(redis_server)
+        view.refresh()
+        view.clock.now += 1.0  # type: ignore[attr-defined]
+        text = plain_text(view.refresh(), 1.0, 80)
+        lines = text.splitlines()
+        assert max(len(line) for line in lines) <= 80, text
+        header = next(line for line in lines if line.startswith("queue"))
+        assert header.split() == [
+            "queue",
+            "node",
+            "owner",
+            "expired",
+            "overdue",
+            "active",
+            "pending",
+            "dead",
+            "rec/s",
+            "dead/s",
+        ], text
+        cells = lines[lines.index(header) + 2].split()
+        assert cells[0].endswith("…") and long_name.startswith(cells[0][:-1]), text
+        assert (cells[1], cells[2] in ("a", "b"), cells[3]) == ("1", True, "123.5k"), text
+        assert cells[5:] == ["123.5k", "54,321", "0", "0.0", "0.0"], text
+
+
+class TestTopJson:
+    """`top --json`: the documented object (docs/commands.md, sweeperd top)."""
+
+    def test_schema(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Every documented field is there with its type; the server is identified."""
+        populate(r)
+        live_members(r, "web-1:11")
+        ran = top(redis_server, "--json")
+        assert (ran.code, ran.err) == (0, "")
+        body = ran.json()
+        assert set(body) == {
+            "schema",
+            "at",
+            "interval_s",
+            "rate_window_s",
+            "queues",
+            "members",
+            "servers",
+            "rows",
+        }
+        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (2, 0.1, 0.1)
+        assert (body["queues"], body["members"]) == (3, ["web-1:11"])
+        [server] = body["servers"]
+        assert server == {
+            "node": f"127.0.0.1:{redis_server.port}",
+            "run_id": run_id(r).decode(),
+            "uptime_s": server["uptime_s"],
+            "role": "master",
+            "verb_loaded": True,
+            "first_run_id": run_id(r).decode(),
+            "error": None,
+            "restarted": False,
+            "replaced": False,
+        }
+        row = body["rows"][0]
+        assert set(row) == {
+            "queue",
+            "node",
+            "owner",
+            "state",
+            "error",
+            "as_of",
+            "expired",
+            "active",
+            "oldest_overdue_s",
+            "pending",
+            "dead",
+            "failed",
+            "recovered_per_s",
+            "dead_per_s",
+        }
+        assert (row["queue"], row["owner"], row["state"], row["error"]) == (
+            "reports",
+            "web-1:11",
+            "ok",
+            None,
+        )
+        assert body["at"] - 5 < row["as_of"] <= body["at"]
+
+    def test_plain_text_off_a_terminal(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Off a terminal it prints the table once and exits 0, the server line first."""
+        populate(r)
+        ran = top(redis_server)
+        assert (ran.code, ran.err) == (0, "")
+        lines = ran.out.splitlines()
+        assert lines[1].startswith(f"1 127.0.0.1:{redis_server.port}  run_id ")
+        assert "verb loaded" in lines[1]
+        assert [
+            line.split()[0] for line in lines if line.split()[:1] in (["reports"], ["mail"])
+        ] == [
+            "reports",
+            "mail",
+        ]
+
+
+class TestTopReadOnly:
+    """It never writes."""
+
+    def test_nothing_written(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """The keyspace's DUMPs are unchanged and the server ran only read commands."""
+        populate(r)
+        live_members(r, "web-1:11")
+        before = dump_all(r)
+        r.config_resetstat()
+        ran = top(redis_server, "--once")
+        assert ran.code == 0
+        stats = r.info("commandstats")
+        ran_commands = {name.removeprefix("cmdstat_") for name in stats}
+        assert ran_commands <= READ_COMMANDS, ran_commands - READ_COMMANDS
+        assert dump_all(r) == before
+
+
+class TestTopUsage:
+    """Bad options: one line, exit 2."""
+
+    @pytest.mark.parametrize(
+        ("args", "named"),
+        [
+            (("--interval", "0"), "--interval"),
+            (("--interval", "x"), "--interval"),
+            (("--rows", "0"), "--rows"),
+            (("--rows", "two"), "--rows"),
+            (("--rate-window", "0"), "--rate-window"),
+            (("--rate-window", "x"), "--rate-window"),
+        ],
+    )
+    def test_bad_option(self, args: tuple[str, ...], named: str) -> None:
+        """A refresh or a rate window out of range or rows below 1 is named on one line,
+        exit 2."""
+        ran = sweeperd("top", "--once", *args)
+        assert ran.code == 2
+        assert len(ran.err_lines) == 1 and named in ran.err
+
+    @pytest.mark.parametrize(
+        ("flag", "env", "says"),
+        [
+            ("--interval", "SWEEPERD_TOP_INTERVAL", "SECONDS"),
+            ("--rate-window", "SWEEPERD_TOP_RATE_WINDOW", "SECONDS"),
+            ("--rows", "SWEEPERD_TOP_ROWS", "N"),
+        ],
+    )
+    def test_an_empty_option_is_refused(self, flag: str, env: str, says: str) -> None:
+        """Given empty, as a flag or an env var, it is refused (it meant the default)."""
+        line = f"sweeperd: {flag} ({env}) is empty: give {says} or leave it out"
+        for ran in (sweeperd("top", "--once", flag, ""), sweeperd("top", "--once", env={env: ""})):
+            assert (ran.code, ran.err_lines) == (2, [line])
+
+
+def _screen_of(process: subprocess.Popen[bytes], master: int, wanted: list[str]) -> str:
+    """What the terminal received, read until every wanted text shows (or the time is up)."""
+    received = b""
+    deadline = time.monotonic() + LIVE_TIMEOUT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            received += os.read(master, 65536)
+        text = ANSI.sub("", received.decode(errors="replace"))
+        if all(w in text for w in wanted):
+            return text
+    return ANSI.sub("", received.decode(errors="replace"))
+
+
+class TestTopLive:
+    """The live view in a pseudo-terminal."""
+
+    def test_live_screen(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """On a terminal the view refreshes in place with the rows and the server; Ctrl-C ends
+        it with exit 0."""
+        populate(r)
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPERD_")}
+        env.update(TERM="xterm-256color", COLUMNS="110", LINES="30")
+        env.pop("NO_COLOR", None)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sweeperd",
+                "top",
+                "--redis-url",
+                redis_server.url,
+                "--interval",
+                "0.2",
+            ],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+        )
+        os.close(slave)
+        try:
+            first = _screen_of(process, master, ["reports", "rec/s", "verb loaded"])
+            r.zadd(QueueKeys("mail").active, {f"more{n}": 1000 for n in range(40)})
+            text = _screen_of(process, master, ["43"])  # mail's backlog grew: 3 + 40
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=LIVE_TIMEOUT_S)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            os.close(master)
+        assert code == 0
+        assert all(w in first for w in ["reports", "rec/s", "verb loaded"]), first
+        assert "43" in text
+        assert "top 3 of 3 queues by expired leases" in text

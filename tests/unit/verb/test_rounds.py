@@ -1,0 +1,210 @@
+"""One pipelined round: replies with their accounting, counts, and scripts the server lost."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.connection import connect
+from sweeperd.verb.executors import NATIVE
+from sweeperd.verb.replies import Call, Depths, SweepReply, keeps_draining
+from sweeperd.verb.rounds import Packed, resp, sweep_round
+from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
+from tests.support.targets import Target
+
+A, B = QueueKeys("a"), QueueKeys("b")
+
+
+def commands_called(r: redis.Redis, name: str) -> int:
+    stats = r.info("commandstats").get(f"cmdstat_{name}", {})
+    return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
+
+
+def numbers(d: Depths | None) -> tuple[int, int, int, int, int | None]:
+    """expired, active, pending, dead and failed of a result's depths."""
+    assert d is not None
+    return (d.expired, d.active, d.pending, d.dead, d.failed)
+
+
+class TestSweepRound:
+    def test_each_call_gets_its_reply_and_counts(self, on: Target) -> None:
+        """Two queues in one round: each its own reply and the counts after its sweep."""
+        c, executor = on.client, on.executor
+        lease(c, A, b"a1", attempts="1", stalled="0")
+        lease(c, A, b"a2", deadline_ms=now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        lease(c, B, b"b1", attempts="1", stalled="4")
+        c.hset(B.metrics_failed, "count", "7")
+        a, b = sweep_round(c, executor, [Call(A, 2, 100), Call(B, 2, 100)])
+        assert a.reply == SweepReply((b"a1",), ())
+        assert b.reply == SweepReply((), (b"b1",))
+        assert numbers(a.depths) == (0, 1, 1, 0, 0)
+        assert numbers(b.depths) == (0, 0, 0, 1, 8)
+        assert a.depths is not None and a.depths.run_id == run_id(c)
+        assert a.depths.oldest_expired_ms is None
+
+    def test_exempt_is_exactly_the_rows_of_another_epoch(self, on: Target) -> None:
+        """Recovered rows whose lease_epoch is not the run_id are exempt; the rest are not."""
+        c, executor = on.client, on.executor
+        lease(c, A, b"old", 1, attempts="1", lease_epoch="an-earlier-run")
+        lease(c, A, b"now", 2, attempts="1", lease_epoch=run_id(c))
+        lease(c, A, b"none", 3, attempts="1")
+        lease(c, A, b"dies", 4, attempts="1", stalled="5")
+        [result] = sweep_round(c, executor, [Call(A, 3, 100)])
+        assert result.reply == SweepReply((b"old", b"now", b"none"), (b"dies",), (b"old",))
+
+    def test_ghosts_are_counted(self, on: Target) -> None:
+        """Ids in active with no row are removed, listed nowhere, and counted as ghosts."""
+        c, executor = on.client, on.executor
+        lease(c, A, b"g1")
+        lease(c, A, b"g2")
+        lease(c, A, b"j", attempts="1")
+        lease(c, A, b"later", deadline_ms=now_ms() + FUTURE_OFFSET_MS)
+        [result] = sweep_round(c, executor, [Call(A, 5, 100)])
+        assert result.reply == SweepReply((b"j",), (), (), ghosts=2, ghost_ids=(b"g1", b"g2"))
+        assert isinstance(result.reply, SweepReply) and result.reply.taken == 3
+
+    def test_ghost_ids_among_the_first_listed(self, on: Target) -> None:
+        """With `listed` 3, the ghosts named are those among the first 3 ids the call took; the
+        count is whole."""
+        c, executor = on.client, on.executor
+        for n, job in enumerate([b"j0", b"g0", b"j1", b"g1", b"g2"]):
+            lease(c, A, job, n + 1, **({} if job.startswith(b"g") else {"attempts": "1"}))
+        [result] = sweep_round(c, executor, [Call(A, 5, 100, listed=3)])
+        assert result.reply == SweepReply((b"j0", b"j1"), (), (), ghosts=3, ghost_ids=(b"g0",))
+
+    def test_the_limit_and_what_is_left(self, on: Target) -> None:
+        """A call takes `limit` leases; the rest stay counted as expired, the oldest's age given."""
+        c, executor = on.client, on.executor
+        for n in range(5):
+            lease(c, A, f"j{n}".encode(), PAST_MS + n, attempts="1")
+        [result] = sweep_round(c, executor, [Call(A, 5, 2)])
+        assert result.reply == SweepReply((b"j0", b"j1"), ())
+        assert numbers(result.depths) == (3, 3, 2, 0, 0)
+        assert result.depths is not None and result.depths.oldest_expired_ms == PAST_MS + 2
+        assert result.depths.oldest_expired_age_s == (result.depths.now_ms - PAST_MS - 2) / 1000
+        assert keeps_draining(result)
+
+    def test_a_listed_cap_keeps_the_counts_whole(self, on: Target) -> None:
+        """With `listed` 2, a call that took 5 lists its first 2 ids of each list and carries
+        the whole counts: 4 recovered (1 exempt, the last), 1 dead."""
+        c, executor = on.client, on.executor
+        for n in range(4):
+            epoch = "an-earlier-run" if n == 3 else run_id(c).decode()
+            lease(c, A, f"j{n}".encode(), PAST_MS + n, attempts="1", lease_epoch=epoch)
+        lease(c, A, b"dies", PAST_MS + 9, attempts="1", stalled="4")
+        [result] = sweep_round(c, executor, [Call(A, 5, 100, listed=2)])
+        assert result.reply == SweepReply((b"j0", b"j1"), (b"dies",), (b"j3",), 0, (4, 1, 1))
+        assert isinstance(result.reply, SweepReply)
+        assert (result.reply.sizes, result.reply.taken) == ((4, 1, 1), 5)
+
+    def test_a_bound_counts_only_what_was_due_by_then(self, r: redis.Redis) -> None:
+        """With a bound, `expired` counts leases due by it, not those due since."""
+        lease(r, A, b"early", PAST_MS, attempts="1")
+        lease(r, A, b"late", PAST_MS + 50, attempts="1")
+        [result] = sweep_round(r, NATIVE, [Call(A, 5, 1, bound_ms=PAST_MS + 10)])
+        assert result.reply == SweepReply((b"early",), ())
+        assert result.expired_left == 0
+        assert not keeps_draining(result)
+
+    def test_a_lost_sweep_script_is_loaded_and_sent_once(self, r: redis.Redis) -> None:
+        """With the script cache flushed, the sweep is refused with NOSCRIPT, loaded, sent again,
+        and the verb runs once."""
+        lease(r, A, b"j", attempts="1", lease_epoch="an-earlier-run")
+        r.script_flush()
+        r.config_resetstat()
+        [result] = sweep_round(r, NATIVE, [Call(A, 1, 100)])
+        assert result.reply == SweepReply((b"j",), (), (b"j",))
+        assert numbers(result.depths) == (0, 0, 1, 0, 0)
+        assert commands_called(r, "emq.stalled.check") == 1
+        assert commands_called(r, "evalsha") == 2
+
+    def test_a_refusal_is_that_call_alone(self, on: Target) -> None:
+        """A lane row refuses queue A's call and writes nothing; queue B's call succeeds."""
+        c, executor = on.client, on.executor
+        lease(c, A, b"lane", attempts="1", group="g")
+        lease(c, B, b"j", attempts="1")
+        before = {k: v for k, v in dump_all(c).items() if b"{a}" in k}
+        a, b = sweep_round(c, executor, [Call(A, 1, 100), Call(B, 1, 100)])
+        assert isinstance(a.reply, SweepError)
+        assert (a.reply.reason, a.reply.message) == (Reason.LANE, "EMQLANE job lane is a lane row")
+        assert numbers(a.depths) == (1, 1, 0, 0, 0)
+        assert b.reply == SweepReply((), (b"j",))
+        assert {k: v for k, v in dump_all(c).items() if b"{a}" in k} == before
+
+    def test_the_native_verb_missing_is_no_verb(self, r_plain: redis.Redis) -> None:
+        """The native sweep on a server without the module fails with reason no_verb."""
+        lease(r_plain, A, b"j", attempts="1")
+        [result] = sweep_round(r_plain, NATIVE, [Call(A, 1, 100)])
+        assert isinstance(result.reply, SweepError)
+        assert result.reply.reason is Reason.NO_VERB
+        assert r_plain.zcard(A.active) == 1
+
+    def test_a_wrong_type_active_key_has_no_counts(self, r: redis.Redis) -> None:
+        """An active key that is not a zset: the verb's WRONGTYPE, and no counts."""
+        r.set(A.active, "x")
+        [result] = sweep_round(r, NATIVE, [Call(A, 1, 100)])
+        assert isinstance(result.reply, SweepError) and result.depths is None
+        assert (result.reply.reason, result.reply.message) == (
+            Reason.WRONGTYPE,
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        )
+
+
+def due(r: redis.Redis, keys: QueueKeys, count: int) -> None:
+    """`count` expired leases of jobs with rows on the queue."""
+    for n in range(count):
+        lease(r, keys, f"j{n}".encode(), attempts="1")
+
+
+class TestPackedRound:
+    def test_resp_is_the_wire_format(self) -> None:
+        """A command packs as RESP's array of bulk strings; numbers as text, bytes as they are."""
+        packed_command = resp(["EVALSHA", "ab", 4, b"k\xff"])
+        assert packed_command == b"*4\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n4\r\n$2\r\nk\xff\r\n"
+
+    def test_a_changed_call_is_packed_anew(self, r: redis.Redis) -> None:
+        """A queue's command is packed once while its call stays the same; a new limit is
+        packed again, and each round takes what its calls say."""
+        due(r, A, 5)
+        due(r, B, 5)
+        packed = Packed()
+        first = [Call(A, 2, 1), Call(B, 2, 1)]
+        assert packed(NATIVE, first[0]) is packed(NATIVE, Call(A, 2, 1))
+        assert [len(x.reply.recovered) for x in sweep_round(r, NATIVE, first, packed)] == [1, 1]  # type: ignore[union-attr]
+        again = [Call(A, 2, 3), Call(B, 2, 3)]
+        assert packed(NATIVE, again[0]) != packed(NATIVE, first[0])
+        results = sweep_round(r, NATIVE, again, packed)
+        assert [len(x.reply.recovered) for x in results] == [3, 3]  # type: ignore[union-attr]
+        assert [x.expired_left for x in results] == [1, 1]
+
+    def test_a_lost_sweep_script_in_a_round(self, r: redis.Redis) -> None:
+        """A round whose script the server lost is loaded and sent again: each verb runs once."""
+        due(r, A, 1)
+        due(r, B, 1)
+        r.script_flush()
+        r.config_resetstat()
+        results = sweep_round(r, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])
+        assert [x.reply for x in results] == [SweepReply((b"j0",), ())] * 2
+        assert commands_called(r, "emq.stalled.check") == 2
+        assert commands_called(r, "evalsha") == 4
+
+    def test_the_connection_serves_the_next_round(self, r: redis.Redis) -> None:
+        """After a round with an error reply the pooled connection answers the next round."""
+        due(r, A, 1)
+        r.hset(A.job(b"j0"), "group", "g")
+        due(r, B, 1)
+        [refused, fine] = sweep_round(r, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])
+        assert isinstance(refused.reply, SweepError) and fine.reply == SweepReply((b"j0",), ())
+        assert [x.reply for x in sweep_round(r, NATIVE, [Call(B, 2, 1), Call(B, 2, 1)])] == [
+            SweepReply(),
+            SweepReply(),
+        ]
+        assert r.ping()
+
+    def test_an_unreachable_server_raises(self) -> None:
+        """A round to a server that does not answer raises the connection error."""
+        client = connect("redis://127.0.0.1:1/0", socket_timeout=1.0)
+        with pytest.raises(redis.ConnectionError):
+            sweep_round(client, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])
