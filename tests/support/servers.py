@@ -20,25 +20,52 @@ from tests.support.paths import REPO
 
 # Each xdist worker takes its ports from a block of its own below the ephemeral range (32768
 # up, where every client socket's port comes from), bus ports (+10000) too: a port picked here
-# is not taken by another worker's server or anybody's connection before it is bound.
-PORTS_FROM, PORTS_PER_WORKER, PORT_BLOCKS = 10_000, 1_500, 6
+# is not taken by another worker's server or anybody's connection before it is bound. The
+# range is split into as many blocks as there are workers; SWEEPERD_TEST_PORTS=FROM-TO gives
+# two runs side by side (two checkouts) ranges of their own.
+PORTS_ENV = "SWEEPERD_TEST_PORTS"
+PORTS_FROM, PORTS_TO = 10_000, 22_767  # the highest whose bus port is below 32768
+
+
+def port_range(value: str | None = None) -> range:
+    """The ports $SWEEPERD_TEST_PORTS gives the run (FROM-TO), or the default range."""
+    value = os.environ.get(PORTS_ENV, "") if value is None else value
+    if not value:
+        return range(PORTS_FROM, PORTS_TO + 1)
+    low, _, high = value.partition("-")
+    if not (low.isdigit() and high.isdigit() and 1024 <= int(low) < int(high) <= PORTS_TO):
+        raise ValueError(f"{PORTS_ENV}={value!r}: give FROM-TO, within 1024-{PORTS_TO}")
+    return range(int(low), int(high) + 1)
+
+
+def worker_ports(worker: str, workers: int, ports: range) -> range:
+    """Worker `gwN`'s block of the run's ports, one block per worker."""
+    n = int(worker.removeprefix("gw") or 0)
+    size = len(ports) // max(1, workers)
+    first = ports.start + n % max(1, workers) * size
+    return range(first, first + size)
 
 
 def _port_block() -> list[int]:
     """This worker's ports, from a random one on (two runs side by side rarely meet)."""
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    first = PORTS_FROM + worker % PORT_BLOCKS * PORTS_PER_WORKER
-    block = list(range(first, first + PORTS_PER_WORKER))
-    at = random.randrange(PORTS_PER_WORKER)
+    block = list(
+        worker_ports(
+            os.environ.get("PYTEST_XDIST_WORKER", "gw0"),
+            int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+            port_range(),
+        )
+    )
+    at = random.randrange(len(block))
     return block[at:] + block[:at]
 
 
-_PORTS = itertools.cycle(_port_block())
+_BLOCK = _port_block()
+_PORTS = itertools.cycle(_BLOCK)
 
 
 def free_port() -> int:
     """A loopback TCP port of this worker's block that nobody listens on now."""
-    for _ in range(PORTS_PER_WORKER):
+    for _ in range(len(_BLOCK)):
         port = next(_PORTS)
         with socket.socket() as sock:
             try:
@@ -46,7 +73,7 @@ def free_port() -> int:
             except OSError:
                 continue
         return port
-    raise RuntimeError(f"no free port in this worker's {PORTS_PER_WORKER} from {PORTS_FROM}")
+    raise RuntimeError(f"no free port in this worker's {len(_BLOCK)} from {_BLOCK[0]}")
 
 
 MODULE_PATH = REPO / "module" / "emq_stalled.so"
