@@ -22,12 +22,14 @@ from sweeperd.daemon.health import HEARTBEAT_S, Health
 from sweeperd.daemon.http import MetricsServer, serve
 from sweeperd.daemon.notify import Notifier
 from sweeperd.daemon.queueset import QueueSet
-from sweeperd.daemon.reload import in_effect, restart_changes, said
-from sweeperd.daemon.schedule import SWEEPS, Batch, Schedule, plan_batches
+from sweeperd.daemon.reload import in_effect, log_notes, restart_changes
+from sweeperd.daemon.schedule import Batch, Schedule
 from sweeperd.daemon.sharing import Sharing
 from sweeperd.fleet.fleet import Fleet, Tuning
+from sweeperd.fleet.outcome import Outcome
 from sweeperd.logs import configure_logging
 from sweeperd.metrics.registry import Metrics
+from sweeperd.metrics.state import StateReaders
 
 log = structlog.get_logger("sweeperd.daemon")
 
@@ -50,17 +52,7 @@ class Daemon:
 
     def __post_init__(self) -> None:
         s = self.settings
-        # A new run of a server, a new primary or slots that changed hands: every queue at
-        # once, on the primary that holds it now, so that its earlier leases go back now.
-        self.fleet = Fleet(
-            s.connection,
-            self.metrics,
-            tuning(s),
-            on_restart=lambda _node: self.sweep_now(),
-            on_moved=self.sweep_now,
-            on_retry=self.retry_soon,
-            clock=self.clock,
-        )
+        self.fleet = Fleet(s.connection, self.metrics, tuning(s), report=self.act, clock=self.clock)
         # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
@@ -95,10 +87,16 @@ class Daemon:
         )
         for series in self.schedule.series:
             self.metrics.add_collector(series)
-        state = self.metrics.state
-        state.nodes, state.ready = self.fleet.states, self.health.ready
-        state.members, state.ownership_changes = self.sharing.seen, lambda: self.sharing.changes
-        state.owned, state.known = lambda: len(self.queues.swept), self.queues.known_count
+        self.metrics.read_state(
+            StateReaders(
+                nodes=self.fleet.states,
+                ready=self.health.ready,
+                members=self.sharing.seen,
+                owned=lambda: len(self.queues.swept),
+                known=self.queues.known_count,
+                ownership_changes=lambda: self.sharing.changes,
+            )
+        )
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
         self.server: MetricsServer | None = None
@@ -113,13 +111,15 @@ class Daemon:
             return
         self.fleet.sweep(batch)
 
-    def sweep_now(self) -> None:
-        self.schedule.sweep_now()
-
-    def retry_soon(self) -> None:
-        """A server is loading its dataset: every queue again shortly, so that the sweep that
-        brings back the previous run's leases comes as soon as it has loaded."""
-        self.schedule.sweep_soon(LOADING_RETRY_S)
+    def act(self, outcome: Outcome) -> None:
+        """What the fleet found. A new run of a server, a new primary or slots that changed
+        hands: every queue at once, on the primary that holds it now, so that its earlier
+        leases go back now. A server loading its dataset: every queue again shortly, so that
+        the sweep that brings back the previous run's leases comes as soon as it has loaded."""
+        if outcome.restarted:
+            self.schedule.sweep_now()
+        elif outcome.loading:
+            self.schedule.sweep_soon(LOADING_RETRY_S)
 
     def share(self) -> None:
         """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
@@ -129,10 +129,7 @@ class Daemon:
         gained, lost = self.queues.apply()
         self.sharing.moved(len(gained), len(lost), len(self.queues.swept))
         if had and (gained or lost):
-            # Sync keeps batch timers but not batch contents: a queue may have landed on a later
-            # timer. One sweep of every owned queue now bounds each one's wait by its interval.
-            for batch in plan_batches(self.queues.owned()).values():
-                self.scheduler.add_job(self.sweep, args=[batch], name="takeover", executor=SWEEPS)
+            self.schedule.sweep_once(self.queues.owned())
 
     def discover(self) -> None:
         """The discovery job: SCAN every primary, the queues found kept (see QueueSet.found)."""
@@ -200,7 +197,7 @@ class Daemon:
         self.add_jobs()
         self.scheduler.start()
         log.info("started", version=__version__, **s.describe())
-        said(s)
+        log_notes(s)
 
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -226,13 +223,14 @@ class Daemon:
             log.warning("reload_needs_restart", settings=waiting)
         fresh = in_effect(self.settings, wanted)
         self.fleet.retune(tuning(fresh))
-        self.settings = self.queues.settings = fresh
-        self.schedule.jitter = fresh.daemon.jitter
+        self.settings = fresh
+        self.queues.reconfigure(fresh)
+        self.schedule.retune(fresh.daemon.jitter)
         self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
         self.schedule.reset()
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
-        said(fresh)
+        log_notes(fresh)
         # Last: the lines above still show at the level they were asked at, whatever the new one.
         configure_logging(fresh.log_format, fresh.log_level)
 

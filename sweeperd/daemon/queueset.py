@@ -32,7 +32,7 @@ class QueueSet:
         forget: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings = settings  # SIGHUP replaces it
+        self.settings = settings  # reconfigure() replaces it (SIGHUP)
         self.sharing = sharing
         self.numbers = numbers
         self.schedule = schedule
@@ -42,6 +42,11 @@ class QueueSet:
         self.swept: set[str] = set()  # the queues this replica sweeps now
         self.exported: set[str] = set()  # the queues with series: swept once, still known
         self.lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
+
+    def reconfigure(self, settings: Settings) -> None:
+        """SIGHUP's settings: the configured queues and their own values from the next apply."""
+        with self.lock:
+            self.settings = settings
 
     def known(self) -> list[QueueSettings]:
         """Every queue this replica knows: the configured, then those a scan found within the

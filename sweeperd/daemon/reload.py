@@ -74,7 +74,7 @@ def restart_changes(running: Settings, wanted: Settings) -> dict[str, dict[str, 
     return changes
 
 
-def said(s: Settings) -> None:
+def log_notes(s: Settings) -> None:
     """The config file's notes, once per read: it works as written, but should be rewritten."""
     for note in s.notes:
         log.warning("config_deprecated", note=note)

@@ -20,9 +20,11 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.registry import Collector
 
 from sweeperd.config.settings import QueueSettings
+from sweeperd.metrics.families import described
 
 BATCH_SIZE = 200  # queues per pipelined round trip
 JOB_PREFIX = "sweep:"
+TAKEOVER = "takeover"  # the one-off jobs of sweep_once
 # How late a sweep started against its schedule.
 LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
@@ -50,8 +52,13 @@ def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dic
     return batches
 
 
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 class Schedule:
-    """Keeps one interval job per batch in step with the queue list; never two runs at once."""
+    """Keeps one interval job per batch in step with the queue list; never two runs at once.
+    Its clock (`clock`, UTC) is what it measures lag against and schedules from."""
 
     def __init__(
         self,
@@ -61,32 +68,21 @@ class Schedule:
         workers: int,
         jitter: float,
         on_overrun: Callable[[], None],
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.scheduler = scheduler
-        self.sweep = sweep
-        self.jitter = jitter
-        self.batches: dict[str, Batch] = {}
-        self.running: set[str] = set()
-        self.lock = threading.Lock()
-        self.lag = Histogram(
-            "sweeperd_schedule_lag_seconds",
-            "How late sweeps started against their schedule.",
-            buckets=LAG_BUCKETS_S,
-            registry=None,
+        self._scheduler = scheduler
+        self._sweep = sweep
+        self._jitter = jitter
+        self._on_overrun = on_overrun
+        self._clock = clock
+        self._batches: dict[str, Batch] = {}
+        self._running: set[str] = set()
+        self._lock = threading.Lock()
+        self._lag = Histogram(
+            *described("sweeperd_schedule_lag_seconds"), buckets=LAG_BUCKETS_S, registry=None
         )
-        self.missed = Counter(
-            "sweeperd_schedule_missed_runs",
-            "Scheduled sweeps of a batch that never ran: the scheduler woke too late for them "
-            "(the process stopped, a VM paused) and swept the batch once for all of them.",
-            registry=None,
-        )
-        self.overruns = Counter(
-            "sweeperd_schedule_overruns",
-            "Sweeps skipped because the batch's previous sweep was still running "
-            "(the interval is shorter than a tick takes).",
-            registry=None,
-        )
-        self.on_overrun = on_overrun
+        self._missed = Counter(*described("sweeperd_schedule_missed_runs"), registry=None)
+        self._overruns = Counter(*described("sweeperd_schedule_overruns"), registry=None)
         scheduler.add_executor(RunOnce(workers), SWEEPS)
         scheduler.add_listener(self.submitted, EVENT_JOB_SUBMITTED)
         # A batch still sweeping when it falls due again is skipped, not queued behind itself.
@@ -95,7 +91,7 @@ class Schedule:
     @property
     def series(self) -> tuple[Collector, ...]:
         """What the schedule counts, for the registry: its lag, missed runs and overruns."""
-        return self.lag, self.missed, self.overruns
+        return self._lag, self._missed, self._overruns
 
     def submitted(self, event: JobSubmissionEvent) -> None:
         """A batch submitted for the run times it missed (the scheduler did not run in time:
@@ -103,29 +99,33 @@ class Schedule:
         counted missed, and the lag is the first's."""
         times = event.scheduled_run_times
         if event.job_id.startswith(JOB_PREFIX) and times:
-            self.lag.observe(max(0.0, (datetime.now(UTC) - times[0]).total_seconds()))
+            self._lag.observe(max(0.0, (self._clock() - times[0]).total_seconds()))
             if len(times) > 1:
-                self.missed.inc(len(times) - 1)
+                self._missed.inc(len(times) - 1)
 
     def overran(self, _event: object) -> None:
-        self.overruns.inc()
-        self.on_overrun()
+        self._overruns.inc()
+        self._on_overrun()
+
+    def retune(self, jitter: float) -> None:
+        """SIGHUP's spread: the batches added from now on move by up to this fraction."""
+        self._jitter = jitter
 
     def sync(self, queues: Sequence[QueueSettings]) -> None:
         """Add the batches that are new, drop the vanished, let the rest keep their timers."""
         planned = plan_batches(queues)
-        with self.lock:
-            for job_id in self.batches.keys() - planned.keys():
-                self.scheduler.remove_job(job_id)
+        with self._lock:
+            for job_id in self._batches.keys() - planned.keys():
+                self._scheduler.remove_job(job_id)
             for job_id, batch in planned.items():
-                if job_id not in self.batches:
+                if job_id not in self._batches:
                     self._add(job_id, batch[0].interval)
-            self.batches = planned
+            self._batches = planned
 
     def _add(self, job_id: str, interval: float) -> None:
-        self.scheduler.add_job(
+        self._scheduler.add_job(
             self._run,
-            IntervalTrigger(seconds=interval, jitter=self.jitter * interval or None),
+            IntervalTrigger(seconds=interval, jitter=self._jitter * interval or None),
             args=[job_id],
             id=job_id,
             name=job_id,
@@ -133,43 +133,56 @@ class Schedule:
             coalesce=False,  # missed runs collapse into one in RunOnce, listed in the event
             misfire_grace_time=None,  # a late run still runs
             executor=SWEEPS,
-            next_run_time=datetime.now(UTC),
+            next_run_time=self._clock(),
         )
 
     def _run(self, job_id: str) -> None:
-        batch = self.batches.get(job_id)
-        if not batch:
-            return
-        with self.lock:
-            self.running.add(job_id)
+        with self._lock:
+            batch = self._batches.get(job_id)  # the batch as it is now, not as it was added
+            if not batch:
+                return
+            self._running.add(job_id)
         try:
-            self.sweep(batch)
+            self._sweep(batch)
         finally:
-            with self.lock:
-                self.running.discard(job_id)
+            with self._lock:
+                self._running.discard(job_id)
 
     def reset(self) -> None:
         """Forget every batch (their jobs were removed from the scheduler)."""
-        with self.lock:
-            self.batches = {}
+        with self._lock:
+            self._batches = {}
 
     def sweep_now(self) -> None:
         """Every batch not sweeping right now is due at once (after a server restart)."""
-        now = datetime.now(UTC)
-        with self.lock:
-            for job_id in self.batches.keys() - self.running:
-                self.scheduler.modify_job(job_id, next_run_time=now)
+        now = self._clock()
+        with self._lock:
+            for job_id in self._batches.keys() - self._running:
+                self._scheduler.modify_job(job_id, next_run_time=now)
 
     def sweep_soon(self, delay_s: float) -> None:
         """Every batch due again in `delay_s` (one sweeping now is done by then, or skipped)."""
-        at = datetime.now(UTC) + timedelta(seconds=delay_s)
-        with self.lock:
-            for job_id in self.batches:
-                self.scheduler.modify_job(job_id, next_run_time=at)
+        at = self._clock() + timedelta(seconds=delay_s)
+        with self._lock:
+            for job_id in self._batches:
+                self._scheduler.modify_job(job_id, next_run_time=at)
+
+    def sweep_once(self, queues: Sequence[QueueSettings]) -> None:
+        """One sweep of every queue now, in batches, beside their timers (a takeover: queues
+        that changed hands may have landed on later timers; this bounds each one's wait)."""
+        for batch in plan_batches(queues).values():
+            self._scheduler.add_job(self._sweep, args=[batch], name=TAKEOVER, executor=SWEEPS)
+
+    def batches(self) -> dict[str, Batch]:
+        """The batches as planned now, by job id."""
+        with self._lock:
+            return dict(self._batches)
 
     def queue_names(self) -> set[str]:
-        return {q.name for batch in self.batches.values() for q in batch}
+        with self._lock:
+            return {q.name for batch in self._batches.values() for q in batch}
 
     def shortest_interval(self) -> float | None:
-        intervals = [b[0].interval for b in self.batches.values()]
+        with self._lock:
+            intervals = [b[0].interval for b in self._batches.values()]
         return min(intervals) if intervals else None

@@ -100,8 +100,7 @@ class Sharing:
         except redis.RedisError as exc:  # an ACL without the key, a read-only replica
             self.refuse(str(exc))
         else:
-            with node.lock:
-                node.answered(now)
+            node.answered(now)
             self.joined(view, now)
 
     def joined(self, view: View, now: float) -> None:

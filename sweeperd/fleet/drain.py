@@ -15,6 +15,7 @@ import structlog
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
+from sweeperd.fleet.outcome import RESTARTED, Outcome
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
@@ -78,57 +79,65 @@ class Drainer:
         ledger: Ledger,
         *,
         share: float,
-        on_restart: Callable[[Node], None],
-        on_redirect: Callable[[], None] = lambda: None,
+        report: Callable[[Outcome], None] = lambda _outcome: None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.node = node
         self.ledger = ledger
-        self.share = share
-        self.on_restart = on_restart
-        self.on_redirect = on_redirect  # a call the node sent elsewhere: the topology moved
-        self.clock = clock
-        self.wall_clock = wall_clock
-        self.backlogs: OrderedDict[str, Backlog] = OrderedDict()
-        self.wake = threading.Condition()
-        self.stopped = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.in_flight: Sent | None = None  # the next call, sent while the last was counted
+        self.share = share  # SIGHUP changes it in place
+        self._report = report  # what the schedule must answer: a restart, a queue sent away
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._backlogs: OrderedDict[str, Backlog] = OrderedDict()
+        self._wake = threading.Condition()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._in_flight: Sent | None = None  # the next call, sent while the last was counted
 
     def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
         """A queue with `left` leases still due joins the turns (once)."""
-        now = self.clock()
-        with self.wake:
-            if queue.name in self.backlogs:
+        now = self._clock()
+        with self._wake:
+            if queue.name in self._backlogs:
                 return
-            self.backlogs[queue.name] = Backlog(queue, keys, now, now, left=left)
-            self.wake.notify()
+            self._backlogs[queue.name] = Backlog(queue, keys, now, now, left=left)
+            self._wake.notify()
         log.info("drain_started", queue=queue.name, left=left)
 
-    def holds(self, name: str) -> bool:
+    def is_draining(self, name: str) -> bool:
         """Whether the queue is being drained (its scheduled tick has nothing to add)."""
-        with self.wake:
-            return name in self.backlogs
+        with self._wake:
+            return name in self._backlogs
+
+    @property
+    def sending(self) -> bool:
+        """A call is in flight: sent while the one before it was counted."""
+        return self._in_flight is not None
+
+    @property
+    def running(self) -> bool:
+        """The drain thread runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     def forget(self, name: str) -> None:
         """A queue no longer swept leaves the turns."""
-        with self.wake:
-            self.backlogs.pop(name, None)
+        with self._wake:
+            self._backlogs.pop(name, None)
 
     def step(self) -> float | None:
         """Read the reply of the call in flight (sending one first when none is) and count it.
         Unless a pause is owed, the next call goes out before the counting, so the server runs
         it meanwhile: still one call at a time. The pause owed, or None when nothing is due."""
-        sent, self.in_flight = self.in_flight or self.send(skip=None), None
+        sent, self._in_flight = self._in_flight or self.send(skip=None), None
         if sent is None:
             return None
         name = sent.backlog.queue.name
         try:
-            [result] = self.node.judged([sent.flight.result()])
+            result = self.node.result(sent.flight)
         except UNREACHABLE as exc:
             error = SweepError.of(exc)
-            self.node.failed(self.clock(), exc)
+            self.node.failed(self._clock(), exc)
             self.ledger.fail(name, error)
             self.drop_all("loading" if error.reason is Reason.LOADING else "redis_down")
             return None
@@ -139,34 +148,33 @@ class Drainer:
         again = keeps_draining(result)
         pause = 0.0
         if isinstance(result.reply, SweepReply):
-            spent = result.seconds(self.clock() - sent.started)
-            self.node.sizer.observe(sent.flight.call.limit, result.reply.taken, spent)
+            spent = result.seconds(self._clock() - sent.started)
+            self.node.observe(sent.flight.call.limit, result.reply.taken, spent)
             pause = spent * (1 / self.share - 1)
         if again:
             self.to_the_back(name)
-        if pause <= 0 and not self.stopped.is_set():
-            self.in_flight = self.send(skip=None if again else name)
+        if pause <= 0 and not self._stopped.is_set():
+            self._in_flight = self.send(skip=None if again else name)
         self.count(sent, result, again)
         return pause
 
     def send(self, skip: str | None) -> Sent | None:
         """A call for the first backlogged queue but `skip`, sent; None when there is none."""
-        with self.wake:
-            backlog = next((b for n, b in self.backlogs.items() if n != skip), None)
+        with self._wake:
+            backlog = next((b for n, b in self._backlogs.items() if n != skip), None)
         if backlog is None:
             return None
-        executor = self.node.executor
-        if executor is None:  # the node restarted and has not been looked at yet: the tick will
+        size = self.node.call_size(backlog.queue.limit)
+        flight = self.node.send(Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP))
+        if flight is None:  # the node restarted and has not been looked at yet: the tick will
             self.forget(backlog.queue.name)
             return None
-        size = self.node.sizer.next(backlog.queue.limit)
-        call = Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
-        return Sent(backlog, self.clock(), InFlight(self.node.client, executor, call))
+        return Sent(backlog, self._clock(), flight)
 
     def to_the_back(self, name: str) -> None:
-        with self.wake:
-            if name in self.backlogs:  # not forgotten meanwhile
-                self.backlogs.move_to_end(name)
+        with self._wake:
+            if name in self._backlogs:  # not forgotten meanwhile
+                self._backlogs.move_to_end(name)
 
     def count(self, sent: Sent, result: CallResult, again: bool) -> None:
         """A drain call counted and logged; its queue leaves the turns when nothing is due."""
@@ -176,19 +184,18 @@ class Drainer:
             self.forget(name)
             self.ledger.hold(name, result.redirect)
             if result.redirect is Reason.MOVED:
-                self.on_redirect()
+                self._report(Outcome(moved=(name,)))
             return
-        reply = self.ledger.record(name, result, self.wall_clock(), level=logging.DEBUG)
+        reply = self.ledger.record(name, result, self._wall_clock(), level=logging.DEBUG)
         if result.depths is not None and result.depths.run_id != self.node.run_id:
             self.restarted()
         if reply is None:
             self.forget(name)
             return
-        with self.node.lock:
-            self.node.answered(self.clock())
+        self.node.answered(self._clock())
         backlog.done += reply.taken
         backlog.left = result.expired_left or 0
-        now = self.clock()
+        now = self._clock()
         if again:
             if now - backlog.logged >= PROGRESS_LOG_S:
                 backlog.logged = now
@@ -200,16 +207,16 @@ class Drainer:
     def restarted(self) -> None:
         """The reply came from another run of the server: look at it (counted there)."""
         try:
-            epoch = self.node.look(self.clock())
+            epoch = self.node.look(self._clock())
         except (redis.RedisError, SweepError):
             return  # the next tick looks again
         if epoch.restarted:
-            self.on_restart(self.node)
+            self._report(RESTARTED)
 
     def drop_all(self, why: str) -> None:
-        with self.wake:
-            names = list(self.backlogs)
-            self.backlogs.clear()
+        with self._wake:
+            names = list(self._backlogs)
+            self._backlogs.clear()
         if names:
             log.info("drain_stopped", queues=len(names), reason=why)
 
@@ -217,8 +224,8 @@ class Drainer:
         """An unexpected error in a drain step: each held queue fails with reason `other`, and
         every one goes back to its ticks."""
         log.exception("drain_failed", node=self.node.name)
-        with self.wake:
-            names = list(self.backlogs)
+        with self._wake:
+            names = list(self._backlogs)
         error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         for name in names:
             self.ledger.fail(name, error)
@@ -227,30 +234,30 @@ class Drainer:
     def run_forever(self) -> None:
         """The drain thread: a call whenever a queue is backlogged, until stopped; a call in
         flight then is still read and counted."""
-        while not self.stopped.is_set() or self.in_flight is not None:
+        while not self._stopped.is_set() or self._in_flight is not None:
             try:
                 pause = self.step()
             except Exception as exc:  # a bug must not leave held queues unswept: ticks retake them
                 self.broke(exc)
-                self.stopped.wait(IDLE_WAIT_S)  # and must not spin
+                self._stopped.wait(IDLE_WAIT_S)  # and must not spin
                 continue
             if pause is None:
-                with self.wake:
-                    if not self.backlogs and not self.stopped.is_set():
-                        self.wake.wait(IDLE_WAIT_S)
+                with self._wake:
+                    if not self._backlogs and not self._stopped.is_set():
+                        self._wake.wait(IDLE_WAIT_S)
             elif pause > 0:
-                self.stopped.wait(pause)
+                self._stopped.wait(pause)
 
     def start(self) -> None:
-        self.thread = threading.Thread(
+        self._thread = threading.Thread(
             target=self.run_forever, name=f"drain-{self.node.name}", daemon=True
         )
-        self.thread.start()
+        self._thread.start()
 
     def stop(self, timeout_s: float) -> None:
         """Stop after the call in flight; wait for it at most `timeout_s`."""
-        self.stopped.set()
-        with self.wake:
-            self.wake.notify_all()
-        if self.thread is not None:
-            self.thread.join(timeout_s)
+        self._stopped.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -19,8 +19,10 @@ from sweeperd.fleet.holds import Holds
 from sweeperd.fleet.layoutwatch import LayoutWatch
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
+from sweeperd.fleet.outcome import RESTARTED, Outcome
+from sweeperd.fleet.routes import Routes, Slots
 from sweeperd.fleet.tick import Tick
-from sweeperd.keyspace import QueueKeys, members_key
+from sweeperd.keyspace import members_key
 from sweeperd.metrics.registry import Metrics
 from sweeperd.metrics.state import NodeState
 from sweeperd.reasons import Reason, SweepError
@@ -45,11 +47,13 @@ RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a que
 
 @dataclass
 class Member:
-    """One primary: its node, its ledger, its drainer, and the queues its ticks hold now."""
+    """One primary: its node, its ledger, its drainer and ticks, and the queues its ticks hold
+    now."""
 
     node: Node
     ledger: Ledger
     drainer: Drainer
+    ticks: Tick
     pool: ThreadPoolExecutor | None  # None: the scheduler's thread runs the tick
     busy: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -91,6 +95,8 @@ class Fleet:
     one server always did. A Cluster's primaries each tick on threads of their own, so a hung
     primary holds its own queues only. The layout is read on a thread of its own too (a hung
     node may hold CLUSTER SLOTS for the socket timeout): ticks route by the last one read.
+    What a tick, a drain or a layout read finds that the schedule must answer (a restart, a
+    server loading) is handed to `report`, the daemon's.
     """
 
     def __init__(
@@ -99,66 +105,68 @@ class Fleet:
         metrics: Metrics,
         tuning: Tuning,
         *,
-        on_restart: Callable[[Node], None],
-        on_moved: Callable[[], None] = lambda: None,
-        on_retry: Callable[[], None] = lambda: None,
+        report: Callable[[Outcome], None],
         clock: Callable[[], float] = time.monotonic,
         source: Source | None = None,
     ) -> None:
-        self.connection = connection
-        self.metrics = metrics
-        self.tuning = tuning
-        self.on_restart = on_restart
-        self.on_retry = on_retry  # a primary asks to be swept again soon (it was loading)
-        self.clock = clock
-        self.fan_out = connection.topology.cluster
-        self.layout: Layout | None = None
-        self.members: dict[str, Member] = {}
-        self.started = False
-        self.lock = threading.RLock()  # the members and the layout
-        self.watch = LayoutWatch(
+        self._connection = connection
+        self._metrics = metrics
+        self._tuning = tuning
+        self._report = report
+        self._clock = clock
+        self._fan_out = connection.topology.cluster
+        self._slots = Slots(tuning.prefix_root)
+        self._routes = Routes(None, self._slots, ())
+        self._members: dict[str, Member] = {}
+        self._started = False
+        self._lock = threading.RLock()  # the members and the layout
+        self._watch = LayoutWatch(
             source if source is not None else source_of(connection),
             self.mode,
-            self.applied,
-            on_moved=on_moved,
+            self.apply,
+            on_moved=lambda: self.tell(RESTARTED),  # slots changed hands: new epochs for them
             clock=clock,
         )
-        self.slots: dict[str, int] = {}
-        self.holds = Holds(clock)  # every primary's: a queue held on one resumes on another
-        metrics.add_collector(self.holds)
-        self.nowhere = Ledger(metrics.numbers, UNROUTED, self.holds)
-        self.retired: dict[str, Retired] = {}  # a primary no more: its counters stay a while
+        self._holds = Holds(clock)  # every primary's: a queue held on one resumes on another
+        metrics.add_collector(self._holds)
+        self._nowhere = Ledger(metrics.numbers, UNROUTED, self._holds)
+        self._retired: dict[str, Retired] = {}  # a primary no more: its counters stay a while
+
+    @property
+    def mode(self) -> TopologyMode:
+        return self._connection.topology.mode
 
     # The layout.
     def refresh(self) -> bool:
         """Read the layout now (see LayoutWatch.refresh)."""
-        return self.watch.refresh()
+        return self._watch.refresh()
 
     def doubt(self) -> None:
         """Something said the layout moved: read it again soon."""
-        self.watch.doubt()
+        self._watch.doubt()
 
     @property
     def wrong(self) -> SweepError | None:
         """Why the servers are not the topology the options name, while they are not."""
-        return self.watch.wrong
-
-    def applied(self, layout: Layout) -> bool:
-        with self.lock:
-            return self.apply(layout)
+        return self._watch.wrong
 
     def apply(self, layout: Layout) -> bool:
-        old, self.layout = self.layout, layout
-        added = [name for name in layout.primaries if name not in self.members]
-        for name in added:
-            self.members[name] = member = self.member(name, layout.primaries[name])
-            before = predecessor(old, layout, name)
-            if before is not None and before in self.members:
-                member.node.inherit(self.members[before].node)
-        gone = [name for name in self.members if name not in layout.primaries]
-        for name in gone:
-            self.drop(self.members.pop(name))
-        self.forget_retired(self.clock())
+        """A layout read: a member for each primary new to it (inheriting the epoch of the one
+        whose slots it took over), the members of the primaries gone dropped; whether slots
+        changed hands."""
+        with self._lock:
+            old = self._routes.layout
+            added = [name for name in layout.primaries if name not in self._members]
+            for name in added:
+                self._members[name] = member = self._member(name, layout.primaries[name])
+                before = predecessor(old, layout, name)
+                if before is not None and before in self._members:
+                    member.node.inherit(self._members[before].node)
+            gone = [name for name in self._members if name not in layout.primaries]
+            for name in gone:
+                self._drop(self._members.pop(name))
+            self._routes = Routes(layout, self._slots, self._members.keys())
+            self._forget_retired(self._clock())
         moved = old is not None and old != layout
         if moved:
             log.warning(
@@ -170,169 +178,148 @@ class Fleet:
             )
         return moved
 
-    @property
-    def mode(self) -> TopologyMode:
-        return self.connection.topology.mode
-
     # The members.
-    def member(self, name: str, address: tuple[str, int] | None) -> Member:
-        t = self.tuning
+    def _member(self, name: str, address: tuple[str, int] | None) -> Member:
+        t = self._tuning
         node = Node(
             name,
-            self.connection.client(address),
+            self._connection.client(address),
             t.executor,
             CallSizer(t.call_target_s),
             primary_only=self.mode is not TopologyMode.STANDALONE,
-            cluster=self.fan_out,
-            restarts=self.retired.pop(name, Retired(0, 0.0)).restarts,
+            cluster=self._fan_out,
+            restarts=self._retired.pop(name, Retired(0, 0.0)).restarts,
+            clock=self._clock,
         )
-        ledger = Ledger(self.metrics.numbers, name, self.holds)
-        self.metrics.numbers.add_node(name)
-        drainer = Drainer(
-            node, ledger, share=t.drain_share, on_restart=self.on_restart, on_redirect=self.doubt
-        )
+        ledger = Ledger(self._metrics.numbers, name, self._holds)
+        self._metrics.numbers.add_node(name)
+        drainer = Drainer(node, ledger, share=t.drain_share, report=self.tell)
         pool = (
             ThreadPoolExecutor(WORKERS, thread_name_prefix=f"sweep-{name}")
-            if self.fan_out
+            if self._fan_out
             else None
         )
-        made = Member(node, ledger, drainer, pool)
-        if self.started:
+        made = Member(node, ledger, drainer, Tick(node, ledger, drainer, t.prefix_root), pool)
+        if self._started:
             drainer.start()
         return made
 
-    def drop(self, member: Member) -> None:
+    def _drop(self, member: Member) -> None:
         """A primary no more (failed over, demoted, removed): its threads end, its state's
         series go; its restarts stay, as counters do."""
         member.drainer.stop(0)
         if member.pool is not None:
             member.pool.shutdown(wait=False, cancel_futures=True)
-        self.retired[member.node.name] = Retired(member.node.restarts, self.clock())
+        self._retired[member.node.name] = Retired(member.node.restarts, self._clock())
 
-    def forget_retired(self, now: float) -> None:
+    def _forget_retired(self, now: float) -> None:
         """A primary gone for RETIRED_TTL_S loses its series too (restarts, sweeps, ghosts):
         failovers that name new hosts (new pods, new addresses) would pile them up forever."""
-        for name, retired in list(self.retired.items()):
+        for name, retired in list(self._retired.items()):
             if now - retired.since > RETIRED_TTL_S:
-                del self.retired[name]
-                self.metrics.numbers.forget_node(name)
+                del self._retired[name]
+                self._metrics.numbers.forget_node(name)
 
     def home(self) -> Node | None:
         """The primary that holds sweeperd's members key now (in a cluster, its slot's owner);
         None while no primary is known."""
-        with self.lock:
-            layout = self.layout
-            owner = layout.owner(slot_of(members_key(self.tuning.prefix_root))) if layout else None
-            member = self.members.get(owner) if owner is not None else None
+        with self._lock:
+            layout = self._routes.layout
+            key = members_key(self._tuning.prefix_root)
+            owner = layout.owner(slot_of(key)) if layout is not None else None
+            member = self._members.get(owner) if owner is not None else None
             return member.node if member is not None else None
 
     def nodes(self) -> list[Node]:
-        with self.lock:
-            return [m.node for m in self.members.values()]
+        with self._lock:
+            return [m.node for m in self._members.values()]
 
     def states(self) -> list[NodeState]:
         """Every primary's state now, and the restarts of those no longer primaries."""
-        with self.lock:
-            retired = [NodeState(name, r.restarts) for name, r in self.retired.items()]
-            return [m.node.state() for m in self.members.values()] + retired
+        with self._lock:
+            retired = [NodeState(name, r.restarts) for name, r in self._retired.items()]
+            return [m.node.state() for m in self._members.values()] + retired
 
     def retune(self, tuning: Tuning) -> None:
         """SIGHUP's new call target and drain share, in place."""
-        with self.lock:
-            self.tuning = tuning
-            for m in self.members.values():
-                m.node.sizer.target_s = tuning.call_target_s
+        with self._lock:
+            self._tuning = tuning
+            for m in self._members.values():
+                m.node.retune(tuning.call_target_s)
                 m.drainer.share = tuning.drain_share
 
     def forget(self, queue: str) -> None:
         """A queue no longer swept leaves every drain and ledger."""
-        with self.lock:
-            members = list(self.members.values())
+        with self._lock:
+            members = list(self._members.values())
         for m in members:
             m.drainer.forget(queue)
             m.ledger.forget(queue)
-        self.nowhere.forget(queue)
-        self.holds.forget(queue)
+        self._nowhere.forget(queue)
+        self._holds.forget(queue)
 
     # The sweep.
-    def route(self, queues: Sequence[QueueSettings]) -> dict[str, list[QueueSettings]]:
-        """The queues by the primary that owns their slot; those no primary serves are
-        counted as failed (a connection failure: nobody to send them to, or the servers are
-        not the topology the options name)."""
-        groups: dict[str, list[QueueSettings]] = {}
-        with self.lock:
-            layout, wrong = self.layout, self.wrong
-            for q in queues:
-                owner = self.owner(q.name)
-                if wrong is not None or owner is None:
-                    why = "no primary is known" if layout is None else "no primary serves its slot"
-                    self.nowhere.fail(q.name, wrong or SweepError(Reason.CONNECTION, f"{why} now"))
-                    continue
-                groups.setdefault(owner, []).append(q)
-        return groups
-
-    def owner(self, queue: str) -> str | None:
-        """The primary that owns the queue's slot now, when it is one of the members."""
-        layout = self.layout
-        owner = layout.owner(self.slot(queue)) if layout is not None else None
-        return owner if owner in self.members else None
-
     def holding(self, queues: Collection[str]) -> list[Node] | None:
         """The primaries that own some of the queues (every primary when there are none);
         None when a queue has no owner or the servers are not the topology named."""
-        with self.lock:
+        with self._lock:
             if self.wrong is not None:
                 return None
             if not queues:
-                return [m.node for m in self.members.values()]
-            owners = {self.owner(q) for q in queues}
+                return [m.node for m in self._members.values()]
+            owners = self._routes.owners(queues)
             if None in owners:
                 return None
-            return [self.members[name].node for name in owners if name is not None]
-
-    def slot(self, queue: str) -> int:
-        found = self.slots.get(queue)
-        if found is None:
-            found = self.slots[queue] = slot_of(QueueKeys(queue, self.tuning.prefix_root).active)
-        return found
+            return [self._members[name].node for name in owners if name is not None]
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
-        """One tick of the batch on every primary that owns some of it. Behind Sentinel the
-        primary is asked for first: a demoted one may go on answering as a primary for seconds,
-        and what it writes then is lost."""
-        if self.mode is TopologyMode.SENTINEL and self.watch.asked_before(SENTINEL_TICK_S):
+        """One tick of the batch on every primary that owns some of it; the queues no primary
+        serves are counted failed (a connection failure: nobody to send them to, or the servers
+        are not the topology the options name). Behind Sentinel the primary is asked for first:
+        a demoted one may go on answering as a primary for seconds, and what it writes then is
+        lost."""
+        if self.mode is TopologyMode.SENTINEL and self._watch.asked_before(SENTINEL_TICK_S):
             self.refresh()
-        for name, queues in self.route(batch).items():
-            member = self.members.get(name)
-            if member is None:
-                continue
+        with self._lock:
+            routes, wrong = self._routes, self.wrong
+            routed, unrouted = routes.split(batch) if wrong is None else ({}, list(batch))
+            members = {name: self._members[name] for name in routed}
+        if unrouted:
+            why = "no primary is known" if routes.layout is None else "no primary serves its slot"
+            error = wrong or SweepError(Reason.CONNECTION, f"{why} now")
+            for q in unrouted:
+                self._nowhere.fail(q.name, error)
+        for name, queues in routed.items():
+            member = members[name]
             if member.pool is None:
-                self.tick(member, queues)
-            else:
-                try:
-                    member.pool.submit(self.tick, member, queues)
-                except RuntimeError:  # the primary was dropped meanwhile
-                    continue
+                self._tick(member, queues)
+                continue
+            try:
+                member.pool.submit(self._tick, member, queues)
+            except RuntimeError:  # the primary was dropped meanwhile
+                continue
 
-    def tick(self, member: Member, queues: Sequence[QueueSettings]) -> None:
-        """The member's tick of the queues it holds no call for; queues sent elsewhere make
-        the layout read again, and go there at their next tick."""
+    def _tick(self, member: Member, queues: Sequence[QueueSettings]) -> None:
+        """The member's tick of the queues it holds no call for; a node down, or queues sent
+        elsewhere, make the layout read again (they go there at their next tick)."""
         held = member.claim(queues)
         if not held:
             return
         try:
-            redirected = Tick(
-                member.node,
-                member.ledger,
-                member.drainer,
-                self.tuning.prefix_root,
-                on_restart=self.on_restart,
-                on_retry=self.on_retry,
-            ).run(held)
+            outcome = member.ticks.run(held, self._clock())
         finally:
             member.release(held)
-        if member.node.up is False or redirected:
+        if member.node.up is False:
             self.doubt()
+        self.tell(outcome)
+
+    def tell(self, outcome: Outcome) -> None:
+        """What a tick, a drain call or a layout read found: queues sent elsewhere make the
+        layout read again; anything the schedule must answer goes to the daemon."""
+        if outcome.moved:
+            self.doubt()
+        if outcome:
+            self._report(outcome)
 
     # The lifetime.
     def start(self) -> None:
@@ -344,17 +331,17 @@ class Fleet:
             raise self.wrong
         if self.mode is TopologyMode.STANDALONE:
             with contextlib.suppress(*UNREACHABLE):
-                check_standalone(self.connection, self.connection.client())
-        with self.lock:
-            self.started = True
-            for m in self.members.values():
+                check_standalone(self._connection, self._connection.client())
+        with self._lock:
+            self._started = True
+            for m in self._members.values():
                 m.drainer.start()
-        self.watch.start()
+        self._watch.start()
 
     def stop(self, timeout_s: float) -> None:
-        self.watch.stop()
-        with self.lock:
-            members = list(self.members.values())
+        self._watch.stop()
+        with self._lock:
+            members = list(self._members.values())
         for m in members:
             m.drainer.stop(timeout_s / max(1, len(members)))
             if m.pool is not None:

@@ -9,12 +9,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import structlog
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from sweeperd.metrics.families import FAMILIES
 from sweeperd.reasons import Reason
 
 log = structlog.get_logger("sweeperd.sweep")
+
+HOLDS = ("sweeperd_sweeps_held", "sweeperd_held_queues", "sweeperd_oldest_hold_age_seconds")
 
 HINTS = {
     Reason.MIGRATING: "the queue's slot is migrating to another primary: its sweep is held, "
@@ -81,29 +84,16 @@ class Holds(Collector):
         return 0.0 if since is None else self.clock() - since
 
     def collect(self) -> Iterator[Metric]:
-        calls = CounterMetricFamily(
-            "sweeperd_sweeps_held",
-            "Sweep calls a node held or sent elsewhere, unrun: reason migrating (the queue's "
-            "slot is migrating: TRYAGAIN, ASK) or moved (MOVED, or a primary demoted: served "
-            "elsewhere now).",
-            labels=["node", "reason"],
-        )
+        calls = FAMILIES["sweeperd_sweeps_held"].labelled()
         with self.lock:
             counted = sorted(self.calls.items())
             held = len(self.held)
         for (node, reason), n in counted:
             calls.add_metric([node, reason], n)
         yield calls
-        yield GaugeMetricFamily(
-            "sweeperd_held_queues", "Queues whose sweep a Cluster holds now.", value=held
-        )
-        yield GaugeMetricFamily(
-            "sweeperd_oldest_hold_age_seconds",
-            "How long the queue held the longest has been held (0: none is held).",
-            value=self.oldest_s(),
-        )
+        yield FAMILIES["sweeperd_held_queues"].value(held)
+        yield FAMILIES["sweeperd_oldest_hold_age_seconds"].value(self.oldest_s())
 
     def describe(self) -> Iterator[Metric]:
-        yield CounterMetricFamily("sweeperd_sweeps_held", "", labels=["node", "reason"])
-        yield GaugeMetricFamily("sweeperd_held_queues", "")
-        yield GaugeMetricFamily("sweeperd_oldest_hold_age_seconds", "")
+        for name in HOLDS:
+            yield FAMILIES[name].bare()

@@ -21,7 +21,8 @@ log = structlog.get_logger(LOGGER)
 
 @dataclass
 class Ledger:
-    """Counts every call in the sweep's numbers, the one writer of them; logs a failure once per
+    """Counts every call in the sweep's numbers, the one writer of what the calls did (which
+    queues and nodes have series is the queue set's and the fleet's); logs a failure once per
     change of reason per queue, and a call a Cluster held once per change (the holds are every
     node's: a queue held on one primary resumes on another)."""
 
@@ -39,7 +40,7 @@ class Ledger:
         self.numbers.record(self.node, queue, result, at)
         if isinstance(result.reply, SweepReply):
             self.holds.release(queue, self.node)
-        return self.logged(queue, result, level)
+        return self._log_call(queue, result, level)
 
     def record_round(
         self, queues: Sequence[str], results: Sequence[CallResult], at: float, *, duration_s: float
@@ -54,16 +55,16 @@ class Ledger:
             # A quiet success of a queue that was not failing has nothing to log (`failing` is
             # only read here: a queue failing meanwhile is logged by the call that failed).
             if isinstance(result.reply, SweepError) or result.reply.taken or self.failing:
-                self.logged(queue, result, logging.INFO)
+                self._log_call(queue, result, logging.INFO)
 
-    def logged(self, queue: str, result: CallResult, level: int) -> SweepReply | None:
+    def _log_call(self, queue: str, result: CallResult, level: int) -> SweepReply | None:
         """What a counted call says in the log: its failure, its recovery, what it took (at
         warning when it dropped ghosts: ids in active with no row, a job lost before the call)."""
         reply = result.reply
         if isinstance(reply, SweepError):
-            self.failed(queue, reply)
+            self._log_failure(queue, reply)
             return None
-        self.recovered(queue)
+        self._log_recovery(queue)
         if reply.ghosts:
             level = logging.WARNING
         if reply.taken and (level >= logging.INFO or logging.getLogger(LOGGER).isEnabledFor(level)):
@@ -87,7 +88,7 @@ class Ledger:
         """A call that failed without a reply: always counted; logged when the queue's reason
         changes."""
         self.numbers.record_failure(self.node, queue, error.reason)
-        self.failed(queue, error)
+        self._log_failure(queue, error)
 
     def fail_tick(self, queues: Sequence[str], error: SweepError, *, duration_s: float) -> None:
         """A tick of these queues that failed whole (the node down, the tick broken): its round
@@ -101,7 +102,7 @@ class Ledger:
         hold (see Holds)."""
         self.holds.hold(queue, self.node, reason)
 
-    def failed(self, queue: str, error: SweepError) -> None:
+    def _log_failure(self, queue: str, error: SweepError) -> None:
         """A counted failure, logged when the queue's reason changes."""
         with self.lock:
             changed = self.failing.get(queue) != error.reason
@@ -115,7 +116,7 @@ class Ledger:
                 error=error.message,
             )
 
-    def recovered(self, queue: str) -> None:
+    def _log_recovery(self, queue: str) -> None:
         """A call succeeded: a queue that was failing says so once."""
         with self.lock:
             reason = self.failing.pop(queue, None)

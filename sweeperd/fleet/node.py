@@ -1,10 +1,12 @@
-"""One server the daemon sweeps: its client, executor, epoch watch, liveness and backoff, and
-what its refusals mean where it stands in the topology."""
+"""One server the daemon sweeps: its calls (sized, sent after a look at the epoch, judged), its
+epoch watch, liveness and backoff, and what its refusals mean where it stands in the topology."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import redis
 import structlog
@@ -16,8 +18,8 @@ from sweeperd.server.clusternodes import cluster_down
 from sweeperd.server.serverinfo import ServerInfo, read_server_info
 from sweeperd.server.topology import clustered_error
 from sweeperd.verb.executors import Executor, choose
-from sweeperd.verb.replies import CallResult
-from sweeperd.verb.rounds import Packed
+from sweeperd.verb.replies import Call, CallResult, SweepReply
+from sweeperd.verb.rounds import InFlight, Packed, sweep_round
 from sweeperd.verb.sizing import CallSizer
 
 log = structlog.get_logger("sweeperd.node")
@@ -39,28 +41,95 @@ class Epoch:
     restarted: bool
 
 
-@dataclass
+@dataclass(frozen=True)
+class Swept:
+    """A round's results (CLUSTERDOWN naming the failed nodes), whether the server was another
+    run of it than the last look saw, and how long the round took."""
+
+    results: list[CallResult]
+    restarted: bool
+    took_s: float
+
+
 class Node:
-    """A server and what the daemon knows of it; shared by every batch that sweeps it."""
+    """A server and what the daemon knows of it; shared by every batch that sweeps it. Its
+    calls go through sweep() (a tick's round) and send()/result() (a drain's call in flight),
+    which size them, look at the epoch first and judge what came back."""
 
-    name: str
-    client: redis.Redis
-    choice: ExecutorChoice
-    sizer: CallSizer
-    run_id: bytes | None = None
-    replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id, not this
-    primary_only: bool = False  # a replica is refused (Cluster and Sentinel: it was demoted)
-    cluster: bool = False  # swept as a Cluster's primary (--cluster), not as one server
-    predecessor: str | None = None  # the primary whose epoch this one took over, until looked at
-    executor: Executor | None = None
-    up: bool | None = None  # None until the first answer or failure
-    restarts: int = 0  # run_id (or master_replid) changes seen
-    last_answer: float | None = None  # monotonic seconds
-    retry_at: float = 0.0
-    backoff_s: float = BACKOFF_FIRST_S
-    packed: Packed = field(default_factory=Packed, repr=False)  # its rounds' commands, in RESP
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(
+        self,
+        name: str,
+        client: redis.Redis,
+        choice: ExecutorChoice,
+        sizer: CallSizer,
+        *,
+        primary_only: bool = False,
+        cluster: bool = False,
+        restarts: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.client = client  # what it talks to: discovery and the heartbeat use it too
+        self.primary_only = primary_only  # a replica is refused (Cluster, Sentinel: demoted)
+        self.cluster = cluster  # swept as a Cluster's primary (--cluster), not as one server
+        self.run_id: bytes | None = None
+        self.replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id
+        self.up: bool | None = None  # None until the first answer or failure
+        self.restarts = restarts  # run_id (or master_replid) changes seen
+        self.last_answer: float | None = None  # monotonic seconds
+        self.retry_at = 0.0
+        self.backoff_s = BACKOFF_FIRST_S
+        self._choice = choice
+        self._sizer = sizer
+        self._clock = clock
+        self._predecessor: str | None = None  # whose epoch this one took over, until looked at
+        self._executor: Executor | None = None
+        self._packed = Packed()  # its rounds' commands, in RESP
+        self._lock = threading.Lock()
 
+    def __repr__(self) -> str:
+        return f"Node({self.name!r}, up={self.up}, run_id={self.run_id!r})"
+
+    # The calls.
+    def sweep(self, calls: Sequence[Call], now: float) -> Swept:
+        """One round: the epoch looked at (a change of run_id is a restart, counted), then every
+        call in one round trip; a call alone times the node's next sizes. Raises what the look
+        raises (the node down, loading, demoted, no verb) and a connection failure."""
+        epoch = self.look(now)
+        results = self.judged(sweep_round(self.client, epoch.executor, calls, self._packed))
+        took = self._clock() - now
+        if len(results) == 1 and isinstance(results[0].reply, SweepReply):
+            self.observe(results[0].call.limit, results[0].reply.taken, results[0].seconds(took))
+        return Swept(results, epoch.restarted, took)
+
+    def send(self, call: Call) -> InFlight | None:
+        """One call sent on a connection of its own, its reply read by result(); None while the
+        node has not been looked at since it restarted (its next tick looks)."""
+        executor = self._executor
+        return None if executor is None else InFlight(self.client, executor, call)
+
+    def result(self, flight: InFlight) -> CallResult:
+        """The reply of a call send() sent, judged; a connection failure raises."""
+        [result] = self.judged([flight.result()])
+        return result
+
+    def share(self, queues: int) -> int:
+        """The node's call size shared out between `queues` calls of one round."""
+        return max(1, self._sizer.size // max(1, queues))
+
+    def call_size(self, limit: int) -> int:
+        """The next call's size on its own: the learned size, never above `limit`."""
+        return self._sizer.next(limit)
+
+    def observe(self, asked: int, taken: int, seconds: float) -> None:
+        """A call asked for `asked` leases, took `taken` and ran `seconds`: the sizes follow."""
+        self._sizer.observe(asked, taken, seconds)
+
+    def retune(self, call_target_s: float) -> None:
+        """SIGHUP's call target, in place."""
+        self._sizer.target_s = call_target_s
+
+    # The epoch watch.
     def may_try(self, now: float) -> bool:
         """False while a down server's backoff runs."""
         return self.up is not False or now >= self.retry_at
@@ -68,9 +137,9 @@ class Node:
     def inherit(self, previous: Node) -> None:
         """This new primary took over `previous`'s slots (a failover): its epoch is the one to
         compare with, so that the first look counts the change here."""
-        with self.lock:
+        with self._lock:
             self.run_id, self.replid = previous.run_id, previous.replid
-            self.predecessor = previous.name
+            self._predecessor = previous.name
 
     def look(self, now: float) -> Epoch:
         """Read run_id, master_replid and the clock; a change of either is a restart or a
@@ -85,23 +154,23 @@ class Node:
             raise clustered_error(self.name)
         if self.primary_only and info.role != "master":
             raise NotPrimary(f"{self.name} is a {info.role} now, no longer a primary")
-        with self.lock:
+        with self._lock:
             restarted = self.run_id is not None and (
                 info.run_id != self.run_id
                 or (self.replid is not None and info.replid != self.replid)
             )
             if restarted:
-                self.changed(info)
-            self.run_id, self.replid, self.predecessor = info.run_id, info.replid, None
-            self.answered(now)
-            if self.executor is None:
-                self.executor = self.choose(info)
-            return Epoch(info, self.executor, restarted)
+                self._changed(info)
+            self.run_id, self.replid, self._predecessor = info.run_id, info.replid, None
+            self._answered(now)
+            if self._executor is None:
+                self._executor = self._choose()
+            return Epoch(info, self._executor, restarted)
 
-    def changed(self, info: ServerInfo) -> None:
+    def _changed(self, info: ServerInfo) -> None:
         """Another server process, or the same one after a change of role: counted and logged
         once. Hold the lock."""
-        failover = self.predecessor is not None or info.run_id == self.run_id
+        failover = self._predecessor is not None or info.run_id == self.run_id
         self.restarts += 1
         log.warning(
             "server_restarted",
@@ -109,19 +178,26 @@ class Node:
             reason="failover" if failover else "restart",
             old_run_id=(self.run_id or b"").decode(),
             new_run_id=info.run_id.decode(),
-            **({"previous_node": self.predecessor} if self.predecessor else {}),
+            **({"previous_node": self._predecessor} if self._predecessor else {}),
         )
-        self.executor = None  # a module may have been loaded or unloaded; scripts are not copied
+        self._executor = None  # a module may have been loaded or unloaded; no script is copied
 
-    def choose(self, info: ServerInfo) -> Executor:
+    def _choose(self) -> Executor:
         """The executor for this run of the server, its scripts loaded; raises for no_verb."""
-        executor = choose(self.client, self.choice)
+        executor = choose(self.client, self._choice)
         executor.prepare(self.client)
-        log.info("executor_chosen", node=self.name, executor=executor.name, wanted=str(self.choice))
+        log.info(
+            "executor_chosen", node=self.name, executor=executor.name, wanted=str(self._choice)
+        )
         return executor
 
+    # Liveness.
     def answered(self, now: float) -> None:
-        """The server answered: up, backoff reset; logged once per change. Hold the lock."""
+        """The server answered: up, backoff reset; logged once per change."""
+        with self._lock:
+            self._answered(now)
+
+    def _answered(self, now: float) -> None:
         self.last_answer = now
         self.backoff_s = BACKOFF_FIRST_S
         if self.up is not True:
@@ -133,7 +209,7 @@ class Node:
         A server loading its dataset is up, not down: no backoff (its callers retry soon)."""
         if isinstance(error, redis.exceptions.BusyLoadingError):
             return
-        with self.lock:
+        with self._lock:
             if self.up is not False:
                 log.warning("redis_down", node=self.name, error=str(error))
             self.up = False
@@ -156,7 +232,7 @@ class Node:
     def state(self) -> NodeState:
         """What the series say of it now: up, the run_id and executor it is swept with, the
         restarts seen."""
-        executor = self.executor
+        executor = self._executor
         return NodeState(
             self.name,
             self.restarts,

@@ -1,4 +1,5 @@
-"""One scheduled tick of a batch of queues on one node: the epoch, one call each, the backlogs."""
+"""One scheduled tick of a batch of queues on one node: one call each in one round (the node
+looks at the epoch first), each counted, the backlogs left to the drainer."""
 
 from __future__ import annotations
 
@@ -13,68 +14,63 @@ from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node, NotPrimary
+from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
-from sweeperd.verb.replies import Call, CallResult, SweepReply
-from sweeperd.verb.rounds import sweep_round
+from sweeperd.verb.replies import Call, SweepReply
 
 log = structlog.get_logger("sweeperd.tick")
 
 
 @dataclass
 class Tick:
-    """A batch of queues swept in one pipelined round trip; what is left goes to the drainer."""
+    """A node's ticks: a batch of queues swept in one pipelined round trip, what is left due
+    handed to the drainer; each tick says what the schedule must answer (its Outcome)."""
 
     node: Node
     ledger: Ledger
     drainer: Drainer
     prefix_root: str
-    on_restart: Callable[[Node], None] = lambda node: None
-    on_retry: Callable[[], None] = lambda: None  # the node asks to be tried again soon (loading)
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = time.monotonic  # for how long a failed tick took
     wall_clock: Callable[[], float] = time.time
 
-    def run(self, batch: Sequence[QueueSettings]) -> list[QueueSettings]:
+    def run(self, batch: Sequence[QueueSettings], now: float) -> Outcome:
         """The epoch, then one call per queue not already draining; a queue left with leases
         due drains on. A call a Cluster held (its slot migrating) or sent elsewhere is counted
         as held, not as a failure; the queues sent elsewhere (MOVED, or a primary demoted) are
-        returned, for the topology to route again."""
-        started = self.clock()
-        if not self.node.may_try(started):
-            return []
-        queues = [q for q in batch if not self.drainer.holds(q.name)]
+        the outcome's `moved`, for the topology to route again."""
+        if not self.node.may_try(now):
+            return NOTHING
+        queues = [q for q in batch if not self.drainer.is_draining(q.name)]
         try:
-            results = self.node.judged(self.send(self.calls(queues), started))
+            swept = self.node.sweep(self.calls(queues), now)
         except NotPrimary:  # demoted: its queues' calls are held, to go to the new primary
             for q in queues:
                 self.ledger.hold(q.name, Reason.MOVED)
-            return queues
+            return Outcome(moved=tuple(q.name for q in queues))
         except Exception as exc:  # whatever it was, every queue of the batch failed
-            self.fail_all(queues, exc, started)
-            return []
-        took = self.clock() - started
-        if len(results) == 1 and isinstance(results[0].reply, SweepReply):
-            self.node.sizer.observe(
-                results[0].call.limit, results[0].reply.taken, results[0].seconds(took)
-            )
-        at = self.wall_clock()
-        held = [(q, r.redirect) for q, r in zip(queues, results, strict=True) if r.redirect]
-        swept = [(q, r) for q, r in zip(queues, results, strict=True) if not r.redirect]
+            return self.fail_all(queues, exc, now)
+        held = [(q, r.redirect) for q, r in zip(queues, swept.results, strict=True) if r.redirect]
+        done = [(q, r) for q, r in zip(queues, swept.results, strict=True) if not r.redirect]
         self.ledger.record_round(
-            [q.name for q, _ in swept], [r for _, r in swept], at, duration_s=took
+            [q.name for q, _ in done],
+            [r for _, r in done],
+            self.wall_clock(),
+            duration_s=swept.took_s,
         )
         for q, reason in held:
             self.ledger.hold(q.name, reason)
-        for q, result in swept:
+        for q, result in done:
             if isinstance(result.reply, SweepReply) and result.expired_left:
                 self.drainer.add(q, result.call.keys, result.expired_left)
-        return [q for q, reason in held if reason is Reason.MOVED]
+        moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
+        return Outcome(restarted=swept.restarted, moved=moved)
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
         """The node's call size shared out: the round stays about one call's target long."""
-        share = max(1, self.node.sizer.size // max(1, len(queues)))
+        share = self.node.share(len(queues))
         return [
             Call(
                 QueueKeys(q.name, self.prefix_root),
@@ -85,18 +81,10 @@ class Tick:
             for q in queues
         ]
 
-    def send(self, calls: list[Call], now: float) -> list[CallResult]:
-        epoch = self.node.look(now)
-        if epoch.restarted:
-            self.on_restart(self.node)
-        return sweep_round(self.node.client, epoch.executor, calls, self.node.packed)
-
-    def fail_all(self, queues: Sequence[QueueSettings], exc: Exception, started: float) -> None:
+    def fail_all(self, queues: Sequence[QueueSettings], exc: Exception, started: float) -> Outcome:
         """The node is down or loading, refused INFO or the verb's choice, is no primary of the
-        kind the options say, or the tick itself broke."""
+        kind the options say, or the tick itself broke: every queue's call failed."""
         error = SweepError.of(exc)
-        if error.reason is Reason.LOADING:  # up, but not yet: again soon, not after a backoff
-            self.on_retry()
         if isinstance(exc, UNREACHABLE):
             self.node.failed(self.clock(), exc)
         if not isinstance(exc, SweepError | redis.RedisError):
@@ -104,3 +92,5 @@ class Tick:
             error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         names = [q.name for q in queues]
         self.ledger.fail_tick(names, error, duration_s=self.clock() - started)
+        # Up, but not yet: its queues again soon, not after a backoff.
+        return LOADING if error.reason is Reason.LOADING else NOTHING

@@ -18,35 +18,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING, QueueMetrics
+from sweeperd.metrics.families import COUNTER, FAMILIES, Described
 from sweeperd.metrics.numbers import DURATION_BUCKETS_S, Durations, SweepNumbers, Totals
 
 SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
 BOUNDS = (*(str(float(b)) for b in DURATION_BUCKETS_S), "+Inf")  # the `le` labels
 OPENMETRICS_EOF = b"# EOF\n"
-
-HELP = {
-    "recovered": "Expired leases returned to pending by the sweep (exempt ones included).",
-    "dead": "Jobs moved to the dead-letter set because their stall budget ran out.",
-    "exempt": "Recovered leases not counted against the stall budget because they predate a "
-    "server restart (a subset of sweeperd_recovered_total).",
-    "ghosts": "Ids removed from the active set that had no job row (listed nowhere by the verb); "
-    "per node, or per queue with --queue-metrics full.",
-    "sweeps": "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included; per node, "
-    "or per queue with --queue-metrics full.",
-    "failures": "Sweep calls that failed, by reason (lane, wrongtype, counter, arguments, "
-    "no_verb, connection, timeout, reply_lost, oom, noperm, moved, cluster_down, loading, "
-    "topology, other).",
-    "duration": "Wall time of one scheduled tick of one queue (the drain's calls are not in it); "
-    "per node, or per queue with --queue-metrics full.",
-    "last_success": "Unix time of the queue's last successful call.",
-    "expired": "Leases of the queue still expired after its last call (sweeps not keeping up).",
-    "oldest": "How long the queue's oldest expired lease had been overdue at its last call: "
-    "how late recovery runs (0 when nothing was expired).",
-    "jobs": "Jobs in the queue's active, pending and dead sets, read at its last call "
-    "(--queue-metrics full).",
-    "failed": "The queue's own count of jobs that died for any reason (its metrics:failed hash; "
-    "--queue-metrics full).",
-}
 
 Row = tuple[str, tuple[str, ...], float]  # labels as written, their values, the value
 HistogramRow = tuple[str, tuple[str, ...], Durations]
@@ -54,127 +31,84 @@ HistogramRow = tuple[str, tuple[str, ...], Durations]
 
 @dataclass(frozen=True)
 class Family:
-    """One family of the sweep's counters or gauges: its name, type, help, labels and rows."""
+    """One family of the sweep's counters or gauges, as the table describes it, with the labels
+    it has at the numbers' level and its rows."""
 
-    name: str
-    kind: str  # counter or gauge
-    help: str
+    about: Described
     labels: tuple[str, ...]
     rows: Iterable[Row]  # read once, as the family is written
+
+    @property
+    def name(self) -> str:
+        return self.about.name
+
+    @property
+    def kind(self) -> str:
+        return self.about.kind
 
 
 @dataclass(frozen=True)
 class HistogramFamily:
     """The sweep's one histogram family, a Durations per row."""
 
-    name: str
-    help: str
+    about: Described
     labels: tuple[str, ...]
     rows: Iterable[HistogramRow]
 
-    kind = "histogram"
+    @property
+    def name(self) -> str:
+        return self.about.name
+
+    @property
+    def kind(self) -> str:
+        return self.about.kind
+
+
+def _family(name: str, rows: Iterable[Row], labels: tuple[str, ...] | None = None) -> Family:
+    about = FAMILIES[name]
+    return Family(about, about.labels if labels is None else labels, rows)
 
 
 def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
     """Every family at the numbers' level, read from them as they are now."""
     queues, nodes = numbers.listed()
     owned = [q for q in queues if q.owned]
-    yield Family(
-        "sweeperd_recovered",
-        "counter",
-        HELP["recovered"],
-        ("queue",),
-        ((q.label, q.values, q.recovered) for q in queues),
-    )
-    yield Family(
-        "sweeperd_dead",
-        "counter",
-        HELP["dead"],
-        ("queue",),
-        ((q.label, q.values, q.dead) for q in queues),
-    )
-    yield Family(
-        "sweeperd_exempt",
-        "counter",
-        HELP["exempt"],
-        ("queue",),
-        ((q.label, q.values, q.exempt) for q in queues),
-    )
-    yield Family(
-        "sweeperd_sweep_failures",
-        "counter",
-        HELP["failures"],
-        ("queue", "reason"),
-        [
-            (f'{q.label},reason="{reason}"', (q.name, reason), count)
-            for q in queues
-            for reason, count in list(q.failures.items())
-        ],
-    )
-    yield Family(
-        "sweeperd_last_success_timestamp_seconds",
-        "gauge",
-        HELP["last_success"],
-        ("queue",),
-        [(q.label, q.values, at) for q in queues if (at := q.last_success) is not None],
-    )
-    yield Family(
-        "sweeperd_expired_leases",
-        "gauge",
-        HELP["expired"],
-        ("queue",),
-        ((q.label, q.values, q.expired) for q in owned),
-    )
-    yield Family(
+    yield _family("sweeperd_recovered", ((q.label, q.values, q.recovered) for q in queues))
+    yield _family("sweeperd_dead", ((q.label, q.values, q.dead) for q in queues))
+    yield _family("sweeperd_exempt", ((q.label, q.values, q.exempt) for q in queues))
+    failures = [
+        (f'{q.label},reason="{reason}"', (q.name, reason), count)
+        for q in queues
+        for reason, count in list(q.failures.items())
+    ]
+    yield _family("sweeperd_sweep_failures", failures)
+    successes = [(q.label, q.values, at) for q in queues if (at := q.last_success) is not None]
+    yield _family("sweeperd_last_success_timestamp_seconds", successes)
+    yield _family("sweeperd_expired_leases", ((q.label, q.values, q.expired) for q in owned))
+    yield _family(
         "sweeperd_oldest_expired_age_seconds",
-        "gauge",
-        HELP["oldest"],
-        ("queue",),
         ((q.label, q.values, q.oldest_expired_age) for q in owned),
     )
     # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
     full = numbers.level is QueueMetrics.FULL
     owners: Sequence[Totals] = queues if full else nodes
     by = ("queue",) if full else ("node",)
-    yield Family(
-        "sweeperd_sweeps",
-        "counter",
-        HELP["sweeps"],
-        by,
-        ((o.label, o.values, o.sweeps) for o in owners),
-    )
-    yield Family(
-        "sweeperd_ghosts_removed",
-        "counter",
-        HELP["ghosts"],
-        by,
-        ((o.label, o.values, o.ghosts) for o in owners),
-    )
+    yield _family("sweeperd_sweeps", ((o.label, o.values, o.sweeps) for o in owners), by)
+    yield _family("sweeperd_ghosts_removed", ((o.label, o.values, o.ghosts) for o in owners), by)
     yield HistogramFamily(
-        "sweeperd_sweep_duration_seconds",
-        HELP["duration"],
+        FAMILIES["sweeperd_sweep_duration_seconds"],
         by,
         ((o.label, o.values, o.durations) for o in owners),
     )
-    if full:
-        yield Family(
-            "sweeperd_queue_jobs",
-            "gauge",
-            HELP["jobs"],
-            ("queue", "set"),
-            [
-                (f'{q.label},set="{name}"', (q.name, name), size)
-                for q in owned
-                for name, size in zip(SETS, q.jobs, strict=True)
-            ],
-        )
-        yield Family(
-            "sweeperd_queue_failed_jobs",
-            "gauge",
-            HELP["failed"],
-            ("queue",),
-            ((q.label, q.values, q.failed) for q in owned),
-        )
+    if not full:
+        return
+    sizes = [
+        (f'{q.label},set="{name}"', (q.name, name), size)
+        for q in owned
+        for name, size in zip(SETS, q.jobs, strict=True)
+    ]
+    yield _family("sweeperd_queue_jobs", sizes)
+    yield _family("sweeperd_queue_failed_jobs", ((q.label, q.values, q.failed) for q in owned))
 
 
 def _number(value: float) -> str:
@@ -195,7 +129,7 @@ def text(described: Iterable[Family | HistogramFamily], openmetrics: bool) -> by
     lines: list[str] = []
     for f in described:
         shown = f.name if openmetrics or f.kind != "counter" else f"{f.name}_total"
-        lines.append(f"# HELP {shown} {f.help}\n# TYPE {shown} {f.kind}\n")
+        lines.append(f"# HELP {shown} {f.about.help}\n# TYPE {shown} {f.kind}\n")
         if isinstance(f, HistogramFamily):
             for labels, _, durations in f.rows:
                 buckets = cumulative(durations)
@@ -213,14 +147,13 @@ def text(described: Iterable[Family | HistogramFamily], openmetrics: bool) -> by
 def metric(f: Family | HistogramFamily) -> Metric:
     """A family as the library's metric family."""
     if isinstance(f, HistogramFamily):
-        histogram = HistogramMetricFamily(f.name, f.help, labels=f.labels)
+        histogram = HistogramMetricFamily(f.name, f.about.help, labels=f.labels)
         for _, values, durations in f.rows:
             buckets = [(bound, float(n)) for bound, n in cumulative(durations)]
             histogram.add_metric(list(values), buckets, durations.total)
         return histogram
-    family = (CounterMetricFamily if f.kind == "counter" else GaugeMetricFamily)(
-        f.name, f.help, labels=f.labels
-    )
+    made = CounterMetricFamily if f.kind == COUNTER else GaugeMetricFamily
+    family = made(f.name, f.about.help, labels=f.labels)
     for _, values, value in f.rows:
         family.add_metric(list(values), value)
     return family

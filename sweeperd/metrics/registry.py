@@ -1,6 +1,7 @@
 """sweeperd's one Prometheus registry (never the global one): every collector in it is read at
-scrape time; the sweep's numbers are written by the ledger alone, the rest by the part that
-knows them (the schedule its lag, the holds theirs) or read from the parts (stateseries)."""
+scrape time. What each call did is counted in the sweep's numbers by the ledger alone (which
+queues and nodes have series, by the queue set and the fleet); the schedule and the holds
+count their own; the state's series are read from the parts (metrics/state.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import platform
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from sweeperd.constants import QueueMetrics
 from sweeperd.metrics.exposition import SweepCollector, scrape
+from sweeperd.metrics.families import FAMILIES
 from sweeperd.metrics.numbers import SweepNumbers
 from sweeperd.metrics.state import StateCollector, StateReaders
 
@@ -24,11 +26,7 @@ class BuildInfo(Collector):
         self.version = version
 
     def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily(
-            "sweeperd_build_info",
-            "sweeperd's version and the Python running it; always 1.",
-            labels=["version", "python"],
-        )
+        info = FAMILIES["sweeperd_build_info"].labelled()
         info.add_metric([self.version, platform.python_version()], 1)
         yield info
 
@@ -45,17 +43,21 @@ class Metrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.numbers = SweepNumbers(level)
-        self.state = StateReaders()
+        self._state = StateCollector(StateReaders())  # until read_state: a daemon knowing nothing
         self.others: tuple[Collector, ...] = ()  # every collector but the sweep's
         for collector in (
             ProcessCollector(registry=None),
             PlatformCollector(registry=None),
             BuildInfo(version),
-            StateCollector(self.state),
+            self._state,
         ):
             self.add_collector(collector)
         self.sweep = SweepCollector(self.numbers)
         self.registry.register(self.sweep)
+
+    def read_state(self, readers: StateReaders) -> None:
+        """Where the state's series are read from at every scrape from now on."""
+        self._state.read = readers
 
     def add_collector(self, collector: Collector) -> None:
         """A collector whose series are read at scrape time."""

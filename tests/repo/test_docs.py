@@ -215,10 +215,12 @@ class TestBlocks:
                     assert set(document.get("tls_server_config") or {}) <= set(TLS_KEYS)
 
     def test_json_parses(self) -> None:
-        """Each JSON block parses."""
-        for block in blocks():
-            if block.lang == "json":
-                json.loads(block.text)
+        """Each JSON block parses into an object, and there are some to parse."""
+        shown = [block for block in blocks() if block.lang == "json"]
+        assert shown, "no page shows a JSON block: the check would pass on nothing"
+        for block in shown:
+            for line in block.text.splitlines():
+                assert isinstance(json.loads(line), dict), block.where
 
     def test_acl_lines_are_the_codes(self) -> None:
         """Every ACL SETUSER line shown is one setuser_line makes, for one executor."""

@@ -3,6 +3,8 @@ sweep path without the daemon around it, for the tests of its parts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 from prometheus_client import CollectorRegistry
 
@@ -11,11 +13,12 @@ from sweeperd.constants import ExecutorChoice, QueueMetrics
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
+from sweeperd.fleet.outcome import Outcome
 from sweeperd.fleet.tick import Tick
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
 from sweeperd.server.connection import connect
-from sweeperd.verb.sizing import CallSizer
+from sweeperd.verb.sizing import FIRST_SIZE, CallSizer
 from tests.support.clock import Clock
 from tests.support.helpers import PAST_MS
 
@@ -37,26 +40,39 @@ def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> Queue
 
 
 class Rig:
-    """A node, its metrics, ledger and drainer on the module server, time passed in."""
+    """A node, its metrics, ledger, drainer and ticks on the module server, time passed in (a
+    Clock, or time.monotonic where a thread runs); `size` is the node's first call size."""
 
-    def __init__(self, url: str, *, target_s: float = 0.002, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        target_s: float = 0.002,
+        size: int = FIRST_SIZE,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
         self.clock = clock or Clock()
         self.node = Node(
-            "n:1", connect(url, socket_timeout=5.0), ExecutorChoice.AUTO, CallSizer(target_s)
+            "n:1",
+            connect(url, socket_timeout=5.0),
+            ExecutorChoice.AUTO,
+            CallSizer(target_s, size),
+            clock=self.clock,
         )
         self.ledger = Ledger(self.metrics.numbers, "n:1")
-        self.restarts: list[Node] = []
+        self.told: list[Outcome] = []  # what the drainer reported
         self.drainer = Drainer(
-            self.node, self.ledger, share=1.0, on_restart=self.restarts.append, clock=self.clock
+            self.node, self.ledger, share=1.0, report=self.told.append, clock=self.clock
         )
+        self.ticks = Tick(self.node, self.ledger, self.drainer, "emq", clock=self.clock)
         self.node.look(self.clock())
 
-    def tick(self, *queues: QueueSettings) -> None:
+    def tick(self, *queues: QueueSettings) -> Outcome:
         """One tick of `queues`, their series added first as the daemon's queue set adds them."""
         for q in queues:
             self.metrics.numbers.add_queue(q.name)
-        Tick(self.node, self.ledger, self.drainer, "emq", clock=self.clock).run(queues)
+        return self.ticks.run(queues, self.clock())
 
     def drain(self) -> int:
         """Steps until no queue is backlogged; the number of calls."""

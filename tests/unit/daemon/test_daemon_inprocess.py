@@ -173,8 +173,7 @@ class TestReadiness:
         """Not ready before any answer; ready for three intervals after one; then not."""
         daemon.queues.apply()
         assert not daemon.health.ready()
-        with node_of(daemon).lock:
-            node_of(daemon).answered(clock.now)
+        node_of(daemon).answered(clock.now)
         clock.now += READY_INTERVALS * 5
         assert daemon.health.ready()
         assert value(daemon, "sweeperd_ready") == 1

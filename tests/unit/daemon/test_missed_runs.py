@@ -1,71 +1,20 @@
-"""Runs the scheduler missed (SIGSTOP, a paused VM) are counted, and their lag is the first's."""
+"""`run` stopped (SIGSTOP) and continued: the runs it missed are counted, their lag the first's
+(the schedule's own counting, with its clock passed in, is in test_schedule.py)."""
 
 from __future__ import annotations
 
 import math
 import signal
-import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import redis
-from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
-from apscheduler.schedulers.background import BackgroundScheduler
 
-from sweeperd.config.settings import QueueSettings
-from sweeperd.daemon.schedule import SWEEPS, Batch, RunOnce, Schedule
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.servers import RedisServer
 
 INTERVAL_S = 0.2
 STOPPED_S = 2.0  # about ten intervals: about nine runs missed, the tenth runs
-
-
-class TestSchedule:
-    def test_a_late_batch_counts_the_runs_it_missed(self) -> None:
-        """A batch submitted for ten run times at once (the scheduler woke a second late): nine
-        runs missed, and one lag observed, measured from the first run time listed."""
-        scheduler = BackgroundScheduler(timezone=UTC)
-        schedule = Schedule(
-            scheduler, lambda _: None, workers=1, jitter=0.0, on_overrun=lambda: None
-        )
-        schedule.sync([QueueSettings("q", 0.1, 1, 100)])
-        [job] = scheduler.get_jobs()
-        now = datetime.now(UTC)
-        times = [now - timedelta(seconds=1.0) + n * timedelta(seconds=0.1) for n in range(10)]
-        schedule.submitted(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, "default", times))
-        assert schedule.missed._value.get() == 9
-        lag = {s.name: s.value for family in schedule.lag.collect() for s in family.samples}
-        assert lag["sweeperd_schedule_lag_seconds_count"] == 1
-        # The listener reads the clock itself, after `now`: the lag is at least the first run
-        # time's distance from `now`.
-        assert lag["sweeperd_schedule_lag_seconds_sum"] >= 1.0
-
-    def test_a_late_batch_runs_once(self) -> None:
-        """The batches' pool, handed ten run times, sweeps the batch once."""
-        scheduler = BackgroundScheduler(timezone=UTC)
-        swept: list[Batch] = []
-        ran = threading.Event()
-
-        def sweep(batch: Batch) -> None:
-            swept.append(batch)
-            ran.set()
-
-        schedule = Schedule(scheduler, sweep, workers=1, jitter=0.0, on_overrun=lambda: None)
-        schedule.sync([QueueSettings("q", 0.1, 1, 100)])
-        [job] = scheduler.get_jobs()
-        assert job.executor == SWEEPS
-        now = datetime.now(UTC)
-        times = [now - timedelta(seconds=1.0) + n * timedelta(seconds=0.1) for n in range(10)]
-        executor = RunOnce(1)
-        executor.start(scheduler, SWEEPS)
-        try:
-            executor.submit_job(job, times)
-            assert ran.wait(5)
-        finally:
-            executor.shutdown(wait=True)
-        assert swept == [[QueueSettings("q", 0.1, 1, 100)]]
 
 
 class TestStoppedDaemon:

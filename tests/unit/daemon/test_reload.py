@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 from sweeperd.config.settings import Settings
 from sweeperd.daemon.daemon import Daemon
 from sweeperd.daemon.reload import in_effect, restart_only
+from sweeperd.daemon.schedule import JOB_PREFIX
 from tests.support.clock import Clock
 from tests.support.daemon_inprocess import in_process, settings_for
 from tests.support.servers import RedisServer
@@ -82,7 +83,9 @@ class TestRestartOnly:
             daemon.apply_reload()
         assert [e["event"] for e in logs] == ["reloaded"]
         s = daemon.settings
-        assert (s.daemon.jitter, s.limit, daemon.schedule.jitter) == (0, 7, 0)
+        assert (s.daemon.jitter, s.limit) == (0, 7)
+        batches = [j for j in daemon.scheduler.get_jobs() if j.id.startswith(JOB_PREFIX)]
+        assert batches and {j.trigger.jitter for j in batches} == {None}  # jobs anew, spread 0
 
     def test_the_key_root_waits_for_a_restart(self, redis_server: RedisServer) -> None:
         """prefix_root keeps its running value: the membership key and the slots are under it."""

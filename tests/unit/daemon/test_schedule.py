@@ -1,14 +1,19 @@
-"""Batches and their APScheduler jobs: grouping by interval, sync, sweep_now, overruns."""
+"""Batches and their APScheduler jobs: grouping by interval, sync, sweep_now, takeovers, overruns
+and missed runs, with the schedule's clock passed in."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.daemon.schedule import SWEEPS, Batch, Schedule, plan_batches
+from sweeperd.daemon.schedule import SWEEPS, Batch, RunOnce, Schedule, plan_batches, utc_now
 
 
 def queue(name: str, interval: float = 1.0) -> QueueSettings:
@@ -35,23 +40,34 @@ class TestPlanBatches:
         assert plan_batches([]) == {}
 
 
-class TestSchedule:
-    def make(self) -> tuple[Schedule, BackgroundScheduler, list[Batch], list[int]]:
-        scheduler = BackgroundScheduler(timezone=UTC)
-        swept: list[Batch] = []
-        overruns: list[int] = []
-        schedule = Schedule(
-            scheduler,
-            swept.append,
-            workers=2,
-            jitter=0.0,
-            on_overrun=lambda: overruns.append(1),
-        )
-        return schedule, scheduler, swept, overruns
+def make(
+    sweep: Callable[[Batch], None] = lambda _batch: None,
+    clock: Callable[[], datetime] = utc_now,
+) -> tuple[Schedule, BackgroundScheduler, list[int], CollectorRegistry]:
+    """A schedule on a scheduler not started, its overruns listed, its series registered."""
+    scheduler = BackgroundScheduler(timezone=UTC)
+    overruns: list[int] = []
+    schedule = Schedule(
+        scheduler, sweep, workers=2, jitter=0.0, on_overrun=lambda: overruns.append(1), clock=clock
+    )
+    registry = CollectorRegistry()
+    for series in schedule.series:
+        registry.register(series)
+    return schedule, scheduler, overruns, registry
 
+
+def wait_for(done: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll until `done`, failing after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, "not done in time"
+        time.sleep(0.01)
+
+
+class TestSchedule:
     def test_sync_adds_and_removes_jobs(self) -> None:
         """sync keeps exactly one job per planned batch, and keeps unchanged jobs' timers."""
-        schedule, scheduler, _, _ = self.make()
+        schedule, scheduler, _, _ = make()
         schedule.sync([queue("a"), queue("b", 2.0)])
         assert sorted(j.id for j in scheduler.get_jobs()) == ["sweep:1s:0", "sweep:2s:0"]
         due = scheduler.get_job("sweep:1s:0").next_run_time
@@ -59,51 +75,125 @@ class TestSchedule:
         assert [j.id for j in scheduler.get_jobs()] == ["sweep:1s:0"]
         assert scheduler.get_job("sweep:1s:0").next_run_time == due
         assert schedule.queue_names() == {"a", "c"}
-        assert [q.name for q in schedule.batches["sweep:1s:0"]] == ["a", "c"]
+        assert [q.name for q in schedule.batches()["sweep:1s:0"]] == ["a", "c"]
 
     def test_jobs_never_overlap_and_coalesce(self) -> None:
         """Each batch job runs at most one instance, on the pool that coalesces missed runs
         (APScheduler's coalesce would hide them from the submission event)."""
-        schedule, scheduler, _, _ = self.make()
+        schedule, scheduler, _, _ = make()
         schedule.sync([queue("a")])
         job = scheduler.get_job("sweep:1s:0")
         assert job.max_instances == 1
         assert (job.coalesce, job.executor) == (False, SWEEPS)
         assert job.misfire_grace_time is None
 
-    def test_sweep_now_skips_a_running_batch(self) -> None:
-        """sweep_now makes idle batches due now and leaves a running one alone."""
-        schedule, scheduler, _, _ = self.make()
-        schedule.sync([queue("a"), queue("b", 2.0)])
-        later = datetime.now(UTC) + timedelta(hours=1)
-        for job in scheduler.get_jobs():
-            job.modify(next_run_time=later)
-        schedule.running.add("sweep:2s:0")
-        schedule.sweep_now()
-        assert scheduler.get_job("sweep:1s:0").next_run_time <= datetime.now(UTC)
-        assert scheduler.get_job("sweep:2s:0").next_run_time == later
+    def test_a_new_batch_is_due_at_the_schedules_clock(self) -> None:
+        """A batch's first run is at the clock passed in: now, as the schedule reads it."""
+        at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+        schedule, scheduler, _, _ = make(clock=lambda: at)
+        schedule.sync([queue("a")])
+        assert scheduler.get_job("sweep:1s:0").next_run_time == at
 
-    def test_a_batch_runs_its_current_queues(self) -> None:
-        """The scheduler runs the batch as it is now, and counts an overrun when it is busy."""
-        schedule, scheduler, swept, overruns = self.make()
-        release = threading.Event()
-        started = threading.Event()
+    def test_sweep_now_skips_a_running_batch(self) -> None:
+        """sweep_now makes idle batches due now and leaves one that is sweeping alone."""
+        running, release = threading.Event(), threading.Event()
+
+        def sweep(batch: Batch) -> None:
+            if batch[0].name == "b":
+                running.set()
+                release.wait(10)
+
+        schedule, scheduler, _, _ = make(sweep)
+        schedule.sync([queue("a", 60.0), queue("b", 120.0)])
+        scheduler.start()
+        try:
+            assert running.wait(10)
+            later = datetime.now(UTC) + timedelta(hours=1)
+            for job in scheduler.get_jobs():
+                job.modify(next_run_time=later)
+            schedule.sweep_now()
+            assert scheduler.get_job("sweep:60s:0").next_run_time <= datetime.now(UTC)
+            assert scheduler.get_job("sweep:120s:0").next_run_time == later
+        finally:
+            release.set()
+            scheduler.shutdown(wait=True)
+
+    def test_a_batch_runs_its_queues_as_they_are_when_it_runs(self) -> None:
+        """A batch whose queues changed after its job was added sweeps the queues it has now,
+        and a batch still running when due again is an overrun."""
+        swept: list[Batch] = []
+        release, started = threading.Event(), threading.Event()
 
         def slow(batch: Batch) -> None:
             swept.append(batch)
             started.set()
-            release.wait(5)
+            release.wait(10)
 
-        schedule.sweep = slow
+        schedule, scheduler, overruns, registry = make(slow)
         schedule.sync([queue("a", 0.1)])
+        schedule.sync([queue("a", 0.1), queue("b", 0.1)])  # the same batch, one more queue
         scheduler.start()
         try:
-            assert started.wait(5)
-            deadline = datetime.now(UTC) + timedelta(seconds=5)
-            while not overruns and datetime.now(UTC) < deadline:
-                release.wait(0.05)
-            assert overruns, "a batch still running when due again is an overrun"
+            assert started.wait(10)
+            wait_for(lambda: bool(overruns))
         finally:
             release.set()
             scheduler.shutdown(wait=True)
-        assert [q.name for q in swept[0]] == ["a"]
+        assert [q.name for q in swept[0]] == ["a", "b"]
+        assert registry.get_sample_value("sweeperd_schedule_overruns_total") == len(overruns)
+
+    def test_sweep_once_sweeps_every_queue_beside_their_timers(self) -> None:
+        """A takeover's one sweep of every queue now runs each batch once, and leaves the
+        batches' own jobs as they were."""
+        swept: list[list[str]] = []
+        schedule, scheduler, _, _ = make(lambda batch: swept.append([q.name for q in batch]))
+        schedule.sync([queue("a", 3600.0)])
+        later = datetime.now(UTC) + timedelta(hours=1)
+        scheduler.get_job("sweep:3600s:0").modify(next_run_time=later)
+        scheduler.start()
+        try:
+            schedule.sweep_once([queue("a", 3600.0), queue("b", 5.0)])
+            wait_for(lambda: len(swept) == 2)
+            assert scheduler.get_job("sweep:3600s:0").next_run_time == later
+        finally:
+            scheduler.shutdown(wait=True)
+        assert sorted(swept) == [["a"], ["b"]]
+
+
+class TestMissedRuns:
+    def test_a_late_batch_counts_the_runs_it_missed(self) -> None:
+        """A batch submitted for ten run times at once (the scheduler woke a second late): nine
+        runs missed, and one lag observed, exactly the first run time's distance from now."""
+        now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+        schedule, scheduler, _, registry = make(clock=lambda: now)
+        schedule.sync([QueueSettings("q", 0.1, 1, 100)])
+        [job] = scheduler.get_jobs()
+        times = [now - timedelta(seconds=1.0) + n * timedelta(seconds=0.1) for n in range(10)]
+        schedule.submitted(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, "default", times))
+        assert registry.get_sample_value("sweeperd_schedule_missed_runs_total") == 9
+        assert registry.get_sample_value("sweeperd_schedule_lag_seconds_count") == 1
+        assert registry.get_sample_value("sweeperd_schedule_lag_seconds_sum") == 1.0
+
+    def test_a_late_batch_runs_once(self) -> None:
+        """The batches' pool, handed ten run times, sweeps the batch once."""
+        swept: list[Batch] = []
+        ran = threading.Event()
+
+        def sweep(batch: Batch) -> None:
+            swept.append(batch)
+            ran.set()
+
+        schedule, scheduler, _, _ = make(sweep)
+        schedule.sync([QueueSettings("q", 0.1, 1, 100)])
+        [job] = scheduler.get_jobs()
+        assert job.executor == SWEEPS
+        now = datetime.now(UTC)
+        times = [now - timedelta(seconds=1.0) + n * timedelta(seconds=0.1) for n in range(10)]
+        executor = RunOnce(1)
+        executor.start(scheduler, SWEEPS)
+        try:
+            executor.submit_job(job, times)
+            assert ran.wait(5)
+        finally:
+            executor.shutdown(wait=True)
+        assert swept == [[QueueSettings("q", 0.1, 1, 100)]]

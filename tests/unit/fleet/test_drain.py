@@ -10,7 +10,7 @@ import redis
 from structlog.testing import capture_logs
 
 from sweeperd.fleet.drain import PROGRESS_LOG_S
-from sweeperd.fleet.tick import Tick
+from sweeperd.fleet.outcome import RESTARTED
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import connect
 from tests.support.clock import Clock
@@ -31,32 +31,34 @@ class TestDrain:
         keys = QueueKeys("big")
         seed(r, keys, 3000)
         rig.tick(queue("big"))
-        assert rig.drainer.holds("big")
+        assert rig.drainer.is_draining("big")
         assert 0 < r.zcard(keys.pending) < 3000
         calls = rig.drain()
         assert calls >= 2
-        assert not rig.drainer.holds("big")
+        assert not rig.drainer.is_draining("big")
         assert (r.zcard(keys.active), r.zcard(keys.pending)) == (0, 3000)
         assert rig.value("sweeperd_recovered_total", queue="big") == 3000
         assert rig.value("sweeperd_sweeps_total", queue="big") == 1 + calls
         assert rig.value("sweeperd_expired_leases", queue="big") == 0
         assert rig.value("sweeperd_oldest_expired_age_seconds", queue="big") == 0
 
-    def test_a_draining_queue_is_left_out_of_its_tick(self, r: redis.Redis, rig: Rig) -> None:
+    def test_a_draining_queue_is_left_out_of_its_tick(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
         """While the drainer holds a queue, its scheduled tick sends nothing for it."""
+        rig = Rig(redis_server.url, size=100)
         seed(r, QueueKeys("big"), 500)
-        rig.node.sizer.size = 100
         rig.tick(queue("big"))
-        assert rig.drainer.holds("big")
+        assert rig.drainer.is_draining("big")
         rig.tick(queue("big"))
         assert rig.value("sweeperd_sweeps_total", queue="big") == 1
 
-    def test_backlogged_queues_take_turns(self, r: redis.Redis, rig: Rig) -> None:
+    def test_backlogged_queues_take_turns(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """Two backlogged queues alternate, one call each, until both are drained."""
+        # roomy: a server slowed by other work shrinks no call
+        rig = Rig(redis_server.url, target_s=1.0, size=100)
         for name in ("a", "b"):
             seed(r, QueueKeys(name), 250)
-        rig.node.sizer.size = 100
-        rig.node.sizer.target_s = 1.0  # roomy: a server slowed by other work shrinks no call
         rig.tick(queue("a", limit=50), queue("b", limit=50))
         order = []
         while True:
@@ -81,13 +83,13 @@ class TestDrain:
         assert r.hget(keys.job(old[0]), "stalled") is None
         assert r.hget(keys.job("j000001"), "stalled") == b"1"
 
-    def test_ghosts_and_deaths_are_counted(self, r: redis.Redis, rig: Rig) -> None:
+    def test_ghosts_and_deaths_are_counted(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """A backlog of rows at their budget and ids without rows: dead and ghosts counted."""
+        rig = Rig(redis_server.url, size=64)
         keys = QueueKeys("grim")
         seed(r, keys, 300, stalled=0)
         for n in range(40):
             lease(r, keys, f"ghost{n}".encode(), PAST_MS)
-        rig.node.sizer.size = 64
         rig.tick(queue("grim", max_stalled=1))
         rig.drain()
         assert rig.value("sweeperd_dead_total", queue="grim") == 300
@@ -100,9 +102,8 @@ class TestDrain:
     ) -> None:
         """With time passed in moving a second a reading, drain_progress appears with what was
         done and what is left, and drain_finished ends it."""
-        rig = Rig(redis_server.url, clock=Clock(step=1.0))
+        rig = Rig(redis_server.url, size=20, clock=Clock(step=1.0))
         seed(r, QueueKeys("slow"), 400)
-        rig.node.sizer.size = 20
         with capture_logs() as logs:
             rig.tick(queue("slow", limit=20))
             rig.drain()
@@ -120,9 +121,8 @@ class TestDrain:
     ) -> None:
         """Each drain call that succeeds is an answer from the node, so a long drain whose
         queue skips its ticks keeps /readyz up."""
-        rig = Rig(redis_server.url, clock=Clock(step=1.0))
+        rig = Rig(redis_server.url, size=50, clock=Clock(step=1.0))
         seed(r, QueueKeys("long"), 500)
-        rig.node.sizer.size = 50
         rig.tick(queue("long", limit=50))
         ticked = rig.node.last_answer
         rig.drain()
@@ -138,11 +138,11 @@ class TestDrain:
         seed(r, QueueKeys("q"), 2000)
         rig.tick(queue("q", limit=100))
         assert rig.drainer.step() == 0.0
-        assert rig.drainer.in_flight is not None
+        assert rig.drainer.sending
         rig.drainer.share = 0.5
         owed = rig.drainer.step()
         assert owed is not None and owed > 0
-        assert rig.drainer.in_flight is None
+        assert not rig.drainer.sending
         r.config_resetstat()
         pause = rig.drainer.step()
         ran_s = int(r.info("commandstats")["cmdstat_evalsha"]["usec"]) / 1_000_000
@@ -161,35 +161,39 @@ class TestDrain:
         tight.tick(queue("t"))
         for _ in range(10):
             tight.drainer.step()
-        assert tight.node.sizer.size < 20
+        assert tight.node.share(1) < 20
         roomy = Rig(redis_server.url, target_s=1.0)
         seed(r, QueueKeys("w"), 3000)
         roomy.tick(queue("w", limit=700))
         roomy.drain()
-        assert roomy.node.sizer.size >= 700
-        assert roomy.node.sizer.next(700) == 700
+        assert roomy.node.share(1) >= 700
+        assert roomy.node.call_size(700) == 700
 
-    def test_a_restart_seen_in_a_reply_is_looked_at(self, r: redis.Redis, rig: Rig) -> None:
+    def test_a_restart_seen_in_a_reply_is_looked_at(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
         """A reply from another run of the server: the restart is counted and reported."""
+        rig = Rig(redis_server.url, size=100)
         seed(r, QueueKeys("q"), 500)
-        rig.node.sizer.size = 100
         rig.tick(queue("q"))
         rig.node.run_id = b"an-earlier-process"
         rig.drainer.step()
-        assert rig.restarts == [rig.node]
+        assert rig.told == [RESTARTED]
         assert rig.node.restarts == 1
         assert rig.node.run_id == run_id(r)
 
-    def test_an_unreachable_server_ends_every_drain(self, r: redis.Redis, rig: Rig) -> None:
+    def test_an_unreachable_server_ends_every_drain(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
         """The connection fails mid-drain: the node is down, the failure counted, no queue
         left in the turns (the ticks bring them back)."""
+        rig = Rig(redis_server.url, size=100)
         for name in ("a", "b"):
             seed(r, QueueKeys(name), 300)
-        rig.node.sizer.size = 100
         rig.tick(queue("a"), queue("b"))
         rig.node.client = connect("redis://127.0.0.1:1/0", socket_timeout=1.0)
         assert rig.drainer.step() is None
-        assert not rig.drainer.holds("a") and not rig.drainer.holds("b")
+        assert not rig.drainer.is_draining("a") and not rig.drainer.is_draining("b")
         assert rig.node.up is False
         assert rig.value("sweeperd_sweep_failures_total", queue="a", reason="connection") == 1
 
@@ -202,8 +206,7 @@ class TestDrain:
         seed(r, QueueKeys("lane"), 300)
         r.hset(QueueKeys("lane").job("j000250"), "group", "g")
         seed(r, QueueKeys("fine"), 300)
-        rig = Rig(redis_server.url, target_s=10.0)
-        rig.node.sizer.size = 100
+        rig = Rig(redis_server.url, target_s=10.0, size=100)
         rig.tick(queue("lane", limit=50), queue("fine", limit=50))
         rig.drain()
         assert rig.value("sweeperd_sweep_failures_total", queue="lane", reason="lane") == 1
@@ -219,17 +222,16 @@ class TestTicksDuringADrain:
         call, not the drain: the server is shared call by call."""
         seed(r, QueueKeys("huge"), 150_000)
         seed(r, QueueKeys("small"), 1)
-        rig = Rig(redis_server.url)
-        rig.drainer.clock = time.monotonic
+        rig = Rig(redis_server.url, clock=time.monotonic)
         rig.tick(queue("huge"))
         rig.metrics.numbers.add_queue("small")
         rig.drainer.start()
         durations: list[float] = []
         try:
-            while rig.drainer.holds("huge") and len(durations) < 30:
+            while rig.drainer.is_draining("huge") and len(durations) < 30:
                 r.zadd(QueueKeys("small").active, {"j000000": PAST_MS})
                 started = time.monotonic()
-                Tick(rig.node, rig.ledger, rig.drainer, "emq").run([queue("small")])
+                rig.ticks.run([queue("small")], time.monotonic())
                 durations.append(time.monotonic() - started)
         finally:
             rig.drainer.stop(5.0)
@@ -239,14 +241,14 @@ class TestTicksDuringADrain:
         assert sorted(durations)[len(durations) // 2] < 0.05, durations
 
     def test_an_unexpected_error_gives_the_queues_back_to_their_ticks(
-        self, r: redis.Redis, rig: Rig, monkeypatch: pytest.MonkeyPatch
+        self, r: redis.Redis, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A bug inside a drain step does not end the drain thread with queues held (their
         ticks would skip them forever): each held queue fails with reason other and is let go,
         and the thread goes on."""
+        rig = Rig(redis_server.url, size=100, clock=time.monotonic)
         for name in ("a", "b"):
             seed(r, QueueKeys(name), 300)
-        rig.node.sizer.size = 100
         rig.tick(queue("a"), queue("b"))
         calls = iter([RuntimeError("a bug")])
 
@@ -254,32 +256,34 @@ class TestTicksDuringADrain:
             raise next(calls)
 
         monkeypatch.setattr(rig.drainer, "step", broken)
-        rig.drainer.clock = time.monotonic
         rig.drainer.start()
         wait = time.monotonic() + 5
-        while (rig.drainer.holds("a") or rig.drainer.holds("b")) and time.monotonic() < wait:
+        while (
+            rig.drainer.is_draining("a") or rig.drainer.is_draining("b")
+        ) and time.monotonic() < wait:
             time.sleep(0.01)
         monkeypatch.undo()
-        assert not rig.drainer.holds("a") and not rig.drainer.holds("b")
-        assert rig.drainer.thread is not None and rig.drainer.thread.is_alive()
+        assert not rig.drainer.is_draining("a") and not rig.drainer.is_draining("b")
+        assert rig.drainer.running
         rig.drainer.stop(5.0)
         for name in ("a", "b"):
             assert rig.value("sweeperd_sweep_failures_total", queue=name, reason="other") == 1
 
-    def test_stop_ends_the_thread_after_its_call(self, r: redis.Redis, rig: Rig) -> None:
+    def test_stop_ends_the_thread_after_its_call(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
         """stop() returns once the call in flight is read and counted: the counters equal the
         keyspace, and the rest of the backlog stays."""
+        rig = Rig(redis_server.url, size=100, clock=time.monotonic)
         keys = QueueKeys("q")
         seed(r, keys, 20_000)
         r.config_resetstat()
-        rig.drainer.clock = time.monotonic
-        rig.node.sizer.size = 100
         rig.tick(queue("q", limit=100))
         rig.drainer.start()
         time.sleep(0.05)
         rig.drainer.stop(5.0)
-        assert rig.drainer.thread is not None and not rig.drainer.thread.is_alive()
-        assert rig.drainer.in_flight is None
+        assert not rig.drainer.running
+        assert not rig.drainer.sending
         assert r.zcard(keys.active) > 0
         assert rig.value("sweeperd_recovered_total", queue="q") == r.zcard(keys.pending)
         calls = r.info("commandstats")["cmdstat_evalsha"]["calls"]

@@ -1,43 +1,102 @@
-"""The fleet's primaries as layouts come and go: a primary no more keeps its series an hour."""
+"""The fleet's primaries as layouts come and go, and its routing of queues to them: a pure
+function of the layout and the key root, tested without threads."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry
 
+from sweeperd.config.settings import QueueSettings
 from sweeperd.daemon.daemon import tuning
 from sweeperd.fleet.fleet import RETIRED_TTL_S, Fleet
+from sweeperd.fleet.outcome import Outcome
+from sweeperd.fleet.routes import Routes, Slots
+from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
-from sweeperd.server.topology import Layout
+from sweeperd.server.topology import Layout, slot_of
 from tests.support.clock import Clock
 from tests.support.daemon_inprocess import settings_for
+from tests.support.servers import RedisServer
 
-A, B = "10.0.0.1:6379", "10.0.0.2:6379"
+B = "10.0.0.2:6379"
+
+
+def queue(name: str) -> QueueSettings:
+    return QueueSettings(name, 5.0, 1, 100)
 
 
 class TestRetired:
-    def test_a_primary_gone_an_hour_loses_its_series(self) -> None:
+    def test_a_primary_gone_an_hour_loses_its_series(
+        self, server_kind: str, tmp_path: Path
+    ) -> None:
         """A failover that names a new host: the old one's restarts and sweeps stay (counters
         summed over time must not drop at once), then go after RETIRED_TTL_S; the new one's
-        stay. No layout is read from a server: each is applied as the watch would."""
-        settings = settings_for("redis://127.0.0.1:1/0")
-        metrics = Metrics(CollectorRegistry(), version="test")
-        clock = Clock(100.0)
-        fleet = Fleet(
-            settings.connection,
-            metrics,
-            tuning(settings),
-            on_restart=lambda _node: None,
-            clock=clock,
+        stay. The layouts are applied as the watch would; the old primary is a real server that
+        restarts twice under the fleet's sweeps."""
+        with RedisServer(tmp_path, kind=server_kind) as server:
+            a = server.node
+            settings = settings_for(server.url)
+            metrics = Metrics(CollectorRegistry(), version="test")
+            clock = Clock(100.0)
+            told: list[Outcome] = []
+            fleet = Fleet(
+                settings.connection, metrics, tuning(settings), report=told.append, clock=clock
+            )
+            fleet.apply(Layout({a: ("127.0.0.1", server.port)}))
+            fleet.sweep([queue("q")])
+            for _ in range(2):
+                server.restart()
+                fleet.sweep([queue("q")])
+            assert told == [Outcome(restarted=True)] * 2
+            fleet.apply(Layout({B: ("10.0.0.2", 6379)}))
+            clock.now += RETIRED_TTL_S
+            fleet.apply(Layout({B: ("10.0.0.2", 6379)}))
+            assert [(s.name, s.restarts) for s in fleet.states()] == [(B, 0), (a, 2)]
+            assert set(metrics.numbers.nodes) == {a, B}
+            clock.now += 1
+            fleet.apply(Layout({B: ("10.0.0.2", 6379)}))
+            assert [(s.name, s.restarts) for s in fleet.states()] == [(B, 0)]
+            assert set(metrics.numbers.nodes) == {B}
+            fleet.stop(0.1)
+
+
+class TestRoutes:
+    def layout(self) -> Layout:
+        """Two primaries splitting the slots at 8192."""
+        owners = tuple("a:1" if slot < 8192 else "b:1" for slot in range(16384))
+        return Layout({"a:1": ("a", 1), "b:1": ("b", 1)}, owners)
+
+    def test_each_queue_goes_to_the_owner_of_its_slot(self) -> None:
+        """Queues are grouped by the member owning their slot, in their order."""
+        names = [f"q{n}" for n in range(40)]
+        routes = Routes(self.layout(), Slots("emq"), {"a:1", "b:1"})
+        routed, unrouted = routes.split([queue(n) for n in names])
+        assert unrouted == []
+        expected = {
+            owner: [n for n in names if (slot_of(QueueKeys(n).active) < 8192) == (owner == "a:1")]
+            for owner in ("a:1", "b:1")
+        }
+        assert {k: [q.name for q in v] for k, v in routed.items()} == expected
+        assert all(expected.values())
+
+    def test_the_key_root_is_part_of_the_slot(self) -> None:
+        """The slot is the hash tag's: the same queue under another root is the same slot."""
+        slots = Slots("jobs")
+        assert slots("q7") == slot_of(QueueKeys("q7", "jobs").active) == slot_of("x:{q7}:y")
+
+    def test_a_slot_without_a_member_is_unrouted(self) -> None:
+        """A primary of the layout the fleet has no member for, a slot nobody serves (None
+        mid-failover), or no layout at all: the queue is unrouted."""
+        layout = self.layout()
+        half = Routes(layout, Slots("emq"), {"a:1"})
+        names = [f"q{n}" for n in range(20)]
+        routed, unrouted = half.split([queue(n) for n in names])
+        assert set(routed) == {"a:1"}
+        assert {q.name for q in unrouted} == {n for n in names if half.owner(n) is None}
+        assert unrouted and all(
+            layout.owner(slot_of(QueueKeys(q.name).active)) == "b:1" for q in unrouted
         )
-        fleet.applied(Layout({A: ("10.0.0.1", 6379)}))
-        fleet.members[A].node.restarts = 2
-        fleet.applied(Layout({B: ("10.0.0.2", 6379)}))
-        clock.now += RETIRED_TTL_S
-        fleet.applied(Layout({B: ("10.0.0.2", 6379)}))
-        assert [(s.name, s.restarts) for s in fleet.states()] == [(B, 0), (A, 2)]
-        assert set(metrics.numbers.nodes) == {A, B}
-        clock.now += 1
-        fleet.applied(Layout({B: ("10.0.0.2", 6379)}))
-        assert [(s.name, s.restarts) for s in fleet.states()] == [(B, 0)]
-        assert set(metrics.numbers.nodes) == {B}
-        fleet.stop(0.1)
+        nobody = Routes(Layout({"a:1": ("a", 1)}, (None,) * 16384), Slots("emq"), {"a:1"})
+        assert nobody.split([queue("q1")]) == ({}, [queue("q1")])
+        assert Routes(None, Slots("emq"), {"a:1"}).owners(["q1", "q2"]) == {None}

@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 from sweeperd.constants import ExecutorChoice
 from sweeperd.fleet.node import BACKOFF_FIRST_S, BACKOFF_MAX_S, Node
 from sweeperd.metrics.registry import Metrics
+from sweeperd.metrics.state import StateReaders
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import connect
 from sweeperd.verb.scripts import SWEEP_SCRIPT
@@ -25,7 +26,7 @@ def make_node(url: str, choice: ExecutorChoice = ExecutorChoice.AUTO) -> Node:
 def sample(of: Node, name: str, **labels: str) -> float | None:
     """One series of the node's state, as a scrape reads it from the node."""
     metrics = Metrics(CollectorRegistry(), version="test")
-    metrics.state.nodes = lambda: [of.state()]
+    metrics.read_state(StateReaders(nodes=lambda: [of.state()]))
     return metrics.registry.get_sample_value(name, labels)
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.parser import (
@@ -14,11 +16,12 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import QueueMetrics
-from sweeperd.daemon.schedule import Schedule
+from sweeperd.daemon.schedule import SWEEPS, Schedule
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
-from sweeperd.metrics.state import NodeState
+from sweeperd.metrics.state import NodeState, StateReaders
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply
 
@@ -121,10 +124,19 @@ class TestConstruction:
         assert "process_cpu_seconds_total" in names(m)
         assert "python_info" in names(m)
 
-    def test_two_instances(self) -> None:
-        """Two Metrics with their own registries do not collide."""
-        Metrics(version="1")
-        Metrics(version="2")
+    def test_two_instances_count_apart(self) -> None:
+        """Two Metrics, each with a registry of its own (two registering the same names in one
+        would raise): what one counts, the other does not show."""
+        one, two = Metrics(version="1"), Metrics(version="2")
+        one.numbers.add_queue("q")
+        one.numbers.record(NODE, "q", result(reply(recovered=2)), 1.0)
+        two.numbers.add_queue("q")
+        assert value(one, "sweeperd_recovered_total", queue="q") == 2
+        assert value(two, "sweeperd_recovered_total", queue="q") == 0
+        assert value(two, "sweeperd_build_info", version="2", python=platform.python_version())
+        assert (
+            value(one, "sweeperd_build_info", version="2", python=platform.python_version()) is None
+        )
 
 
 class TestRecord:
@@ -224,11 +236,12 @@ class TestRecord:
     def test_state_of_the_nodes(self, m: Metrics) -> None:
         """Each node's up, restarts and run_id with its executor are read from the nodes at
         scrape time; a node not yet answered has no up, one retired keeps its restarts."""
-        m.state.nodes = lambda: [
+        nodes = [
             NodeState("h:6379", 2, True, "r1", "native"),
             NodeState("/run/r.sock", 0, False),
             NodeState("gone:1", 3),
         ]
+        m.read_state(StateReaders(nodes=lambda: nodes))
         assert value(m, "sweeperd_redis_up", node="h:6379") == 1
         assert value(m, "sweeperd_redis_up", node="/run/r.sock") == 0
         assert value(m, "sweeperd_redis_up", node="gone:1") is None
@@ -245,7 +258,7 @@ class TestRecord:
     def test_ready(self, m: Metrics) -> None:
         """Readiness is read when scraped: 1 or 0."""
         assert value(m, "sweeperd_ready") == 0
-        m.state.ready = lambda: True
+        m.read_state(StateReaders(ready=lambda: True))
         assert value(m, "sweeperd_ready") == 1
 
 
@@ -320,14 +333,16 @@ class TestQueueLifecycle:
 
     @pytest.mark.parametrize("level", list(QueueMetrics))
     def test_keep_queues_removes_every_series_of_the_others(self, level: QueueMetrics) -> None:
-        """keep_queues removes every series of a queue not named, and no other queue's."""
+        """keep_queues removes every series of a queue not named, and no other queue's; a name
+        kept that has no series gets none."""
         m = Metrics(CollectorRegistry(), version="1", level=level)
         for queue in ("gone", "kept"):
             swept(m, queue)
-        m.numbers.keep_queues({"kept"})
+        m.numbers.keep_queues({"kept", "never-seen"})
         text = generate_latest(m.registry).decode()
         assert 'queue="gone"' not in text
         assert 'queue="kept"' in text
+        assert 'queue="never-seen"' not in text  # keeping a name makes no series of it
         assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 1.7e9
 
     @pytest.mark.parametrize("level", list(QueueMetrics))
@@ -349,17 +364,6 @@ class TestQueueLifecycle:
         if level is QueueMetrics.BASIC:  # (at full, the per-queue series replace these)
             assert value(m, "sweeperd_sweeps_total", node=NODE) == 2 + 3  # swept()'s two
             assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 3 + 2
-
-    def test_keep_queues_drops_every_other(self, m: Metrics) -> None:
-        """keep_queues removes the series of queues not named, as a late call left them."""
-        for queue in ("kept", "given-away"):
-            m.numbers.add_queue(queue)
-            m.numbers.record(NODE, queue, result(reply()), 5.0)
-        m.numbers.keep_queues({"kept", "never-seen"})
-        text = generate_latest(m.registry).decode()
-        assert 'queue="given-away"' not in text
-        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="kept") == 5.0
-        assert 'queue="never-seen"' not in text
 
     @pytest.mark.parametrize("level", list(QueueMetrics))
     def test_disown_keeps_counters_and_last_success(self, level: QueueMetrics) -> None:
@@ -393,14 +397,18 @@ def every_kind(m: Metrics) -> Metrics:
     """Every series present: two queues swept (one with a name to escape), a node's events."""
     swept(m)
     swept(m, 'odd"\\name')
-    m.state.nodes = lambda: [NodeState(NODE, 1, True, "abc", "native")]
-    m.state.ready = lambda: True
+    nodes = [NodeState(NODE, 1, True, "abc", "native")]
+    m.read_state(StateReaders(nodes=lambda: nodes, ready=lambda: True))
+    scheduler = BackgroundScheduler(timezone=UTC)
     schedule = Schedule(
-        BackgroundScheduler(), lambda _batch: None, workers=1, jitter=0.0, on_overrun=lambda: None
+        scheduler, lambda _batch: None, workers=1, jitter=0.0, on_overrun=lambda: None
     )
     for series in schedule.series:
         m.add_collector(series)
-    schedule.lag.observe(0.01)
+    schedule.sync([QueueSettings("q", 1.0, 1, 100)])
+    [job] = scheduler.get_jobs()
+    late = datetime.now(UTC) - timedelta(seconds=0.01)
+    schedule.submitted(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, SWEEPS, [late]))
     return m
 
 
