@@ -14,7 +14,7 @@ import typer
 
 from sweeperd import __version__
 from sweeperd.cli.inputs import build, one_queue, settings_of
-from sweeperd.cli.reply import Reply, usage
+from sweeperd.cli.reply import Reply, drop_stdout, usage
 from sweeperd.cli.signature import with_options
 from sweeperd.commands import report
 from sweeperd.commands.failures import Failure, failure_of
@@ -143,7 +143,8 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
     now are kept as last read, marked.
 
     Off a terminal, or with --once, it prints the view once (plain text, or --json) from two
-    reads --interval apart and exits. Exit codes as `inspect`; Ctrl-C leaves the live view, 0.
+    reads --interval apart and exits. Exit codes as `inspect`; Ctrl-C, SIGTERM or SIGHUP
+    leaves the live view, the terminal restored, 0.
     """
     from sweeperd.top import view  # rich's live view: loaded for `top` only
 
@@ -158,6 +159,9 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
         if settings.connection.topology.mode is TopologyMode.STANDALONE:
             check_standalone(settings.connection, settings.connection.client())
         code = view.run(settings, options, reply.print)
+    except view.TerminalGone:  # hung up: left as Ctrl-C leaves, with nowhere to say it
+        drop_stdout()
+        code = EXIT_OK
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)

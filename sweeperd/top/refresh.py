@@ -4,8 +4,8 @@ what cannot be read now keeps its last numbers, said to be so."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import redis
 
@@ -45,6 +45,8 @@ class Screen:
     members: tuple[str, ...] = ()  # the replicas' live members, by id; (): no sharing
     members_error: str | None = None  # why the members could not be read
     window_s: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
+    seen: Mapping[str, int] = field(default_factory=dict)  # each member's place in the order
+    # the view first saw them (its letter: kept when another member leaves)
 
 
 class Top:
@@ -77,6 +79,7 @@ class Top:
         self.first_run_ids: dict[str, str] = {}
         self.last: dict[str, QueueRow] = {}
         self.members: tuple[str, ...] = ()
+        self.seen: dict[str, int] = {}  # member -> its place in the order first seen
         self.detail: set[str] | None = None  # the queues shown last time: read in detail now
 
     def refresh(self) -> Screen:
@@ -116,6 +119,8 @@ class Top:
         rows += self._orphans()
         self.remap = bool(failures) or self._layout_may_have_changed(rows)
         shown = tuple(replace(r, owner=owner(r.queue, self.members)) for r in rows)
+        for member in self.members:
+            self.seen.setdefault(member, len(self.seen))
         return Screen(
             now,
             tuple(self.servers.values()),
@@ -125,6 +130,7 @@ class Top:
             self.members,
             members_error,
             self.rates.window_s,
+            dict(self.seen),
         )
 
     def _row(self, read: QueueRow, run_id: str, now: float) -> QueueRow:
