@@ -9,29 +9,48 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import FrameType
 
+import redis
 from rich.console import Console
 from rich.live import Live
 
 from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import Settings
 from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
-from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, wall_clock
+from sweeperd.server.connection import Connection
+from sweeperd.server.urls import url_at
+from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, Unread, wall_clock
 from sweeperd.top.screen import lines_besides_rows, plain_text, renderable
 
 HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
 SPARE_LINES = 2  # left below the view
 MIN_ROWS = 5  # the rows shown however small the terminal
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
-JSON_SCHEMA = 2  # `schema` in --json: raised when a field changes meaning or goes
+JSON_SCHEMA = 3  # `schema` in --json: raised when a field changes meaning or goes
 LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the live view as Ctrl-C does
 HUNG_UP = (errno.EIO, errno.EPIPE)  # a write to a terminal that was closed
 
 
 class TerminalGone(Exception):
     """The live view's terminal was closed under it: nothing is left to restore or write to."""
+
+
+class NothingRead(Exception):
+    """No server of the view answered: `--once` has nothing to show but the failure, said of
+    the server that failed (`connection` points at it)."""
+
+    def __init__(self, connection: Connection, error: redis.RedisError) -> None:
+        super().__init__(str(error))
+        self.connection = connection
+        self.error = error
+
+    @classmethod
+    def of(cls, connection: Connection, unread: Unread) -> NothingRead:
+        if unread.address is None:
+            return cls(connection, unread.error)
+        return cls(replace(connection, url=url_at(connection.url, *unread.address)), unread.error)
 
 
 def _server_json(s: ServerRow) -> dict[str, object]:
@@ -46,6 +65,7 @@ def as_json(screen: Screen, interval: float) -> str:
         "interval_s": interval,
         "rate_window_s": screen.window_s,
         "queues": screen.queues,
+        "read": screen.queues - screen.unread,
         "members": list(screen.members),
         "servers": [_server_json(s) for s in screen.servers],
         "rows": [asdict(r) for r in screen.rows],
@@ -130,8 +150,8 @@ def run(
     settings: Settings, view: ViewOptions, say: Callable[[str], None], clock: Clock = wall_clock
 ) -> int:
     """Show the view until Ctrl-C (or SIGTERM, SIGHUP), or once; a server that cannot be read
-    ends a --once run with its failure (raised), and shows in red in the live view; a terminal
-    closed under the live view raises TerminalGone."""
+    is said on its line, and a --once run that no server answered raises NothingRead; a
+    terminal closed under the live view raises TerminalGone."""
     top = Top(
         settings.connection,
         settings.prefix_root,
@@ -152,12 +172,11 @@ def run(
 
 
 def _once(top: Top, view: ViewOptions, say: Callable[[str], None]) -> int:
-    for attempt in range(2):  # two reads: the rates need both
-        screen = top.refresh()
-        if screen.failures:
-            raise screen.failures[0]
-        if attempt == 0:
-            time.sleep(view.interval)
+    screen = top.refresh()
+    time.sleep(view.interval)  # two reads: the rates need both
+    screen = top.refresh()
+    if not screen.answered and screen.failures:
+        raise NothingRead.of(top.connection, screen.failures[0])
     width = shutil.get_terminal_size((120, 40)).columns
     say(as_json(screen, view.interval) if view.json else plain_text(screen, view.interval, width))
     return EXIT_OK

@@ -63,11 +63,11 @@ class TestLiveFit:
             QueueRow("b", "10.0.0.1:6379", 1, state=ERROR, error="WRONGTYPE"),
             QueueRow("c", "10.0.0.2:6379", 0),
         )
-        screen = Screen(at=0.0, servers=servers, rows=rows, queues=3)
+        screen = Screen(at=0.0, servers=servers, rows=rows, queues=3, unread=2)
         assert len(list(notes(screen))) == 2  # b's error, and what ~ means
         besides = 1 + 4 + 2 + 1 + 2  # the title, the servers, the table's head, the count, notes
         assert lines_besides_rows(screen, 1.0, 100) == besides
         assert rows_for(screen, 40, 100, 1.0) == 40 - besides - SPARE_LINES
-        assert lines_besides_rows(screen, 1.0, 50) == besides + 3 + 1 + 1  # wrapped: 3 servers,
-        # the title and what ~ means
+        assert lines_besides_rows(screen, 1.0, 50) == besides + 3 + 1 + 1 + 1  # wrapped: 3 servers,
+        # the title, the count and what ~ means
         assert rows_for(screen, 10, 100, 1.0) == 5

@@ -43,6 +43,9 @@ READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
 }
 
 
+WIDE = {"COLUMNS": "300"}  # a terminal no line of the tests' wraps on
+
+
 def populate(r: redis.Redis) -> None:
     """BACKLOGS expired leases per queue, one live lease, 2 pending, 1 dead, count 5 each."""
     for queue, expired in BACKLOGS.items():
@@ -154,6 +157,37 @@ class TestTopDiscovery:
         r.zadd("emq:sweeperd:{x}:pending", {"m": 0})
         r.zadd("emq:sweeperd:{x}:active", {"m": 0})
         assert set(rows_of(viewer(redis_server).refresh())) == set(BACKLOGS)
+
+    def test_a_refused_scan_is_said(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A user without SCAN gets no empty view that looks whole: the server's line says its
+        queues are not listed and why (NOPERM, SCAN named) and how to list them, the count
+        says it too; the queues named with --queue are read as usual. Exit 0, nothing on
+        stderr."""
+        populate(r)
+        r.acl_setuser(
+            "topviewer", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-scan"]
+        )
+        url = redis_server.url.replace("redis://", "redis://topviewer:pw@")
+        try:
+            listed = sweeperd("top", "--redis-url", url, "--interval", "0.1", "--json")
+            text = sweeperd("top", "--redis-url", url, "--interval", "0.1", env=WIDE)
+            named = sweeperd("top", "--redis-url", url, "--interval", "0.1", "--json", "-q", "mail")
+        finally:
+            r.acl_deluser("topviewer")
+        assert (listed.code, listed.err, text.code, text.err) == (0, "", 0, "")
+        body = listed.json()
+        [server] = body["servers"]
+        assert (server["error"], body["queues"], body["rows"]) == (None, 0, [])
+        assert server["scan_error"].startswith("NOPERM") and "'scan'" in server["scan_error"]
+        [line] = [line for line in text.out.splitlines() if line.startswith("1 ")]
+        assert line.endswith(
+            f"queues not listed: {server['scan_error']} (grant +scan, or give them with --queue)"
+        ), line
+        assert text.out.splitlines()[-1] == (
+            "top 0 of 0 queues by expired leases; server 1 not listed"
+        ), text.out
+        assert named.code == 0 and named.json()["servers"][0]["scan_error"] is None
+        assert [(row["queue"], row["expired"]) for row in named.json()["rows"]] == [("mail", 3)]
 
 
 class TestTopRates:
@@ -433,12 +467,13 @@ class TestTopJson:
             "interval_s",
             "rate_window_s",
             "queues",
+            "read",
             "members",
             "servers",
             "rows",
         }
-        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (2, 0.1, 0.1)
-        assert (body["queues"], body["members"]) == (3, ["web-1:11"])
+        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (3, 0.1, 0.1)
+        assert (body["queues"], body["read"], body["members"]) == (3, 3, ["web-1:11"])
         [server] = body["servers"]
         assert server == {
             "node": f"127.0.0.1:{redis_server.port}",
@@ -450,6 +485,8 @@ class TestTopJson:
             "error": None,
             "restarted": False,
             "replaced": False,
+            "reads_for": None,
+            "scan_error": None,
         }
         row = body["rows"][0]
         assert set(row) == {
