@@ -109,16 +109,30 @@ def line_of(text: str, node: str) -> str:
 
 
 @contextlib.contextmanager
-def failover_held(cluster: Cluster, replica: RedisServer) -> Iterator[None]:
-    """The seconds before a replica takes over, held open: `replica` may not take over and the
-    other primaries go on serving their slots (cluster-require-full-coverage no)."""
+def before_takeover(
+    cluster: Cluster, hang: bool = False
+) -> Iterator[tuple[RedisServer, RedisServer, RedisServer]]:
+    """A primary killed (or hung: SIGSTOP) in the seconds before its replica takes over, held
+    open: the replica may not take over, the other primaries go on serving their slots
+    (cluster-require-full-coverage no). Yields the primary, its replica and another primary;
+    afterwards the primary is back and the cluster as it was."""
+    victim, *others = cluster.primaries()
+    replica = cluster.replica_of(victim)
     with replica.client() as c:
         c.config_set("cluster-replica-no-failover", "yes")
     for node in cluster.live():
         with node.client() as c:
             c.config_set("cluster-require-full-coverage", "no")
     try:
-        yield
+        (cluster.pause if hang else cluster.kill)(victim)
+        try:
+            yield victim, replica, others[0]
+        finally:
+            if hang:
+                cluster.resume(victim)
+                cluster.settle()
+            else:
+                cluster.revive(victim)
     finally:
         for node in cluster.live():
             with node.client() as c:
@@ -306,15 +320,9 @@ class TestTopPartialOutage:
         (read-only), they are rows marked so, and the replica's line, after the primaries',
         says whose it is. Every queue is read; exit 0."""
         seeded = seed_every_primary(fresh)
-        victim, *others = fresh.primaries()
-        replica = fresh.replica_of(victim)
-        with failover_held(fresh, replica):
-            fresh.kill(victim)
-            try:
-                body = top_once(others[0], "--json")
-                text = top_once(others[0], env=WIDE)
-            finally:
-                fresh.revive(victim)
+        with before_takeover(fresh) as (victim, replica, seed_node):
+            body = top_once(seed_node, "--json")
+            text = top_once(seed_node, env=WIDE)
         assert (text.code, text.err) == (0, "")
         servers = read_on_replica(body, seeded, victim, replica)
         assert "Connection refused" in (servers[victim.node]["error"] or "")
@@ -336,15 +344,8 @@ class TestTopPartialOutage:
         """A primary that hangs (SIGSTOP: it takes connections and never answers) is read on
         its replica once its reads time out, its line saying so; exit 0."""
         seeded = seed_every_primary(fresh)
-        victim, *others = fresh.primaries()
-        replica = fresh.replica_of(victim)
-        with failover_held(fresh, replica):
-            fresh.pause(victim)
-            try:
-                body = top_once(others[0], "--json", "--socket-timeout", HUNG_TIMEOUT_S)
-            finally:
-                fresh.resume(victim)
-                fresh.settle()
+        with before_takeover(fresh, hang=True) as (victim, replica, seed_node):
+            body = top_once(seed_node, "--json", "--socket-timeout", HUNG_TIMEOUT_S)
         servers = read_on_replica(body, seeded, victim, replica)
         assert "Timeout" in (servers[victim.node]["error"] or ""), servers[victim.node]
 
