@@ -14,7 +14,7 @@ import typer
 
 from sweeperd import __version__
 from sweeperd.cli.inputs import build, one_queue, settings_of
-from sweeperd.cli.reply import Reply, usage
+from sweeperd.cli.reply import Reply, drop_stdout, usage
 from sweeperd.cli.signature import with_options
 from sweeperd.commands import report
 from sweeperd.commands.failures import Failure, failure_of
@@ -139,11 +139,12 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
     shown). rec/s is how fast the pending set grew over the reads of the last
     --rate-window seconds (recoveries, and producers, less what workers took); dead/s how fast
     the metrics:failed count grew (jobs that died for any reason). A server whose run_id
-    changed since the view started is marked RESTARTED; rows of a server that cannot be read
-    now are kept as last read, marked.
+    changed since the view started is marked RESTARTED; a server that cannot be read says why
+    on its line, and its rows are kept as last read, or read on a replica of it, marked.
 
     Off a terminal, or with --once, it prints the view once (plain text, or --json) from two
-    reads --interval apart and exits. Exit codes as `inspect`; Ctrl-C leaves the live view, 0.
+    reads --interval apart and exits 0, whole or not; 3 when no server answered at all, 2 on a
+    bad option. Ctrl-C, SIGTERM or SIGHUP leaves the live view, the terminal restored, 0.
     """
     from sweeperd.top import view  # rich's live view: loaded for `top` only
 
@@ -158,6 +159,11 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
         if settings.connection.topology.mode is TopologyMode.STANDALONE:
             check_standalone(settings.connection, settings.connection.client())
         code = view.run(settings, options, reply.print)
+    except view.NothingRead as exc:  # said of the server that failed, not of the URL's
+        reply.fail(failure_of(exc.error, exc.connection))
+    except view.TerminalGone:  # hung up: left as Ctrl-C leaves, with nowhere to say it
+        drop_stdout()
+        code = EXIT_OK
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)

@@ -1,22 +1,36 @@
-"""Where `sweeperd top` reads: the primaries, the nodes serving as replicas, each one's queues."""
+"""Where `sweeperd top` reads: the primaries, each one's replicas, each one's queues."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.server.connection import Connection
-from sweeperd.server.topology import ClusterSlots, Layout, SentinelPrimary, name_of, source_of
+from sweeperd.server.topology import (
+    Address,
+    ClusterSlots,
+    Layout,
+    SentinelPrimary,
+    name_of,
+    source_of,
+)
 
 QUEUE_SETS = (ACTIVE, PENDING, DEAD)  # a queue with any of them is shown
 
 
 @dataclass(frozen=True)
 class Map:
-    """The layout, and the nodes that serve as replicas now (a node in neither is gone)."""
+    """The layout, and each primary's replicas as the map lists them now (a node that is in
+    neither is gone)."""
 
     layout: Layout
-    replicas: frozenset[str] = frozenset()
+    replicas_of: Mapping[str, tuple[Address, ...]] = field(default_factory=dict)
+
+    @property
+    def replicas(self) -> frozenset[str]:
+        """The nodes that serve as replicas now."""
+        return frozenset(name_of(a) for found in self.replicas_of.values() for a in found)
 
 
 class MapSource:
@@ -27,16 +41,22 @@ class MapSource:
 
     def read(self) -> Map:
         """The primaries and slot owners now; a failure to read them is a redis.RedisError."""
-        return Map(self.source.read(), self._replicas())
+        layout = self.source.read()
+        return Map(layout, self._replicas(layout))
 
-    def _replicas(self) -> frozenset[str]:
+    def _replicas(self, layout: Layout) -> dict[str, tuple[Address, ...]]:
+        """Each primary's replicas: the Cluster's slot map lists them after their primary (a
+        primary that died is listed until one takes over), Sentinel names the primary's."""
         if isinstance(self.source, ClusterSlots) and self.source.cluster is not None:
-            nodes = self.source.cluster.nodes_manager.get_nodes_by_server_type("replica")
-            return frozenset(name_of((n.host, int(n.port))) for n in nodes)
+            found: dict[str, tuple[Address, ...]] = {}
+            for primary, *replicas in self.source.cluster.nodes_manager.slots_cache.values():
+                name = name_of((primary.host, int(primary.port)))
+                found[name] = tuple((n.host, int(n.port)) for n in replicas)
+            return found
         if isinstance(self.source, SentinelPrimary):
-            found = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
-            return frozenset(name_of((str(host), int(port))) for host, port in found)
-        return frozenset()
+            named = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
+            return {name: tuple((str(h), int(p)) for h, p in named) for name in layout.primaries}
+        return {}
 
     def close(self) -> None:
         if isinstance(self.source, ClusterSlots):

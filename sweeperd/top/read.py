@@ -29,7 +29,9 @@ STALE = "stale"  # its server cannot be read now: the last numbers read (its lin
 MIGRATING = "migrating"  # its slot is moving (ASK, TRYAGAIN): the last numbers read
 MOVED = "moved"  # its slot moved to another primary (MOVED): the last numbers, the map read again
 ERROR = "error"  # a read of its own keys was refused (WRONGTYPE, NOPERM): what could be read
+REPLICA = "replica"  # its primary cannot be read: read now on a replica of it (it may lag)
 KEPT = (STALE, MIGRATING, MOVED)  # states that show the last numbers read
+READ = (OK, REPLICA)  # states whose numbers were all read now
 
 CODES = (  # the error codes redis-py takes off the errors it has a class for
     (MovedError, "MOVED"),
@@ -71,7 +73,8 @@ class QueueRow:
 
 @dataclass(frozen=True)
 class ServerRow:
-    """One primary's identity as the last read saw it, or why its queues cannot be read."""
+    """One primary's identity as the last read saw it, or why its queues cannot be read (or a
+    replica's, read in place of its primary)."""
 
     node: str
     run_id: str = ""  # "": not read, the server is unreachable
@@ -81,6 +84,8 @@ class ServerRow:
     first_run_id: str = ""  # the run_id when the view started: another one means a restart
     error: str | None = None
     replaced: bool = False  # unreachable and out of the slot map: another primary has its slots
+    reads_for: str | None = None  # the primary this replica is read for (it cannot be now)
+    scan_error: str | None = None  # why discovery could not list its queues (SCAN failed)
 
     @property
     def restarted(self) -> bool:
@@ -107,6 +112,7 @@ class NodeReader:
     root: str
     first_run_id: str = ""
     offset_ms: float | None = None  # the server's clock minus ours, as the last read saw it
+    readonly: bool = False  # a Cluster replica: READONLY first, or it redirects every read
 
     def read(
         self, queues: Sequence[str], detail: set[str], now: float, members_key: str | None = None
@@ -119,6 +125,8 @@ class NodeReader:
         due = int(now * 1000 + self.offset_ms)
         shown = [q for q in queues if q in detail]
         pipe = self.client.pipeline(transaction=False)
+        if self.readonly:
+            pipe.execute_command("READONLY")  # type: ignore[no-untyped-call]
         pipe.execute_command("INFO", "server", "replication")  # type: ignore[no-untyped-call]
         pipe.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
         for queue in queues:
@@ -127,7 +135,7 @@ class NodeReader:
             queue_counts(pipe, QueueKeys(queue, self.root))
         if members_key is not None:
             pipe.zrangebyscore(members_key, due, "+inf")
-        replies = pipe.execute(raise_on_error=False)
+        replies = pipe.execute(raise_on_error=False)[1 if self.readonly else 0 :]
         if isinstance(replies[0], redis.RedisError):
             raise replies[0]
         info = parse_info(replies[0])

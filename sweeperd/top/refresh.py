@@ -4,22 +4,23 @@ what cannot be read now keeps its last numbers, said to be so."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import redis
 
 from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, TopologyMode
 from sweeperd.keyspace import QueueKeys, members_key
 from sweeperd.ownership import owner
-from sweeperd.server.connection import Connection
+from sweeperd.server.connection import UNREACHABLE, Connection
 from sweeperd.server.scan import find_queues
-from sweeperd.server.topology import Layout, slot_of
+from sweeperd.server.topology import Address, slot_of
 from sweeperd.top.layout import QUEUE_SETS, Map, MapSource
 from sweeperd.top.rates import RateWindow, Sample
 from sweeperd.top.read import (
     KEPT,
     MOVED,
+    READ,
     STALE,
     NodeRead,
     NodeReader,
@@ -27,9 +28,18 @@ from sweeperd.top.read import (
     ServerRow,
     said,
 )
+from sweeperd.top.standins import Standins
 
 Clock = Callable[[], float]  # seconds since the epoch: time.time, or a test's own
-__all__ = ["Clock", "QueueRow", "Screen", "ServerRow", "Top", "wall_clock"]
+__all__ = ["Clock", "QueueRow", "Screen", "ServerRow", "Top", "Unread", "wall_clock"]
+
+
+@dataclass(frozen=True)
+class Unread:
+    """Why a server's queues could not be read: its address (None: the URL's) and the error."""
+
+    address: Address | None
+    error: redis.RedisError
 
 
 @dataclass(frozen=True)
@@ -41,15 +51,23 @@ class Screen:
     servers: tuple[ServerRow, ...]
     rows: tuple[QueueRow, ...]
     queues: int  # queues the view knows, of which `rows` shows the most backlogged
-    failures: tuple[redis.RedisError, ...] = ()  # why a server's queues could not be read
+    failures: tuple[Unread, ...] = ()  # why a server's queues could not be read
     members: tuple[str, ...] = ()  # the replicas' live members, by id; (): no sharing
     members_error: str | None = None  # why the members could not be read
     window_s: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
+    unread: int = 0  # of the queues known, those whose numbers are not read now
+    seen: Mapping[str, int] = field(default_factory=dict)  # each member's place in the order
+    # the view first saw them (its letter: kept when another member leaves)
+
+    @property
+    def answered(self) -> bool:
+        """A server of the view answered (its identity read), if only to refuse its queues."""
+        return any(server.run_id for server in self.servers)
 
 
 class Top:
-    """The readers of every primary, the last row of every queue, and the rows a refresh shows
-    (capped to `rows`)."""
+    """The readers of every primary (and of a replica in place of one that cannot be read), the
+    last row of every queue, and the rows a refresh shows (capped to `rows`)."""
 
     def __init__(
         self,
@@ -72,11 +90,14 @@ class Top:
         self.remap = True  # read the layout before the next read: it may have changed
         self.routes: dict[str | None, list[str]] = {}  # primary -> its queues; None: no primary
         self.readers: dict[str, NodeReader] = {}
+        self.standins = Standins(connection, root)
         self.searched: set[str] = set()  # the primaries discovery has looked at
+        self.unlisted: dict[str, str] = {}  # primary -> why discovery could not list its queues
         self.servers: dict[str, ServerRow] = {}  # every server shown, in the order first seen
         self.first_run_ids: dict[str, str] = {}
         self.last: dict[str, QueueRow] = {}
         self.members: tuple[str, ...] = ()
+        self.seen: dict[str, int] = {}  # member -> its place in the order first seen
         self.detail: set[str] | None = None  # the queues shown last time: read in detail now
 
     def refresh(self) -> Screen:
@@ -90,32 +111,36 @@ class Top:
 
     def _read_all(self, detail: set[str]) -> Screen:
         now = self.clock()
-        failures: list[redis.RedisError] = []
+        failures: list[Unread] = []
         members_error = None
         rows: list[QueueRow] = []
         if self.remap:
             try:
                 self._find()
             except redis.RedisError as exc:
-                failures.append(exc)
+                failures.append(Unread(None, exc))
                 self._unreadable(said(exc))
         members_at = self._members_node()
+        standins: list[ServerRow] = []
         for node, reader in self.readers.items():
             wanted = members_key(self.root) if node == members_at else None
-            try:
-                read = reader.read(self.routes.get(node, []), detail, now, wanted)
-            except redis.RedisError as exc:
-                read = self._down(reader, exc)
+            read, standin = self._read(node, reader, detail, now, wanted)
             if read.failure is not None:
-                failures.append(read.failure)
+                failures.append(Unread(self._address(node), read.failure))
+            self.servers[node] = replace(read.server, scan_error=self.unlisted.get(node))
+            if standin is not None:
+                standins.append(standin.server)
+                read = standin
             if wanted is not None and read.failure is None:
                 self.members = read.members or ()
                 members_error = read.members_error
-            self.servers[node] = read.server
             rows += (self._row(row, read.server.run_id, now) for row in read.rows)
+        self._stand_in(standins)
         rows += self._orphans()
         self.remap = bool(failures) or self._layout_may_have_changed(rows)
         shown = tuple(replace(r, owner=owner(r.queue, self.members)) for r in rows)
+        for member in self.members:
+            self.seen.setdefault(member, len(self.seen))
         return Screen(
             now,
             tuple(self.servers.values()),
@@ -125,7 +150,38 @@ class Top:
             self.members,
             members_error,
             self.rates.window_s,
+            sum(1 for row in shown if row.state not in READ),
+            dict(self.seen),
         )
+
+    def _read(
+        self, node: str, reader: NodeReader, detail: set[str], now: float, wanted: str | None
+    ) -> tuple[NodeRead, NodeRead | None]:
+        """A primary's read, and a replica's in its place when it cannot be reached (or is
+        loading, or hangs)."""
+        queues = self.routes.get(node, [])
+        try:
+            read = reader.read(queues, detail, now, wanted)
+        except redis.RedisError as exc:
+            read = self._down(reader, exc)
+        if not isinstance(read.failure, UNREACHABLE):
+            return read, None
+        replicas = self.map.replicas_of.get(node, ()) if self.map is not None else ()
+        return read, self.standins.read(node, replicas, queues, detail, now, wanted)
+
+    def _stand_in(self, standins: Iterable[ServerRow]) -> None:
+        """The lines of the replicas read in place of their primary, after the primaries' (the
+        numbers of those stay when a replica is no longer read); the others' dropped."""
+        lines = {server.node: server for server in standins}
+        for name, server in list(self.servers.items()):
+            if server.reads_for is not None and name not in lines:
+                del self.servers[name]
+        self.servers.update(lines)
+        self.standins.release()
+
+    def _address(self, node: str) -> Address | None:
+        """Where a primary is (None: the URL's own server)."""
+        return None if self.map is None else self.map.layout.primaries.get(node)
 
     def _row(self, read: QueueRow, run_id: str, now: float) -> QueueRow:
         """A read row with its rates, or the last numbers when it could not be read now."""
@@ -194,7 +250,7 @@ class Top:
         if self.source is None:
             self.source = MapSource(self.connection)
         found = self.source.read()
-        self._readers(found.layout)
+        self._readers(found)
         self._forget(found)
         self.routes = {}
         for queue in sorted(self.queues):
@@ -203,18 +259,29 @@ class Top:
         self.map = found
         self.remap = False
 
-    def _readers(self, layout: Layout) -> None:
+    def _readers(self, found: Map) -> None:
         """A reader for each primary new to the view, and its queues discovered."""
-        for name, address in layout.primaries.items():
+        for name, address in found.layout.primaries.items():
             if name not in self.readers:
                 self.readers[name] = NodeReader(name, self.connection.client(address), self.root)
                 self.readers[name].first_run_id = self.first_run_ids.get(name, "")
             if self.discover and name not in self.searched:
-                try:
-                    self.queues |= find_queues(self.readers[name].client, self.root, QUEUE_SETS)
-                    self.searched.add(name)
-                except redis.RedisError:
-                    pass  # its read says why; discovery is tried again at the next layout
+                self._search(name, found.replicas_of.get(name, ()))
+
+    def _search(self, name: str, replicas: Iterable[Address]) -> None:
+        """A primary's queues, found by SCAN there, or on a replica of it when it cannot be
+        scanned; why neither could be is said on its line (tried again at the next layout)."""
+        try:
+            found = find_queues(self.readers[name].client, self.root, QUEUE_SETS)
+        except redis.RedisError as exc:
+            replicated = self.standins.scan(replicas)
+            if replicated is None:
+                self.unlisted[name] = said(exc)
+                return
+            found = replicated
+        self.queues |= found
+        self.searched.add(name)
+        self.unlisted.pop(name, None)
 
     def _forget(self, found: Map) -> None:
         """The servers that are primaries no more: their readers closed, their lines dropped,
@@ -224,11 +291,12 @@ class Top:
             reader = self.readers.pop(name)
             reader.client.close()
             self.first_run_ids[name] = reader.first_run_id
+            self.unlisted.pop(name, None)
         for name, server in list(self.servers.items()):
-            if name in primaries:
+            if name in primaries or server.reads_for is not None:
                 continue
             if server.error is not None and name not in found.replicas:
-                self.servers[name] = replace(server, replaced=True)
+                self.servers[name] = replace(server, replaced=True, scan_error=None)
             else:
                 del self.servers[name]
 
@@ -236,6 +304,7 @@ class Top:
         for reader in self.readers.values():
             reader.client.close()
         self.readers = {}
+        self.standins.close()
         if self.source is not None:
             self.source.close()
 

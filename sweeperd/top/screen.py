@@ -1,25 +1,32 @@
 """How one refresh of `sweeperd top` looks: the title, a line per server, the replicas, the
-table (80 columns wide at the least) and a note per row that could not be read as usual."""
+table (whole at 80 columns; narrower, it drops columns) and a note per row that could not be
+read as usual."""
 
 from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
 from rich import box
-from rich.console import Console, Group
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from sweeperd.top.read import ERROR, KEPT, MIGRATING, MOVED, OK, STALE
-from sweeperd.top.refresh import Screen, ServerRow
+from sweeperd.top.read import ERROR, KEPT, MIGRATING, MOVED, OK, READ, REPLICA, STALE
+from sweeperd.top.refresh import QueueRow, Screen, ServerRow
 
-MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!"}  # before the queue's name
-STYLES = {STALE: "dim", MIGRATING: "dim", MOVED: "dim", ERROR: "yellow"}
+MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!", REPLICA: "≈"}  # before a name
+STYLES = {STALE: "dim", MIGRATING: "dim", MOVED: "dim", ERROR: "yellow", REPLICA: "cyan"}
 CELL = 6  # characters a count or a rate may take
 COLUMNS = ("expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
+DROPPED_FIRST = ("active", "owner", "dead", "dead/s", "node", "pending", "rec/s", "overdue")
+QUEUE_MIN = 8  # the queue's name is cut to no fewer characters (its mark included)
+GAP = 2  # characters between two columns
 STALE_NOTE = "~ the last numbers read: their server cannot be read now (its line says why)"
+REPLICA_NOTE = "≈ read on a replica: their primary cannot be read now (read-only; it may lag)"
 
 
 def count(value: int | None, missing: str = "…") -> str:
@@ -66,17 +73,23 @@ def letters(n: int) -> str:
     return (letters(high - 1) if high else "") + chr(ord("a") + low)
 
 
-def server_line(label: str, s: ServerRow) -> Text:
-    """One server: run_id, uptime, role and the verb, or why its queues cannot be read."""
+def server_line(label: str, s: ServerRow, nodes: Mapping[str, str], standin: str | None) -> Text:
+    """One server: run_id, uptime, role and the verb, or why its queues cannot be read (and
+    where they are read instead); a replica read in place of its primary names it as its role."""
     line = Text(f"{label} {s.node}  ")
     if s.error is not None:
         error = s.error.replace(f" connecting to {s.node}.", ":")  # the node is named already
         unreachable = "UNREACHABLE (replaced)" if s.replaced else "UNREACHABLE"
         said = f"{unreachable}: {error}" if not s.run_id else f"{error} (rows as last read)"
         line.append(said, style="bold red")
+        if standin is not None:
+            line.append(f"  queues read on {nodes[standin]}", style="bold")
     else:
         verb = "verb loaded" if s.verb_loaded else "verb NOT loaded (script executor)"
-        line.append(f"run_id {s.run_id[:12]}…  up {uptime(s.uptime_s)}  {s.role}  {verb}")
+        role = s.role if s.reads_for is None else f"replica of {nodes.get(s.reads_for, '?')}"
+        line.append(f"run_id {s.run_id[:12]}…  up {uptime(s.uptime_s)}  {role}  {verb}")
+    if s.scan_error is not None:
+        line.append(_unlisted(s), style="bold red")
     if s.restarted:
         line.append(
             f"  RESTARTED since the view started (run_id was {s.first_run_id[:12]}…)",
@@ -85,47 +98,104 @@ def server_line(label: str, s: ServerRow) -> Text:
     return line
 
 
-def table(screen: Screen, nodes: dict[str, str], owners: dict[str, str]) -> Table:
-    """The rows, most expired first; the queue's name is the one column that gives way."""
-    shown = f"top {len(screen.rows)} of {screen.queues} queues by expired leases"
-    grid = Table(
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-        caption=shown,
-        caption_justify="left",
+def _unlisted(s: ServerRow) -> str:
+    """Why discovery could not list a server's queues (its line says already when it cannot
+    be reached), and what lists them: the user's right to SCAN, or the queues named."""
+    said = "  its queues not listed" if not s.run_id else f"  queues not listed: {s.scan_error}"
+    if s.scan_error is not None and s.scan_error.startswith("NOPERM"):
+        return f"{said} (grant +scan, or give them with --queue)"
+    return f"{said} (give them with --queue)"
+
+
+def caption(screen: Screen, nodes: Mapping[str, str]) -> str:
+    """How many rows of how many queues, how many were read now, whose queues are unknown."""
+    said = [f"top {len(screen.rows)} of {screen.queues} queues by expired leases"]
+    if screen.unread:
+        said.append(f"{screen.queues - screen.unread} of {screen.queues} queues read")
+    unlisted = [nodes[s.node] for s in screen.servers if s.scan_error is not None]
+    if unlisted:
+        which = "server " if len(unlisted) == 1 else "servers "
+        said.append(f"{which}{', '.join(unlisted)} not listed")
+    return "; ".join(said)
+
+
+@dataclass(frozen=True)
+class QueueTable:
+    """The rows, most expired first, in the columns that fit the width it is drawn at: the
+    queue's name gives way first, down to 8 characters, then whole columns (DROPPED_FIRST);
+    a number is never cut."""
+
+    screen: Screen
+    nodes: Mapping[str, str]  # node -> its line's number
+    owners: Mapping[str, str]  # member -> its letter
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        columns = self._cells()
+        kept = list(columns)
+        for name in DROPPED_FIRST:
+            if _width(columns, kept) <= options.max_width:
+                break
+            if name in kept:
+                kept.remove(name)
+        grid = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        grid.add_column("queue", overflow="ellipsis", min_width=QUEUE_MIN)  # cut, never wrapped
+        for name in kept:
+            grid.add_column(name, justify="right", no_wrap=True)
+        for n, row in enumerate(self.screen.rows):
+            cells = [columns[name][n] for name in kept]
+            grid.add_row(MARKS[row.state] + row.queue, *cells, style=STYLES.get(row.state))
+        yield grid
+
+    def _cells(self) -> dict[str, list[str]]:
+        """Each column's cells, by its header, in the order shown."""
+        columns: dict[str, list[str]] = {"node": []}
+        if self.owners:
+            columns["owner"] = []
+        columns |= {name: [] for name in COLUMNS}
+        for row in self.screen.rows:
+            missing = "…" if row.state in READ else "?"
+            columns["node"].append(self.nodes.get(row.node, "?"))
+            if self.owners:
+                columns["owner"].append(self.owners.get(row.owner or "", "-"))
+            for name, cell in zip(COLUMNS, _numbers(row, missing), strict=True):
+                columns[name].append(cell)
+        return columns
+
+
+def _numbers(row: QueueRow, missing: str) -> tuple[str, ...]:
+    return (
+        count(row.expired, missing),
+        age(row.oldest_overdue_s),
+        count(row.active, missing),
+        count(row.pending, missing),
+        count(row.dead, missing),
+        rate(row.recovered_per_s),
+        rate(row.dead_per_s),
     )
-    grid.add_column("queue", overflow="ellipsis", min_width=8)  # wraps only by cutting
-    grid.add_column("node", justify="right", no_wrap=True)
-    if owners:
-        grid.add_column("owner", justify="right", no_wrap=True)
-    for name in COLUMNS:
-        grid.add_column(name, justify="right", no_wrap=True)
-    for row in screen.rows:
-        missing = "…" if row.state == OK else "?"
-        cells = [
-            count(row.expired, missing),
-            age(row.oldest_overdue_s),
-            count(row.active, missing),
-            count(row.pending, missing),
-            count(row.dead, missing),
-            rate(row.recovered_per_s),
-            rate(row.dead_per_s),
-        ]
-        where = [nodes.get(row.node, "?")] + ([owners.get(row.owner or "", "-")] if owners else [])
-        grid.add_row(MARKS[row.state] + row.queue, *where, *cells, style=STYLES.get(row.state))
-    return grid
+
+
+def _width(columns: Mapping[str, list[str]], kept: list[str]) -> int:
+    """The table's width with the `kept` columns whole, the queue's name at its narrowest."""
+    widths = [max(map(cell_len, [name, *columns[name]])) for name in kept]
+    return QUEUE_MIN + sum(width + GAP for width in widths)
 
 
 def notes(screen: Screen) -> Iterator[Text]:
-    """A line per row with its own error or a slot on the move; one for the rows kept stale."""
+    """A line per row with its own error or a slot on the move; one for the rows kept stale,
+    one for the rows read on a replica."""
     for row in screen.rows:
         if row.error is not None:
             when = f" (numbers as of {_clock(row.as_of)})" if row.state in KEPT else ""
             yield Text(f"{MARKS[row.state]}{row.queue}: {row.error}{when}", style=STYLES[row.state])
     if any(row.state == STALE and row.error is None for row in screen.rows):
         yield Text(STALE_NOTE, style="dim")
+    if any(row.state == REPLICA for row in screen.rows):
+        yield Text(REPLICA_NOTE, style="dim")
 
 
 def _clock(at: float | None) -> str:
@@ -140,13 +210,23 @@ def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
     )
     title = Text(f"sweeperd top  {_clock(screen.at)}  {how}", style="bold")
     nodes = {s.node: str(n) for n, s in enumerate(screen.servers, 1)}
-    owners = {member: letters(n) for n, member in enumerate(screen.members)}
-    lines = [server_line(nodes[s.node], s) for s in screen.servers]
+    standins = {s.reads_for: s.node for s in screen.servers if s.reads_for is not None}
+    owners = {m: letters(screen.seen.get(m, n)) for n, m in enumerate(screen.members)}
+    lines = [server_line(nodes[s.node], s, nodes, standins.get(s.node)) for s in screen.servers]
     if owners:
         lines.append(Text("replicas: " + "  ".join(f"{owners[m]} {m}" for m in screen.members)))
     if screen.members_error is not None:
         lines.append(Text(f"replicas: cannot be read: {screen.members_error}", style="bold red"))
-    return Group(title, *lines, table(screen, nodes, owners), *notes(screen))
+    table = QueueTable(screen, nodes, owners)
+    return Group(title, *lines, table, Text(caption(screen, nodes)), *notes(screen))
+
+
+def lines_besides_rows(screen: Screen, interval: float, width: int) -> int:
+    """The lines the live view takes at `width` for all but its rows: the title, the server
+    lines, the table's head and caption, the notes, each as wrapped."""
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    parts: list[Group | Text] = [renderable(replace(screen, rows=()), interval), *notes(screen)]
+    return sum(len(console.render_lines(part, pad=False)) for part in parts)
 
 
 def plain_text(screen: Screen, interval: float, width: int) -> str:

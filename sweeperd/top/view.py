@@ -2,24 +2,55 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import shutil
+import signal
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
+from types import FrameType
 
+import redis
 from rich.console import Console
 from rich.live import Live
 
 from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import Settings
 from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
-from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, wall_clock
-from sweeperd.top.screen import notes, plain_text, renderable
+from sweeperd.server.connection import Connection
+from sweeperd.server.urls import url_at
+from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, Unread, wall_clock
+from sweeperd.top.screen import lines_besides_rows, plain_text, renderable
 
 HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
+SPARE_LINES = 2  # left below the view
+MIN_ROWS = 5  # the rows shown however small the terminal
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
-JSON_SCHEMA = 2  # `schema` in --json: raised when a field changes meaning or goes
+JSON_SCHEMA = 3  # `schema` in --json: raised when a field changes meaning or goes
+LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the live view as Ctrl-C does
+HUNG_UP = (errno.EIO, errno.EPIPE)  # a write to a terminal that was closed
+
+
+class TerminalGone(Exception):
+    """The live view's terminal was closed under it: nothing is left to restore or write to."""
+
+
+class NothingRead(Exception):
+    """No server of the view answered: `--once` has nothing to show but the failure, said of
+    the server that failed (`connection` points at it)."""
+
+    def __init__(self, connection: Connection, error: redis.RedisError) -> None:
+        super().__init__(str(error))
+        self.connection = connection
+        self.error = error
+
+    @classmethod
+    def of(cls, connection: Connection, unread: Unread) -> NothingRead:
+        if unread.address is None:
+            return cls(connection, unread.error)
+        return cls(replace(connection, url=url_at(connection.url, *unread.address)), unread.error)
 
 
 def _server_json(s: ServerRow) -> dict[str, object]:
@@ -34,6 +65,7 @@ def as_json(screen: Screen, interval: float) -> str:
         "interval_s": interval,
         "rate_window_s": screen.window_s,
         "queues": screen.queues,
+        "read": screen.queues - screen.unread,
         "members": list(screen.members),
         "servers": [_server_json(s) for s in screen.servers],
         "rows": [asdict(r) for r in screen.rows],
@@ -42,15 +74,16 @@ def as_json(screen: Screen, interval: float) -> str:
 
 
 def rows_fitting(lines: int, servers: int) -> int:
-    """How many rows fit a terminal of `lines` lines under the header; at least 5."""
-    return max(5, lines - HEADER_LINES - servers - 2)
+    """How many rows fit a terminal of `lines` lines under the header; at least MIN_ROWS."""
+    return max(MIN_ROWS, lines - HEADER_LINES - servers - SPARE_LINES)
 
 
-def rows_for(screen: Screen, lines: int) -> int:
-    """How many rows the live view's next refresh may show in `lines`: room for the servers'
-    lines and the notes under the table (a row's error, the stale mark), which the rows must
-    not push off the screen, however many servers an incident brings."""
-    return rows_fitting(lines, len(screen.servers) + sum(1 for _ in notes(screen)))
+def rows_for(screen: Screen, lines: int, width: int, interval: float) -> int:
+    """How many rows the live view's next refresh may show in `lines` of `width`: room for
+    every other line as drawn at that width (the servers' lines and the notes under the table,
+    wrapped), which the rows must not push off the screen, however many servers an incident
+    brings."""
+    return max(MIN_ROWS, lines - lines_besides_rows(screen, interval, width) - SPARE_LINES)
 
 
 @dataclass(frozen=True)
@@ -116,8 +149,9 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
 def run(
     settings: Settings, view: ViewOptions, say: Callable[[str], None], clock: Clock = wall_clock
 ) -> int:
-    """Show the view until Ctrl-C, or once; a server that cannot be read ends a --once run
-    with its failure (raised), and shows in red in the live view."""
+    """Show the view until Ctrl-C (or SIGTERM, SIGHUP), or once; a server that cannot be read
+    is said on its line, and a --once run that no server answered raises NothingRead; a
+    terminal closed under the live view raises TerminalGone."""
     top = Top(
         settings.connection,
         settings.prefix_root,
@@ -138,22 +172,44 @@ def run(
 
 
 def _once(top: Top, view: ViewOptions, say: Callable[[str], None]) -> int:
-    for attempt in range(2):  # two reads: the rates need both
-        screen = top.refresh()
-        if screen.failures:
-            raise screen.failures[0]
-        if attempt == 0:
-            time.sleep(view.interval)
+    screen = top.refresh()
+    time.sleep(view.interval)  # two reads: the rates need both
+    screen = top.refresh()
+    if not screen.answered and screen.failures:
+        raise NothingRead.of(top.connection, screen.failures[0])
     width = shutil.get_terminal_size((120, 40)).columns
     say(as_json(screen, view.interval) if view.json else plain_text(screen, view.interval, width))
     return EXIT_OK
 
 
 def _live(top: Top, view: ViewOptions) -> None:
-    with Live(console=Console(), screen=True, auto_refresh=False) as live:
-        while True:
-            screen = top.refresh()
-            live.update(renderable(screen, view.interval), refresh=True)
-            if view.fit:
-                top.rows = rows_for(screen, shutil.get_terminal_size((100, 40)).lines)
-            time.sleep(view.interval)
+    live = Live(console=Console(), screen=True, auto_refresh=False)
+    try:
+        with _left_by(LEAVE_SIGNALS), live:
+            while True:
+                screen = top.refresh()
+                live.update(renderable(screen, view.interval), refresh=True)
+                if view.fit:
+                    size = shutil.get_terminal_size((100, 40))
+                    top.rows = rows_for(screen, size.lines, size.columns, view.interval)
+                time.sleep(view.interval)
+    except OSError as exc:
+        if exc.errno not in HUNG_UP:
+            raise
+        raise TerminalGone(str(exc)) from None
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _left_by(signals: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """While in the block, each of `signals` leaves it as Ctrl-C does: the live view's exit
+    restores the terminal (the main screen, the cursor) before the process ends."""
+    before = {signum: signal.signal(signum, _interrupt) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)

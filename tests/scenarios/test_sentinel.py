@@ -3,6 +3,7 @@ Sentinel names, and a failover is an epoch change: counted, logged, its leases e
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,15 @@ import pytest
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
-from tests.support.invoke import sweeperd
+from tests.support.invoke import Ran, sweeperd
 from tests.support.servers import RedisServer
-from tests.support.topologies import MASTER, SentinelGroup, write_leases
+from tests.support.topologies import (
+    DOWN_AFTER_MS,
+    MASTER,
+    SentinelGroup,
+    wait_for,
+    write_leases,
+)
 
 EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
@@ -146,26 +153,107 @@ class TestSentinel:
         assert all(b"stalled" not in row for row in rows)
 
 
+def top_once(group: SentinelGroup, *args: str) -> Ran:
+    """`sweeperd top --once --sentinel` with a URL whose host is not used (port 1)."""
+    return sweeperd(
+        "top",
+        "--once",
+        "--sentinel",
+        group.addresses,
+        "--sentinel-master",
+        MASTER,
+        "--redis-url",
+        "redis://127.0.0.1:1/0",
+        "--interval",
+        "0.1",
+        *args,
+    )
+
+
+@contextlib.contextmanager
+def primary_killed(group: SentinelGroup, replica_too: bool) -> Iterator[RedisServer]:
+    """The primary Sentinel names killed, and still named: the Sentinels give it a minute
+    before they call it down, so they neither say so nor promote its replica (or the replica
+    is stopped too); afterwards both run again, the Sentinels as they were, the group settled."""
+    primary, replica = group.current(), group.other()
+    wait_for(lambda: listed_up(group, replica), "every Sentinel to list the replica up")
+    down_after(group, 60_000)
+    try:
+        if replica_too:
+            replica.stop()
+        group.kill()
+        yield primary
+    finally:
+        primary.replicaof, primary.process = None, None
+        primary.start()  # the one the Sentinels name still
+        down_after(group, DOWN_AFTER_MS)
+        group.settle()  # a stopped replica is started again, following it
+
+
+def down_after(group: SentinelGroup, ms: int) -> None:
+    """Every Sentinel's down-after-milliseconds for the primary."""
+    for n in range(len(group.sentinel_ports)):
+        with group.sentinel_client(n) as c:
+            c.execute_command("SENTINEL", "SET", MASTER, "down-after-milliseconds", ms)
+
+
+def listed_up(group: SentinelGroup, replica: RedisServer) -> bool:
+    """Every Sentinel lists `replica` as a replica of the primary, not down (a replica
+    restarted by an earlier test is listed down until a Sentinel's next ping gets an answer)."""
+    for n in range(len(group.sentinel_ports)):
+        with group.sentinel_client(n) as c:
+            listed = c.sentinel_slaves(MASTER)
+        if not any(
+            int(r["port"]) == replica.port and not (r["is_sdown"] or r["is_odown"]) for r in listed
+        ):
+            return False
+    return True
+
+
 class TestTop:
     def test_top_reads_the_primary_sentinel_names(self, fresh: SentinelGroup) -> None:
         """top --sentinel shows the primary Sentinel names, its role and the queue's backlog;
         the URL's host is not used."""
         primary = fresh.current()
         seed(primary, 3, PAST_MS, None)
-        shown = sweeperd(
-            "top",
-            "--sentinel",
-            fresh.addresses,
-            "--sentinel-master",
-            MASTER,
-            "--redis-url",
-            "redis://127.0.0.1:1/0",
-            "--json",
-            "--interval",
-            "0.1",
-        )
+        shown = top_once(fresh, "--json")
         assert shown.code == 0, shown.err
         body = shown.json()
         [server] = body["servers"]
         assert (server["node"], server["role"]) == (primary.node, "master")
         assert [(r["queue"], r["expired"]) for r in body["rows"]] == [(QUEUE, 3)]
+
+    def test_dead_primary_read_on_its_replica(self, fresh: SentinelGroup) -> None:
+        """The primary Sentinel names is dead and not yet replaced: its line says it cannot be
+        reached, and its queue is read on the replica Sentinel lists, marked so; exit 0."""
+        primary, replica = fresh.current(), fresh.other()
+        seed(primary, 3, PAST_MS, None)
+        with primary_killed(fresh, replica_too=False):
+            shown = top_once(fresh, "--json")
+        assert (shown.code, shown.err) == (0, "")
+        body = shown.json()
+        servers = {
+            s["node"]: (s["run_id"] != "", s["error"], s["reads_for"]) for s in body["servers"]
+        }
+        refused = f"Error 111 connecting to {primary.node}. Connection refused."
+        assert servers == {
+            primary.node: (False, refused, None),
+            replica.node: (True, None, primary.node),
+        }
+        rows = [(r["queue"], r["node"], r["state"], r["expired"]) for r in body["rows"]]
+        assert rows == [(QUEUE, replica.node, "replica", 3)]
+
+    def test_nothing_answers(self, fresh: SentinelGroup) -> None:
+        """The named primary and its replica both down: nothing to show, exit 3, one line that
+        names the primary Sentinel named, not the URL's host."""
+        primary = fresh.current()
+        with primary_killed(fresh, replica_too=True):
+            shown = top_once(fresh)
+        assert (shown.code, shown.out, shown.err_lines) == (
+            3,
+            "",
+            [
+                f"sweeperd: cannot reach redis://{primary.node}/0: Error 111 connecting to "
+                f"{primary.node}. Connection refused"
+            ],
+        )

@@ -21,6 +21,7 @@ from tests.support.servers import START_TIMEOUT_S, RedisServer, free_port, serve
 SETTLE_S = 30.0  # a failover or a rejoin is done within this
 NODE_TIMEOUT_MS = 1000  # cluster-node-timeout: a dead primary is failed over in about 2 s
 MASTER = "sweepmaster"  # the name the Sentinels know the primary by
+DOWN_AFTER_MS = 1000  # the Sentinels' down-after-milliseconds: a dead primary is down after 1 s
 
 
 def free_bus_port() -> int:
@@ -321,7 +322,7 @@ class SentinelGroup(Started):
             conf.write_text(
                 f"port {port}\nbind 127.0.0.1\ndir {self.workdir}\n"
                 f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n"
-                f"sentinel down-after-milliseconds {MASTER} 1000\n"
+                f"sentinel down-after-milliseconds {MASTER} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {MASTER} 3000\n"
                 f"logfile {self.workdir / f'sentinel-{n}.log'}\n"
             )

@@ -7,8 +7,8 @@ import pytest
 
 from sweeperd.top.read import ERROR, STALE
 from sweeperd.top.refresh import QueueRow, Screen, ServerRow
-from sweeperd.top.screen import CELL, count, notes, rate
-from sweeperd.top.view import rows_fitting, rows_for
+from sweeperd.top.screen import CELL, count, lines_besides_rows, notes, rate
+from sweeperd.top.view import SPARE_LINES, rows_for
 
 
 class TestCells:
@@ -54,15 +54,20 @@ class TestCells:
 class TestLiveFit:
     def test_the_rows_leave_room_for_every_server_and_note(self) -> None:
         """Four servers, one unreachable with its rows kept, and a row's own error: the next
-        refresh shows as many rows as fit under all of them, and never fewer than five."""
-        up = [ServerRow(f"10.0.0.{n}:6379", run_id="r") for n in range(1, 4)]
+        refresh shows as many rows as fit under all of them as drawn at the terminal's width
+        (a line that wraps takes two), and never fewer than five."""
+        up = [ServerRow(f"10.0.0.{n}:6379", run_id="r" * 40) for n in range(1, 4)]
         servers = (*up, ServerRow("10.0.0.4:6379", error="connection refused"))
         rows = (
             QueueRow("a", "10.0.0.4:6379", 3, state=STALE),
             QueueRow("b", "10.0.0.1:6379", 1, state=ERROR, error="WRONGTYPE"),
             QueueRow("c", "10.0.0.2:6379", 0),
         )
-        screen = Screen(at=0.0, servers=servers, rows=rows, queues=3)
+        screen = Screen(at=0.0, servers=servers, rows=rows, queues=3, unread=2)
         assert len(list(notes(screen))) == 2  # b's error, and what ~ means
-        assert rows_for(screen, 40) == rows_fitting(40, 1) - 3 - 2
-        assert rows_for(screen, 10) == 5
+        besides = 1 + 4 + 2 + 1 + 2  # the title, the servers, the table's head, the count, notes
+        assert lines_besides_rows(screen, 1.0, 100) == besides
+        assert rows_for(screen, 40, 100, 1.0) == 40 - besides - SPARE_LINES
+        assert lines_besides_rows(screen, 1.0, 50) == besides + 3 + 1 + 1 + 1  # wrapped: 3 servers,
+        # the title, the count and what ~ means
+        assert rows_for(screen, 10, 100, 1.0) == 5

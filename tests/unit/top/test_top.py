@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-import select
 import signal
-import struct
-import subprocess
-import sys
-import termios
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +21,7 @@ from sweeperd.verb.executors import choose
 from tests.support.clock import Clock
 from tests.support.helpers import FUTURE_OFFSET_MS, dump_all, lease, now_ms, run_id
 from tests.support.invoke import Ran, sweeperd
+from tests.support.pty_view import LiveView, restored
 from tests.support.servers import RedisServer
 from tests.support.top_rows import rows_of
 
@@ -48,8 +41,9 @@ READ_COMMANDS = {  # what top (and the client's handshake) may send: reads only
     "select",
     "config|resetstat",
 }
-ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][A-Z0-9]|[=>])")
-LIVE_TIMEOUT_S = 20.0
+
+
+WIDE = {"COLUMNS": "300"}  # a terminal no line of the tests' wraps on
 
 
 def populate(r: redis.Redis) -> None:
@@ -163,6 +157,37 @@ class TestTopDiscovery:
         r.zadd("emq:sweeperd:{x}:pending", {"m": 0})
         r.zadd("emq:sweeperd:{x}:active", {"m": 0})
         assert set(rows_of(viewer(redis_server).refresh())) == set(BACKLOGS)
+
+    def test_a_refused_scan_is_said(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A user without SCAN gets no empty view that looks whole: the server's line says its
+        queues are not listed and why (NOPERM, SCAN named) and how to list them, the count
+        says it too; the queues named with --queue are read as usual. Exit 0, nothing on
+        stderr."""
+        populate(r)
+        r.acl_setuser(
+            "topviewer", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-scan"]
+        )
+        url = redis_server.url.replace("redis://", "redis://topviewer:pw@")
+        try:
+            listed = sweeperd("top", "--redis-url", url, "--interval", "0.1", "--json")
+            text = sweeperd("top", "--redis-url", url, "--interval", "0.1", env=WIDE)
+            named = sweeperd("top", "--redis-url", url, "--interval", "0.1", "--json", "-q", "mail")
+        finally:
+            r.acl_deluser("topviewer")
+        assert (listed.code, listed.err, text.code, text.err) == (0, "", 0, "")
+        body = listed.json()
+        [server] = body["servers"]
+        assert (server["error"], body["queues"], body["rows"]) == (None, 0, [])
+        assert server["scan_error"].startswith("NOPERM") and "'scan'" in server["scan_error"]
+        [line] = [line for line in text.out.splitlines() if line.startswith("1 ")]
+        assert line.endswith(
+            f"queues not listed: {server['scan_error']} (grant +scan, or give them with --queue)"
+        ), line
+        assert text.out.splitlines()[-1] == (
+            "top 0 of 0 queues by expired leases; server 1 not listed"
+        ), text.out
+        assert named.code == 0 and named.json()["servers"][0]["scan_error"] is None
+        assert [(row["queue"], row["expired"]) for row in named.json()["rows"]] == [("mail", 3)]
 
 
 class TestTopRates:
@@ -351,42 +376,79 @@ class TestTopOwners:
         header = next(line for line in text.splitlines() if line.startswith("queue"))
         assert "owner" not in header and "replicas:" not in text
 
+    def test_letters_stay_when_a_member_leaves(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A member keeps its letter for the whole view: one that leaves takes its letter with
+        it (the others keep theirs), one that joins gets the next letter, never a taken one."""
+        populate(r)
+        live_members(r, "web-1:11", "web-2:22", "web-3:33")
+        view = viewer(redis_server)
+        try:
+            first = plain_text(view.refresh(), 1.0, 100)
+            live_members(r, "web-1:11", "web-3:33", "web-0:00", gone=("web-2:22",))
+            later = view.refresh()
+        finally:
+            view.close()
+        assert "replicas: a web-1:11  b web-2:22  c web-3:33" in first, first
+        text = plain_text(later, 1.0, 100)
+        assert "replicas: d web-0:00  a web-1:11  c web-3:33" in text, text
+        letter = {"web-0:00": "d", "web-1:11": "a", "web-3:33": "c"}
+        for row in later.rows:
+            line = next(line for line in text.splitlines() if line.startswith(f"{row.queue} "))
+            assert line.split()[2] == letter[row.owner or ""], text
+
+
+def fill(r: redis.Redis, key: str, members: int, score: int) -> None:
+    """`members` members m1 … mN in the sorted set `key`, each at `score`, in one call."""
+    script = "for n = 1, tonumber(ARGV[1]) do redis.call('ZADD', KEYS[1], ARGV[2], 'm' .. n) end"
+    r.eval(script, 1, key, members, score)
+
+
+FULL = ("node", "owner", "expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
+
 
 class TestTopWidth:
-    """The table at 80 columns."""
+    """The table at 80 columns and narrower: whole columns dropped, never a number cut."""
 
-    def test_fits_80_columns(self, r: redis.Redis, redis_server: RedisServer) -> None:
-        """At exactly 80 columns every header is whole, every line fits and a long queue name
-        is cut with an ellipsis."""
+    @pytest.mark.parametrize(
+        ("width", "dropped"),
+        [
+            (80, ()),
+            (60, ("active", "owner", "dead")),
+            (50, ("active", "owner", "dead", "dead/s")),
+            (40, ("active", "owner", "dead", "dead/s", "node", "pending")),
+        ],
+    )
+    def test_columns_that_fit(
+        self, r: redis.Redis, redis_server: RedisServer, width: int, dropped: tuple[str, ...]
+    ) -> None:
+        """At `width` columns every line fits, the columns that do not fit whole are dropped
+        (least needed first), every number shown is whole and a long queue name is cut with an
+        ellipsis to what is left, 8 characters at the least."""
         populate(r)
         long_name = "billing-reconciliation-nightly-exports-for-every-region"
         keys = QueueKeys(long_name)
-        r.zadd(keys.active, {f"j{n}": 1000 for n in range(123_456)})
-        r.zadd(keys.pending, {f"p{n}": 0 for n in range(54_321)})
+        fill(r, keys.active, 123_456, 1000)
+        fill(r, keys.pending, 54_321, 0)
         live_members(r, "sweeperd-6d5f9c7b8-x2kq9", "sweeperd-6d5f9c7b8-ab3cd")
         view = viewer(redis_server)
         view.refresh()
         view.clock.now += 1.0  # type: ignore[attr-defined]
-        text = plain_text(view.refresh(), 1.0, 80)
+        text = plain_text(view.refresh(), 1.0, width)
         lines = text.splitlines()
-        assert max(len(line) for line in lines) <= 80, text
+        assert max(len(line) for line in lines) <= width, text
         header = next(line for line in lines if line.startswith("queue"))
-        assert header.split() == [
-            "queue",
-            "node",
-            "owner",
-            "expired",
-            "overdue",
-            "active",
-            "pending",
-            "dead",
-            "rec/s",
-            "dead/s",
-        ], text
-        cells = lines[lines.index(header) + 2].split()
-        assert cells[0].endswith("…") and long_name.startswith(cells[0][:-1]), text
-        assert (cells[1], cells[2] in ("a", "b"), cells[3]) == ("1", True, "123.5k"), text
-        assert cells[5:] == ["123.5k", "54,321", "0", "0.0", "0.0"], text
+        assert header.split() == ["queue", *(c for c in FULL if c not in dropped)], text
+        name, *cells = lines[lines.index(header) + 2].split()
+        assert name.endswith("…") and long_name.startswith(name[:-1]) and len(name) >= 8, text
+        shown = dict(zip(header.split()[1:], cells, strict=True))
+        owner_letter = shown.pop("owner", "a")
+        overdue = shown.pop("overdue")
+        assert owner_letter in ("a", "b") and re.fullmatch(r"[0-9,.]+d", overdue), text
+        whole = {"node": "1", "expired": "123.5k", "active": "123.5k", "pending": "54,321"}
+        whole |= {"dead": "0", "rec/s": "0.0", "dead/s": "0.0"}
+        assert shown == {c: v for c, v in whole.items() if c not in dropped}, text
 
 
 class TestTopJson:
@@ -405,12 +467,13 @@ class TestTopJson:
             "interval_s",
             "rate_window_s",
             "queues",
+            "read",
             "members",
             "servers",
             "rows",
         }
-        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (2, 0.1, 0.1)
-        assert (body["queues"], body["members"]) == (3, ["web-1:11"])
+        assert (body["schema"], body["interval_s"], body["rate_window_s"]) == (3, 0.1, 0.1)
+        assert (body["queues"], body["read"], body["members"]) == (3, 3, ["web-1:11"])
         [server] = body["servers"]
         assert server == {
             "node": f"127.0.0.1:{redis_server.port}",
@@ -422,6 +485,8 @@ class TestTopJson:
             "error": None,
             "restarted": False,
             "replaced": False,
+            "reads_for": None,
+            "scan_error": None,
         }
         row = body["rows"][0]
         assert set(row) == {
@@ -517,62 +582,64 @@ class TestTopUsage:
             assert (ran.code, ran.err_lines) == (2, [line])
 
 
-def _screen_of(process: subprocess.Popen[bytes], master: int, wanted: list[str]) -> str:
-    """What the terminal received, read until every wanted text shows (or the time is up)."""
-    received = b""
-    deadline = time.monotonic() + LIVE_TIMEOUT_S
-    while time.monotonic() < deadline and process.poll() is None:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            received += os.read(master, 65536)
-        text = ANSI.sub("", received.decode(errors="replace"))
-        if all(w in text for w in wanted):
-            return text
-    return ANSI.sub("", received.decode(errors="replace"))
-
-
 class TestTopLive:
     """The live view in a pseudo-terminal."""
 
     def test_live_screen(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """On a terminal the view refreshes in place with the rows and the server; Ctrl-C ends
-        it with exit 0."""
+        it with exit 0, the terminal given back."""
         populate(r)
-        master, slave = os.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPERD_")}
-        env.update(TERM="xterm-256color", COLUMNS="110", LINES="30")
-        env.pop("NO_COLOR", None)
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sweeperd",
-                "top",
-                "--redis-url",
-                redis_server.url,
-                "--interval",
-                "0.2",
-            ],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            start_new_session=True,
-        )
-        os.close(slave)
-        try:
-            first = _screen_of(process, master, ["reports", "rec/s", "verb loaded"])
+        with LiveView(["--redis-url", redis_server.url, "--interval", "0.2"]) as view:
+            first = view.read_until(["reports", "rec/s", "verb loaded"])
             r.zadd(QueueKeys("mail").active, {f"more{n}": 1000 for n in range(40)})
-            text = _screen_of(process, master, ["43"])  # mail's backlog grew: 3 + 40
-            process.send_signal(signal.SIGINT)
-            code = process.wait(timeout=LIVE_TIMEOUT_S)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            os.close(master)
-        assert code == 0
+            text = view.read_until(["43"])  # mail's backlog grew: 3 + 40
+            code, err = view.stop(signal.SIGINT)
+        assert (code, err) == (0, "")
         assert all(w in first for w in ["reports", "rec/s", "verb loaded"]), first
         assert "43" in text
         assert "top 3 of 3 queues by expired leases" in text
+        assert restored(view.received)
+
+    @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+    def test_a_signal_leaves_as_ctrl_c_does(
+        self, r: redis.Redis, redis_server: RedisServer, signum: signal.Signals
+    ) -> None:
+        """SIGTERM (a supervisor, kill) and SIGHUP (the terminal closed) leave the view as
+        Ctrl-C does: the main screen back, the cursor shown, exit 0, nothing on stderr."""
+        populate(r)
+        with LiveView(["--redis-url", redis_server.url, "--interval", "0.2"]) as view:
+            view.read_until(["top 3 of 3 queues"])
+            code, err = view.stop(signum)
+        assert (code, err) == (0, "")
+        assert restored(view.received), view.received[-200:]
+
+    def test_a_terminal_closed_under_it(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """The terminal closed under the view (an ssh session dropped): it ends at the hang-up
+        with exit 0 and no traceback, though nothing can be written any more."""
+        populate(r)
+        with LiveView(["--redis-url", redis_server.url, "--interval", "0.2"]) as view:
+            view.read_until(["top 3 of 3 queues"])
+            assert view.hang_up() == (0, "")
+
+    def test_a_narrow_terminal_drops_columns(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """At 50 columns the live view shows the queue's name and the columns that fit whole
+        (active, dead and dead/s dropped), never a number cut."""
+        populate(r)
+        fill(r, QueueKeys("reports").pending, 259_000, 0)
+        args = ["--redis-url", redis_server.url, "--interval", "0.2"]
+        with LiveView(args, lines=30, columns=50) as view:
+            text = view.read_until(["top 3 of 3 queues", "259.0k"])
+            code, _ = view.stop(signal.SIGINT)
+        assert code == 0
+        lines = [line.strip() for line in text.splitlines()]
+        headers = {tuple(line.split()) for line in lines if line.startswith("queue ")}
+        assert headers == {("queue", "node", "expired", "overdue", "pending", "rec/s")}, text
+        rows = [line.split() for line in lines if line.split()[:1] in (["reports"], ["mail"])]
+        assert rows and all("…" not in cell for cells in rows for cell in cells), text
+        assert {tuple(cells[:3] + cells[4:5]) for cells in rows} == {
+            ("reports", "1", "7", "259.0k"),
+            ("mail", "1", "3", "2"),
+        }, text
+        assert max(map(len, lines)) <= 50, text

@@ -1,0 +1,81 @@
+"""The replicas `sweeperd top` reads in place of a primary that cannot be read: its queues
+listed and counted there, read-only, the rows marked so."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import redis
+
+from sweeperd.constants import TopologyMode
+from sweeperd.server.connection import Connection
+from sweeperd.server.scan import find_queues
+from sweeperd.server.topology import Address, name_of
+from sweeperd.top.layout import QUEUE_SETS
+from sweeperd.top.read import OK, REPLICA, NodeRead, NodeReader
+
+
+class Standins:
+    """A reader per replica asked for, kept while its primary cannot be read."""
+
+    def __init__(self, connection: Connection, root: str) -> None:
+        self.connection = connection
+        self.root = root
+        self.readers: dict[str, NodeReader] = {}
+        self.used: set[str] = set()  # the replicas read since the last `release`
+
+    def read(
+        self,
+        primary: str,
+        replicas: Iterable[Address],
+        queues: Sequence[str],
+        detail: set[str],
+        now: float,
+        members_key: str | None,
+    ) -> NodeRead | None:
+        """`primary`'s queues read on the first of its replicas that answers them all (a
+        replica of a Cluster that is down refuses them as its primary's peers do): its line
+        says whom it is read for, its rows are marked; None when none does."""
+        for address in replicas:
+            reader = self._reader(address)
+            try:
+                read = reader.read(queues, detail, now, members_key)
+            except redis.RedisError:
+                continue
+            if read.failure is not None:
+                continue
+            self.used.add(reader.node)
+            rows = [replace(r, state=REPLICA) if r.state == OK else r for r in read.rows]
+            return replace(read, server=replace(read.server, reads_for=primary), rows=rows)
+        return None
+
+    def scan(self, replicas: Iterable[Address]) -> set[str] | None:
+        """The queues the first replica that answers SCAN holds; None when none answers."""
+        for address in replicas:
+            reader = self._reader(address)
+            try:
+                found = find_queues(reader.client, self.root, QUEUE_SETS)
+            except redis.RedisError:
+                continue
+            self.used.add(reader.node)
+            return found
+        return None
+
+    def release(self) -> None:
+        """Close the readers not used since the last release."""
+        for name in [n for n in self.readers if n not in self.used]:
+            self.readers.pop(name).client.close()
+        self.used = set()
+
+    def close(self) -> None:
+        self.used = set()
+        self.release()
+
+    def _reader(self, address: Address) -> NodeReader:
+        name = name_of(address)
+        if name not in self.readers:
+            cluster = self.connection.topology.mode is TopologyMode.CLUSTER
+            client = self.connection.client(address)
+            self.readers[name] = NodeReader(name, client, self.root, readonly=cluster)
+        return self.readers[name]
