@@ -16,6 +16,7 @@ import yaml
 
 from sweeperd.config.options import OPTIONS, RUN
 from sweeperd.config.settings import build_settings
+from tests.support.doc_pages import PAGES
 from tests.support.paths import REPO
 from tests.support.shipped import (
     DEPLOY,
@@ -168,6 +169,19 @@ def needs_full(expr: str) -> bool:
     or a per-node-at-basic metric selected or grouped by queue."""
     named = metric_names(expr)
     return bool(named & FULL_ONLY) or (bool(named & PER_NODE_AT_BASIC) and "queue" in expr)
+
+
+def plain_default(default: object) -> str | None:
+    """A default as it is written in an env var, or None when the option has none (a switch
+    off, a value found at run time)."""
+    if default is None or default is False:
+        return None
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+def quotes(shown: str, value: str) -> bool:
+    """Whether a value shown in the docs is `value`, or its start cut with `…`."""
+    return shown == value or (shown.endswith("…") and value.startswith(shown[:-1]))
 
 
 def unit_directives(text: str) -> dict[str, list[str]]:
@@ -485,11 +499,46 @@ class TestSystemdUnit:
         ):
             assert directives.get(key) == ["yes"], key
 
+    def test_the_docs_quote_the_unit_as_it_is(self) -> None:
+        """Each `Directive=value` the pages quote of a directive the unit sets is the unit's
+        value (`value…` its start); the start timeout, which decides how long a start waits
+        for the server, is quoted."""
+        directives = unit_directives(UNIT.read_text())
+        quoted = {
+            (key, value)
+            for page in PAGES
+            for key, value in re.findall(r"`(\w+)=([^`]+)`", page.read_text())
+            if key in directives
+        }
+        assert ("TimeoutStartSec", directives["TimeoutStartSec"][0]) in quoted
+        assert {
+            (key, value)
+            for key, value in quoted
+            if not any(quotes(value, set_to) for set_to in directives[key])
+        } == set()
+
     def test_env_example_lists_every_variable(self) -> None:
         """Each SWEEPERD_* variable of the contract appears in the env example."""
         text = ENV_EXAMPLE.read_text()
         for name in ENV_VARS:
             assert re.search(rf"^#?{name}=", text, re.M), name
+
+    def test_env_example_shows_the_code_defaults(self) -> None:
+        """A commented line of the env example shows the option's default, as the code has it,
+        where it has one; a "Default X." said in a comment is the code's too."""
+        text = ENV_EXAMPLE.read_text()
+        shown = dict(re.findall(r"^#(SWEEPERD_\w+)=(.*)$", text, re.M))
+        by_env = {o.env_name: o for o in OPTIONS.values() if RUN in o.commands}
+        differing = {
+            env: (value, default)
+            for env, value in shown.items()
+            if (default := plain_default(by_env[env].default)) is not None and value != default
+        }
+        assert differing == {}
+        said = re.findall(r"Default (\S+)\.\n#?(SWEEPERD_\w+)=", text)
+        assert said, "no Default X. left to check: drop this assertion"
+        for value, env in said:
+            assert value == by_env[env].default_text, env
 
 
 class TestKubernetesManifests:
