@@ -26,6 +26,7 @@ from tests.support.shipped import (
     dashboard_exprs,
     dashboard_panels,
     metric_names,
+    rules,
     with_grafana_values,
 )
 
@@ -148,10 +149,6 @@ def load_yaml(path: Path) -> Any:
 
 def load_yaml_documents(path: Path) -> list[Any]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
-
-
-def rules() -> list[dict[str, Any]]:
-    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
 
 
 def unknown_metrics(expr: str) -> set[str]:

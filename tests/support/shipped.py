@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from tests.support.paths import REPO
 
@@ -34,6 +37,12 @@ def metric_names(expr: str) -> set[str]:
     return {name for name in IDENTIFIER.findall(expr) if name.lower() not in PROMQL_WORDS}
 
 
+def rules() -> list[dict[str, Any]]:
+    """Every alert rule of the rules file, in order."""
+    loaded = yaml.safe_load(RULES.read_text())
+    return [rule for group in loaded["groups"] for rule in group["rules"]]
+
+
 def dashboard() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
     return loaded
@@ -57,3 +66,51 @@ def with_grafana_values(expr: str) -> str:
     for variable, value in GRAFANA_VARIABLES.items():
         expr = expr.replace(variable, value)
     return expr
+
+
+UNIT_SECONDS = {"s": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60}
+UNIT_SECONDS |= {"minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+DURATION = re.compile(r"(\d+(?:\.\d+)?) ?(seconds?|s|minutes?|min|m|hours?|h)\b")
+SECONDS_THRESHOLD = re.compile(r"_seconds\b.*>\s*(\d+(?:\.\d+)?)\s*$")  # `… age_seconds > 300`
+
+
+def durations(text: str) -> set[float]:
+    """The lengths of time a text names (`300 s`, `5 minutes`, `[10m]`), in seconds."""
+    return {float(n) * UNIT_SECONDS[unit] for n, unit in DURATION.findall(text)}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """When an alert fires: its expression's range windows and seconds threshold, its `for`."""
+
+    windows: frozenset[float]
+    threshold_s: float | None  # what a seconds quantity must pass (an age, a time since)
+    for_s: float
+
+    @classmethod
+    def of(cls, rule: dict[str, Any]) -> Timing:
+        expr = rule["expr"]
+        threshold = SECONDS_THRESHOLD.search(expr)
+        return cls(
+            frozenset(durations(" ".join(re.findall(r"\[[^\]]+\]", expr)))),
+            float(threshold.group(1)) if threshold else None,
+            max(durations(rule.get("for", "0s"))),
+        )
+
+    @property
+    def fires_after_s(self) -> float:
+        """How long the condition holds before the alert fires: threshold and `for` together."""
+        return (self.threshold_s or 0.0) + self.for_s
+
+    @property
+    def lengths(self) -> set[float]:
+        """Every length of time a text may truthfully name about the alert."""
+        named = {*self.windows, self.for_s, self.fires_after_s}
+        return named | ({self.threshold_s} if self.threshold_s is not None else set())
+
+    def said_of_firing(self, said: set[float]) -> bool:
+        """Whether the times a sentence says the alert fires at are its own: the whole wait,
+        or the threshold and `for` both, where it has a threshold."""
+        whole = self.threshold_s is None or self.fires_after_s in said
+        parts = self.threshold_s is not None and {self.threshold_s, self.for_s} <= said
+        return said <= self.lengths and (whole or parts)
