@@ -23,7 +23,7 @@ from sweeperd.cli.reply import Reply
 from sweeperd.config.options import INSPECT, ONCE, RUN, TOP
 from sweeperd.config.webconfig import TLS_KEYS, TOP_KEYS
 from sweeperd.top.view import options_of
-from tests.support.doc_pages import PAGES, README, Block, anchors, blocks, links
+from tests.support.doc_pages import PAGES, README, Block, anchors, blocks, links, shown_files
 from tests.support.helpers import setuser_line
 from tests.support.paths import REPO
 
@@ -109,16 +109,6 @@ def make_lines() -> list[tuple[str, list[str]]]:
         for where, words in commands(block)
         if words[0] == "make"
     ]
-
-
-def shown_files() -> dict[str, str]:
-    """The config files the docs show: a toml block whose first line is `# <its path>`."""
-    shown = {}
-    for block in blocks():
-        first = block.text.partition("\n")[0]
-        if block.lang == "toml" and first.startswith("# "):
-            shown[first[2:].strip()] = block.text
-    return shown
 
 
 def accepted(args: list[str], tmp_path: Path) -> None:
