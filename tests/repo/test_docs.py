@@ -46,6 +46,7 @@ POINTING = (
     "module/*.c",
     "tests/**/*.py",
     "deploy/**/*.y*ml",
+    "deploy/**/*.json",
     "systemd/*",
     "Dockerfile",
     ".ci/run",

@@ -16,9 +16,17 @@ DEPLOY = REPO / "deploy"
 PROMETHEUS_DIR = DEPLOY / "prometheus"
 RULES = PROMETHEUS_DIR / "sweeperd-rules.yml"
 DASHBOARD = DEPLOY / "grafana" / "sweeperd-dashboard.json"
+METRICS_PAGE = REPO / "docs" / "metrics.md"
 
 # Grafana's variables, replaced by values Prometheus accepts before parsing.
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$queue": ".*"}
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__range": "1h",
+    "$job": ".*",
+    "$instance": ".*",
+    "$queue": ".*",
+}
+FLEET_MATCHERS = ('job=~"$job"', 'instance=~"$instance"')  # every selector of every panel
 PROMQL_WORDS = frozenset(
     {"by", "without", "on", "ignoring", "group_left", "group_right"}
     | {"and", "or", "unless", "bool", "offset", "inf", "nan"}
@@ -37,6 +45,34 @@ def metric_names(expr: str) -> set[str]:
     return {name for name in IDENTIFIER.findall(expr) if name.lower() not in PROMQL_WORDS}
 
 
+@dataclass(frozen=True)
+class Documented:
+    """A row of docs/metrics.md's "What's exported": a metric's type and level."""
+
+    kind: str  # counter, gauge or histogram
+    level: str  # basic, full, or both (per node at basic, per queue at full)
+
+
+def documented_metrics() -> dict[str, Documented]:
+    """The metrics docs/metrics.md's "What's exported" table lists."""
+    table = METRICS_PAGE.read_text().partition("## What's exported")[2].partition("\n## ")[0]
+    rows = re.findall(r"^\| `(sweeperd_\w+)` \| (\w+) \|[^|]*\| (\w+) \|", table, re.M)
+    return {name: Documented(kind, level) for name, kind, level in rows}
+
+
+def exported_names(documented: dict[str, Documented]) -> frozenset[str]:
+    """The sample names the documented metrics are scraped as: a histogram's three series."""
+    return frozenset(
+        sample
+        for name, row in documented.items()
+        for sample in (
+            [f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count")]
+            if row.kind == "histogram"
+            else [name]
+        )
+    )
+
+
 def rules() -> list[dict[str, Any]]:
     """Every alert rule of the rules file, in order."""
     loaded = yaml.safe_load(RULES.read_text())
@@ -52,6 +88,13 @@ def dashboard_panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for panel in panels:
         yield panel
         yield from dashboard_panels(panel.get("panels", []))
+
+
+def selectors(expr: str) -> list[tuple[str, str]]:
+    """Each metric an expression selects, with its matchers ("" where it has none)."""
+    names = metric_names(expr)
+    found = re.findall(r"(?<![\w.])([A-Za-z_:][\w:]*)\s*(\{[^}]*\})?(?!\s*\()", expr)
+    return [(name, matchers) for name, matchers in found if name in names]
 
 
 def dashboard_exprs() -> list[str]:
