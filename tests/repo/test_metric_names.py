@@ -9,8 +9,16 @@ from pathlib import Path
 import redis
 
 from tests.support.daemon_process import DaemonProcess
+from tests.support.doc_pages import PAGES
+from tests.support.paths import REPO
 from tests.support.servers import RedisServer
-from tests.support.shipped import documented_metrics
+from tests.support.shipped import documented_metrics, exported_names
+
+# Where metric names are written besides the table: the pages, the alert rules, the manifests,
+# the env example, the dashboard.
+MENTIONING = (*PAGES, *REPO.glob("deploy/**/*.y*ml"), *REPO.glob("deploy/**/*.json"))
+MENTIONING += tuple(REPO.glob("systemd/*"))
+METRIC_NAME = re.compile(r"\bsweeperd_[a-z_]+[a-z]\b")
 
 
 def exported(text: str) -> dict[str, str]:
@@ -35,3 +43,16 @@ class TestWhatIsExported:
             text = daemon.metrics_text()
         documented = {name: row.kind for name, row in documented_metrics().items()}
         assert exported(text) == documented
+
+    def test_every_name_written_anywhere_is_in_the_table(self) -> None:
+        """Each sweeperd_* metric name the pages, the rules, the manifests, the env example
+        and the dashboard write is one the table lists (a histogram by its name or a series)."""
+        documented = documented_metrics()
+        known = exported_names(documented) | set(documented)
+        written = {
+            (path.relative_to(REPO).as_posix(), name)
+            for path in MENTIONING
+            for name in METRIC_NAME.findall(path.read_text())
+        }
+        assert len(written) > 50
+        assert {(where, name) for where, name in written if name not in known} == set()
