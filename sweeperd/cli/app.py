@@ -260,6 +260,11 @@ def demo_command(
         Reply(json=False).fail(usage(f"--metrics-port: {exc.strerror}{port_hint(exc.errno)}"))
     except ServerFailed as exc:
         Reply(json=False).fail(Failure(EXIT_UNREACHABLE, "connection", str(exc)))
+    except redis.RedisError as exc:  # its own server stopped answering: the demo cannot go on
+        said = " ".join(str(exc).split()) or type(exc).__name__
+        Reply(json=False).fail(
+            Failure(EXIT_UNREACHABLE, "connection", f"the demo's server: {said}")
+        )
     except demo.NotShown as exc:
         Reply(json=False).fail(Failure(EXIT_REFUSED, "timeout", f"{exc}; give --seconds more"))
     except KeyboardInterrupt:

@@ -15,11 +15,14 @@ import redis
 
 from sweeperd import __version__
 from sweeperd.commands.seeding import (
+    BILLING,
     DEMO_DUE,
     DEMO_MAX_STALLED,
     DEMO_QUEUES,
     RESTART_LEASES,
+    SEED_TIMEOUT_S,
     TOUR_QUEUES,
+    lease_billing,
     lease_then_shut_down,
     seed_demo,
     seed_tour,
@@ -118,8 +121,8 @@ def shortfall(daemon: Daemon, due: Swept) -> str:
 def show(
     daemon: Daemon, server: ThrowawayServer, client: redis.Redis, say: Say, seconds: float
 ) -> str | None:
-    """Waits for every seeded lease to be swept, restarts the server, waits for the leases
-    taken before it to come back; what was still missing when `seconds` ran out, or None."""
+    """Waits for every lease to be swept, restarts the server, waits for the leases taken
+    before it to come back; what was still missing when `seconds` ran out, or None."""
     deadline = time.monotonic() + seconds
     due = dict(DEMO_DUE)
     if wait_until(lambda: swept(daemon) == due, deadline):
@@ -153,19 +156,20 @@ def run_demo(
         tempfile.TemporaryDirectory(prefix="sweeperd-demo-") as tmp,
         ThrowawayServer(Path(tmp), binary, found, port) as running,
     ):
-        client = connect(running.url, socket_timeout=5.0)
+        client = connect(running.url, socket_timeout=SEED_TIMEOUT_S)
         info = read_server_info(client)
         seed_demo(client, info.run_id, info.time_ms)
-        say(
-            f"server {running.url} (run_id {info.run_id.decode()[:12]}…) seeded: "
-            f"{', '.join(DEMO_QUEUES)}"
-        )
+        say(f"server {running.url} (run_id {info.run_id.decode()[:12]}…) seeded: emails, reports")
         settings = demo_settings(running.url, metrics_port, executor, isatty)
         metrics = Metrics(version=__version__, level=settings.daemon.queue_metrics)
         daemon = Daemon(settings, lambda: settings, metrics=metrics)
         daemon.start()
         address = f"http://{HOST}:{daemon.server.port if daemon.server else metrics_port}"
-        say(f"sweeping every second; metrics at {address}/metrics")
+        lease_billing(client, read_server_info(client))
+        say(
+            f"sweeping every second; billing's {BILLING} leases due in 2 to 6 s; "
+            f"metrics at {address}/metrics"
+        )
         try:
             missing = show(daemon, running, client, say, seconds)
             say("summary:")
@@ -190,7 +194,7 @@ def keep_tour(module: Path | None, say: Say, server: str | None = None, port: in
         tempfile.TemporaryDirectory(prefix="sweeperd-tour-") as tmp,
         ThrowawayServer(Path(tmp), binary, found, port) as kept,
     ):
-        with connect(kept.url, socket_timeout=5.0) as client:
+        with connect(kept.url, socket_timeout=SEED_TIMEOUT_S) as client:
             info = read_server_info(client)
             seed_tour(client, info.run_id, info.time_ms)
         say(

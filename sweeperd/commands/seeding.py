@@ -16,7 +16,7 @@ from sweeperd.server.serverinfo import ServerInfo
 # The demo: three queues, every kind of lease the sweep knows, a mass stall.
 DEMO_QUEUES = ("emails", "reports", "billing")
 BACKLOG = 50_000  # expired leases of `reports`, as a dead worker fleet leaves them
-BILLING = 5  # `billing`'s leases, due two to six seconds after seeding: swept while you watch
+BILLING = 5  # `billing`'s leases, taken as the demo starts watching, due two to six seconds on
 DEMO_MAX_STALLED = 3
 ANOTHER_RUN = "a-run-before-a-restart"  # the lease_epoch of leases granted before a restart
 DEMO_DUE = {"emails": 5, "reports": BACKLOG, "billing": BILLING}  # leases each queue has due
@@ -28,23 +28,25 @@ FLEET = 2_000  # `reports`: the expired leases of a worker fleet that died
 RUNNING_MS = 3_600_000  # the `emails` lease still running: an hour to go
 MINUTE_MS = 60_000
 
-# Many leases in one call, written by the server: a pipeline of a hundred thousand commands
+# Many leases in a few calls, written by the server: a pipeline of a hundred thousand commands
 # takes Python seconds to write. Standalone only (the rows' keys are not declared).
 # KEYS[1]  active
-# ARGV[1]  the rows' key prefix (<prefix>job:); ARGV[2] how many; ARGV[3] the first deadline, ms
-# ARGV[4]  ms between two deadlines, counting down; ARGV[5] the ids, a string.format with %d
+# ARGV[1]  the rows' key prefix (<prefix>job:); ARGV[2], ARGV[3] the first and last n
+# ARGV[4]  lease n's deadline is ARGV[4] - n ms; ARGV[5] the ids, a string.format with %d
 # ARGV[6]  stalled cycle: 0 for no `stalled` field, else lease n has stalled n % cycle
 # ARGV[7…] field, value pairs every row has besides state active
 MANY_LEASES = """
-local prefix, count, first, step = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local cycle = tonumber(ARGV[6])
-for n = 0, count - 1 do
+local prefix, deadline = ARGV[1], tonumber(ARGV[4])
+local first, last, cycle = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[6])
+for n = first, last do
   local id = string.format(ARGV[5], n)
-  redis.call('ZADD', KEYS[1], first - n * step, id)
+  redis.call('ZADD', KEYS[1], deadline - n, id)
   redis.call('HSET', prefix .. id, 'state', 'active', unpack(ARGV, 7))
   if cycle > 0 then redis.call('HSET', prefix .. id, 'stalled', n % cycle) end
 end
 """
+LEASES_PER_CALL = 5_000  # a few milliseconds of the server's time each, on a quiet machine
+SEED_TIMEOUT_S = 60.0  # a seeding call on a loaded machine: longer than any sweep waits
 
 
 def lease(pipe: Pipeline, keys: QueueKeys, job_id: str, deadline_ms: int, **row: str) -> None:
@@ -65,11 +67,15 @@ def many_leases(
     row: Mapping[str, str],
     stalled_cycle: int = 0,
 ) -> None:
-    """`count` leases in one call (MANY_LEASES), ids `ids % n`, deadlines a millisecond apart
-    from `first_ms` down, each row `row` (and `stalled` n % `stalled_cycle`, when not 0)."""
+    """`count` leases, LEASES_PER_CALL a call (MANY_LEASES), ids `ids % n`, deadlines a
+    millisecond apart from `first_ms` down, each row `row` (and `stalled` n % `stalled_cycle`,
+    when not 0)."""
     fields = [x for pair in row.items() for x in pair]
     prefix = keys.job("").decode()
-    pipe.eval(MANY_LEASES, 1, keys.active, prefix, count, first_ms, 1, ids, stalled_cycle, *fields)
+    for first in range(0, count, LEASES_PER_CALL):
+        last = min(first + LEASES_PER_CALL, count) - 1
+        args: list[str | int] = [prefix, first, last, first_ms, ids, stalled_cycle, *fields]
+        pipe.eval(MANY_LEASES, 1, keys.active, *args)
 
 
 def waiting(pipe: Pipeline, keys: QueueKeys, job_id: str, since_ms: int) -> None:
@@ -79,9 +85,8 @@ def waiting(pipe: Pipeline, keys: QueueKeys, job_id: str, since_ms: int) -> None
 
 
 def seed_demo(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
-    """The demo's leases: exempt, counted, at the budget, a ghost; a mass stall; some that
-    fall due while the demo runs (DEMO_DUE counts what falls due)."""
-    emails, reports, billing = (QueueKeys(q) for q in DEMO_QUEUES)
+    """The demo's expired leases: exempt, counted, at the budget, a ghost; a mass stall."""
+    emails, reports = QueueKeys("emails"), QueueKeys("reports")
     epoch, past = run_id.decode(), now_ms - MINUTE_MS
     pipe = client.pipeline(transaction=False)
     lease(pipe, emails, "welcome-1", past, **{LEASE_EPOCH: ANOTHER_RUN})  # exempt
@@ -91,8 +96,16 @@ def seed_demo(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
     lease(pipe, emails, "ghost-1", past)  # no row: removed from active, listed nowhere
     # drained call after call, each about 2 ms: stalled 0 or 1 before, none at the budget
     many_leases(pipe, reports, "report-%05d", BACKLOG, past, {}, stalled_cycle=2)
+    pipe.execute()
+
+
+def lease_billing(client: redis.Redis, info: ServerInfo) -> None:
+    """BILLING leases of `billing` taken now, falling due two to six seconds on: swept while
+    you watch, and never before the demo's wait has lasted six seconds."""
+    keys, pipe = QueueKeys("billing"), client.pipeline(transaction=False)
     for n in range(BILLING):
-        lease(pipe, billing, f"invoice-{n}", now_ms + 2_000 + 1_000 * n, **{LEASE_EPOCH: epoch})
+        due = info.time_ms + 2_000 + 1_000 * n
+        lease(pipe, keys, f"invoice-{n}", due, **{LEASE_EPOCH: info.run_id.decode()})
     pipe.execute()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
@@ -62,9 +63,9 @@ class TestDemo:
             redis.Redis(port=port, socket_timeout=2).ping()
 
     def test_a_demo_short_of_time_says_so(self) -> None:
-        """--seconds shorter than the seeded leases take to fall due: the summary of what was
-        done, then one line saying what was not swept, exit 1 (billing's last lease is due six
-        seconds after seeding, the demo gives up after two)."""
+        """--seconds shorter than the leases take to fall due: the summary of what was done,
+        then one line saying what was not swept, exit 1 (billing's last lease falls due six
+        seconds after the demo starts waiting, and it gives up after two)."""
         done = demo("--seconds", "2")
         assert done.returncode == 1, done.stderr[-3000:]
         assert "summary:" in done.stdout and "restarting" not in done.stdout
@@ -95,6 +96,33 @@ class TestDemo:
             assert done.returncode == 2, done.stderr
             [line] = done.stderr.splitlines()
             assert line.startswith(said), line
+
+    def test_a_server_that_dies_is_one_line(self, tmp_path: Path) -> None:
+        """The demo's server shut down under it (SHUTDOWN NOSAVE once it is seeded): the demo
+        ends in one line naming its server and why, exit 3, no traceback."""
+        port = free_port()
+        out = tmp_path / "out"
+        with out.open("w") as stream:
+            running = subprocess.Popen(
+                [sys.executable, "-m", "sweeperd", "demo", "--port", str(port), "--seconds", "5"],
+                stdout=stream,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                wait_until(lambda: "seeded" in out.read_text(), 60, "the seeded server")
+                with contextlib.suppress(redis.ConnectionError):
+                    redis.Redis(port=port, socket_timeout=10).shutdown(nosave=True)
+                _, err = running.communicate(timeout=60)
+            finally:
+                if running.poll() is None:
+                    running.kill()
+        last = err.splitlines()[-1]
+        assert running.returncode == 3, err[-3000:]
+        assert last.startswith(
+            f"sweeperd: the demo's server: Error 111 connecting to 127.0.0.1:{port}"
+        )
+        assert "Traceback" not in err
 
     @pytest.mark.parametrize("flag", ["--metrics-port", "--port"])
     def test_a_taken_port_is_a_bad_option_before_anything_starts(self, flag: str) -> None:
