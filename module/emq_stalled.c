@@ -1,4 +1,5 @@
-/* emq_stalled.c -- reference twin of trafikey's EMQ.STALLED.CHECK (SPEC §3).
+/* emq_stalled.c -- reference twin of trafikey's EMQ.STALLED.CHECK
+ * (docs/keyspace.md#what-a-sweep-does, docs/sweeping.md#the-verb-exactly).
  *
  * A test and benchmark anchor, not a replacement for trafikey. The verb
  * selects expired leases from the active zset, judges every member before
@@ -372,8 +373,8 @@ static int server_is_valkey(RedisModuleCtx *ctx) {
  *   the target; never on both, never half.
  * - The only state kept outside the keyspace is the cached run_id, this
  *   process's own: the target compares leases with its own run_id, so leases
- *   granted on the source come back exempt there (SPEC §7: a migrated slot is
- *   a new server process for its leases). */
+ *   granted on the source come back exempt there (a migrated slot is a new
+ *   server process for its leases: docs/keyspace.md#in-a-cluster-and-after-a-failover). */
 static void declare_slot_migration_safe(RedisModuleCtx *ctx) {
     if (server_is_valkey(ctx))
         RedisModule_SetModuleOptions(ctx, VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION);

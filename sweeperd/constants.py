@@ -6,7 +6,7 @@ from enum import StrEnum
 
 VERB = "EMQ.STALLED.CHECK"
 
-# Keyspace (SPEC §2): every key of queue q lives under "<root>:{q}:".
+# Keyspace (docs/keyspace.md): every key of queue q lives under "<root>:{q}:".
 DEFAULT_PREFIX_ROOT = "emq"
 ACTIVE = "active"  # zset: job id -> lease deadline, ms since the epoch (server clock)
 PENDING = "pending"  # zset: jobs waiting to be claimed
@@ -33,9 +33,10 @@ DEFAULT_METRICS_ADDR = "0.0.0.0:9787"
 DEFAULT_JITTER_FRACTION = 0.1  # of the interval
 DEFAULT_TOP_RATE_WINDOW_S = 15.0  # top's rates: a multiple of a 1, 3, 5 or 15 s sweep interval
 
-# Several replicas (SPEC §7): sweeperd's own keys live under "<root>:sweeperd:", never a queue's.
-# One sorted set, member id -> heartbeat deadline (ms, server clock); its hash tag is fixed, so
-# in a cluster it lives on the slot of "members", whatever the queues are called.
+# Several replicas: sweeperd's own keys live under "<root>:sweeperd:", never a queue's
+# (docs/keyspace.md#sweeperds-own-keys). One sorted set, member id -> heartbeat deadline (ms,
+# server clock); its hash tag is fixed, so in a cluster it lives on the slot of "members",
+# whatever the queues are called.
 MEMBERS_KEY = "sweeperd:{members}"  # under "<root>:"
 DEFAULT_HEARTBEAT_S = 5.0  # a member's time to live: it heartbeats three times within it
 MIN_HEARTBEAT_S = 0.5  # below this a round trip could outlive the heartbeat
@@ -56,7 +57,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 
 # The choices of the settings that take one of a few words (their coercer takes any case).
 class ExecutorChoice(StrEnum):
-    """--executor: how the verb is sent (SPEC §4)."""
+    """--executor: how the verb is sent (docs/sweeping.md#executors-which-one-when)."""
 
     AUTO = "auto"  # native where the server knows the verb, the Lua port elsewhere
     NATIVE = "native"  # the module's EMQ.STALLED.CHECK

@@ -1,4 +1,4 @@
-"""The names of one queue's keys (SPEC §2)."""
+"""The names of one queue's keys (docs/keyspace.md)."""
 
 from __future__ import annotations
 

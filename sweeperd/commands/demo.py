@@ -1,221 +1,138 @@
-"""`sweeperd demo`: a throwaway server with stalled leases, swept live by the daemon."""
+"""`sweeperd demo`: a throwaway server with stalled leases, swept live by the daemon until what
+the demo shows has happened; `--keep`: the README tour's queues, seeded and kept for you."""
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import socket
-import subprocess
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
-import structlog
 
 from sweeperd import __version__
+from sweeperd.commands.seeding import (
+    BILLING,
+    DEMO_DUE,
+    DEMO_MAX_STALLED,
+    DEMO_QUEUES,
+    RESTART_LEASES,
+    SEED_TIMEOUT_S,
+    TOUR_QUEUES,
+    lease_billing,
+    lease_then_shut_down,
+    seed_demo,
+    seed_tour,
+)
+from sweeperd.commands.throwaway import (
+    HOST,
+    ServerFailed,
+    ThrowawayServer,
+    check_port,
+    find_module,
+    find_server,
+    free_port,
+    log_tail,
+)
 from sweeperd.config.settings import Settings, build_settings
-from sweeperd.constants import LEASE_EPOCH
 from sweeperd.daemon.daemon import Daemon
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
 from sweeperd.server.connection import connect
-from sweeperd.server.serverinfo import ServerInfo, read_server_info
+from sweeperd.server.serverinfo import read_server_info
 
-log = structlog.get_logger("sweeperd.demo")
-
-QUEUES = ("emails", "reports", "billing")
-BACKLOG = 50_000  # expired leases of `reports`, as a dead worker fleet leaves them
-MAX_STALLED = 3
-MODULE_NAME = "emq_stalled.so"
-SERVERS = ("redis-server", "valkey-server")  # without --server: the first found on PATH
-START_TIMEOUT_S = 10.0
-LOG_TAIL = 3  # lines of the server's log in the one line that says it did not start
-LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")  # pid:role date time level
+POLL_S = 0.05  # how often the demo looks whether the daemon has swept what it waits for
+KEPT_POLL_S = 0.5  # how often a kept server is looked at while it waits for you
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides Ctrl-C: what stops a kept server
 Say = Callable[[str], None]
+Swept = dict[str, int]  # leases each queue's sweeps took: recovered, dead and ghosts
 
 
-class ServerDidNotStart(Exception):
-    """The demo's server exited, or did not answer, within its start time."""
-
-
-def find_server(given: str | None) -> str:
-    """The server binary: the given name on PATH or path, else the first of SERVERS on PATH."""
-    for name in [given] if given else SERVERS:
-        found = shutil.which(name)
-        if found is not None:
-            return os.path.abspath(found)
-    if given:
-        raise FileNotFoundError(f"--server {given}: no such executable, on PATH or as a path")
-    raise FileNotFoundError(
-        "neither redis-server nor valkey-server is on PATH: apt-get install redis-server,"
-        " or give --server PATH"
-    )
-
-
-def find_module(given: Path | None) -> Path | None:
-    """The reference module as an absolute path (the server runs in a directory of its own):
-    the given one, which must exist, else ./module's or the source tree's, if built."""
-    if given is not None:
-        if not given.is_file():
-            raise FileNotFoundError(f"--module {given} (SWEEPERD_MODULE): no such file")
-        return given.absolute()
-    candidates = [
-        Path.cwd() / "module" / MODULE_NAME,
-        Path(__file__).resolve().parent.parent / "module" / MODULE_NAME,
-    ]
-    return next((p.absolute() for p in candidates if p.is_file()), None)
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def throwaway_server(
-    workdir: Path, module: Path | None, binary: str
-) -> Iterator[tuple[str, Callable[[], None]]]:
-    """The server binary on a free loopback port with AOF on; yields its URL and a restart."""
-    port = free_port()
-    argv = [
-        binary,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        str(workdir),
-        "--save",
-        "",
-        "--appendonly",
-        "yes",
-        "--logfile",
-        str(workdir / "redis.log"),
-    ]
-    if module is not None:
-        argv += ["--loadmodule", str(module)]
-    url = f"redis://127.0.0.1:{port}/0"
-    process: list[subprocess.Popen[bytes]] = []
-
-    def start() -> None:
-        process[:] = [subprocess.Popen(argv, stdout=subprocess.DEVNULL)]
-        try:
-            wait_for(url, process[0])
-        except ServerDidNotStart as exc:
-            process[0].kill()
-            process[0].wait(10)
-            tail = log_tail(workdir / "redis.log")
-            raise ServerDidNotStart(f"{binary} {exc}; its log ends: {tail}") from None
-
-    def restart() -> None:
-        process[0].terminate()
-        process[0].wait(10)
-        start()
-
-    start()
-    try:
-        yield url, restart
-    finally:
-        process[0].terminate()
-        process[0].wait(10)
-
-
-def wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
-    """Returns once the server answers; raises ServerDidNotStart saying why when it exits or
-    its start time runs out first."""
-    deadline = time.monotonic() + START_TIMEOUT_S
-    with connect(url, socket_timeout=1.0) as client:
-        while True:
-            try:
-                client.ping()
-                return
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                code = process.poll()
-                if code is not None:
-                    raise ServerDidNotStart(f"exited with code {code}") from None
-                if time.monotonic() > deadline:
-                    raise ServerDidNotStart(
-                        f"did not answer on {url} within {START_TIMEOUT_S:g} s"
-                    ) from None
-                time.sleep(0.05)
-
-
-def log_tail(log: Path) -> str:
-    """The log's last lines, their pid and time stamps cut, on one line."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log written)"
-    kept = [LOG_PREFIX.sub("", line).strip() for line in lines if line.strip()][-LOG_TAIL:]
-    return " | ".join(kept) or "(empty)"
-
-
-def seed(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
-    """Expired leases of every kind the sweep knows, and some that are not due yet."""
-    emails, reports, billing = (QueueKeys(q) for q in QUEUES)
-    past = now_ms - 60_000
-    pipe = client.pipeline(transaction=False)
-
-    def lease(keys: QueueKeys, job_id: str, deadline: int, **row: str) -> None:
-        pipe.zadd(keys.active, {job_id: deadline})
-        if row:
-            fields = {"state": "active", **row}
-            pipe.hset(keys.job(job_id), items=[x for pair in fields.items() for x in pair])
-
-    lease(emails, "welcome-1", past, lease_epoch="a-run-before-a-restart")  # exempt
-    lease(emails, "welcome-2", past, lease_epoch="a-run-before-a-restart")  # exempt
-    lease(emails, "digest-1", past, lease_epoch=run_id.decode())  # counted: stalled 1
-    lease(emails, "poison-1", past, lease_epoch=run_id.decode(), stalled="2")  # at budget: dead
-    lease(emails, "ghost-1", past)  # no row: removed from active, listed nowhere
-    for n in range(BACKLOG):  # a mass stall: drained call after call, each about 2 ms
-        lease(reports, f"report-{n:05}", past - n, stalled=str(n % 2))
-    for n in range(5):  # due in two to six seconds: swept while you watch
-        lease(billing, f"invoice-{n}", now_ms + 2_000 + 1_000 * n, lease_epoch=run_id.decode())
-    pipe.execute()
+class NotShown(Exception):
+    """The demo's time ran out before the daemon had swept what the demo shows."""
 
 
 def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> Settings:
     overrides: dict[str, object] = {
-        "queues": list(QUEUES),
+        "queues": list(DEMO_QUEUES),
         "redis_url": url,
         "interval": "1",
-        "max_stalled": str(MAX_STALLED),
-        "metrics_addr": f"127.0.0.1:{metrics_port or free_port()}",
+        "max_stalled": str(DEMO_MAX_STALLED),
+        "metrics_addr": f"{HOST}:{metrics_port or free_port()}",
         "executor": executor,
         "queue_metrics": "full",  # the summary shows each queue's ghosts
     }
     return build_settings(overrides, None, logs_to_tty=isatty)
 
 
+def value(daemon: Daemon, name: str, queue: str) -> int:
+    return int(daemon.metrics.registry.get_sample_value(name, {"queue": queue}) or 0)
+
+
+def swept(daemon: Daemon) -> Swept:
+    """What the daemon's sweeps took from each queue so far, by its own counters."""
+    names = ("sweeperd_recovered_total", "sweeperd_dead_total", "sweeperd_ghosts_removed_total")
+    return {q: sum(value(daemon, name, q) for name in names) for q in DEMO_QUEUES}
+
+
+def restarts(daemon: Daemon) -> int:
+    node = daemon.settings.connection.node
+    seen = daemon.metrics.registry.get_sample_value(
+        "sweeperd_server_restarts_total", {"node": node}
+    )
+    return int(seen or 0)
+
+
+def wait_until(done: Callable[[], bool], deadline: float) -> bool:
+    """Whether `done` came true before the monotonic `deadline`, looked at every POLL_S."""
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
+
+
 def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
-    registry = daemon.metrics.registry
     lines = []
-    for queue in QUEUES:
+    for queue in DEMO_QUEUES:
         keys = QueueKeys(queue)
-
-        def value(name: str, q: str = queue) -> int:
-            return int(registry.get_sample_value(name, {"queue": q}) or 0)
-
         lines.append(
-            f"  {queue:8} recovered {value('sweeperd_recovered_total'):6}"
-            f" (exempt {value('sweeperd_exempt_total')})"
-            f"  dead {value('sweeperd_dead_total'):6}"
-            f"  ghosts {value('sweeperd_ghosts_removed_total')}"
+            f"  {queue:8} recovered {value(daemon, 'sweeperd_recovered_total', queue):6}"
+            f" (exempt {value(daemon, 'sweeperd_exempt_total', queue)})"
+            f"  dead {value(daemon, 'sweeperd_dead_total', queue):6}"
+            f"  ghosts {value(daemon, 'sweeperd_ghosts_removed_total', queue)}"
             f"  | now: active {client.zcard(keys.active)}, pending {client.zcard(keys.pending)},"
             f" dead {client.zcard(keys.dead)}"
         )
-    restarts = registry.get_sample_value(
-        "sweeperd_server_restarts_total", {"node": daemon.settings.connection.node}
-    )
-    lines.append(f"  server restarts seen: {int(restarts or 0)}")
+    lines.append(f"  server restarts seen: {restarts(daemon)}")
     return lines
+
+
+def shortfall(daemon: Daemon, due: Swept) -> str:
+    """What the daemon has not swept yet of what falls due, in a few words."""
+    taken = swept(daemon)
+    behind = [f"{q} {taken[q]:,} of {n:,} swept" for q, n in due.items() if taken[q] < n]
+    return ", ".join(behind) or "the restart not seen yet"
+
+
+def show(
+    daemon: Daemon, server: ThrowawayServer, client: redis.Redis, say: Say, seconds: float
+) -> str | None:
+    """Waits for every lease to be swept, restarts the server, waits for the leases taken
+    before it to come back; what was still missing when `seconds` ran out, or None."""
+    deadline = time.monotonic() + seconds
+    due = dict(DEMO_DUE)
+    if wait_until(lambda: swept(daemon) == due, deadline):
+        lease_then_shut_down(client, read_server_info(client))
+        say("restarting the server: leases taken before it come back uncounted")
+        server.restart()
+        due["emails"] += RESTART_LEASES
+        if wait_until(lambda: swept(daemon) == due and restarts(daemon) == 1, deadline):
+            return None
+    return f"not all shown within {seconds:g} s: {shortfall(daemon, due)}"
 
 
 def run_demo(
@@ -225,33 +142,36 @@ def run_demo(
     say: Say,
     isatty: bool,
     server: str | None = None,
+    port: int = 0,
 ) -> None:
-    """Seed, sweep live, restart the server halfway, sweep again, summarise, clean up."""
-    binary = find_server(server)
-    found = find_module(module)
+    """Seed, sweep live, restart the server once all is swept, sweep again, summarise, clean
+    up; raises NotShown after the summary when `seconds` ran out first."""
+    binary, found = find_server(server), find_module(module)
+    check_port(port, "--port")
+    check_port(metrics_port, "--metrics-port")
     executor = "native" if found else "script"
     say(f"server: {binary}")
     say(f"module: {found or 'not found, using the Lua port (--executor script)'}")
     with (
         tempfile.TemporaryDirectory(prefix="sweeperd-demo-") as tmp,
-        throwaway_server(Path(tmp), found, binary) as (url, restart),
+        ThrowawayServer(Path(tmp), binary, found, port) as running,
     ):
-        client = connect(url, socket_timeout=5.0)
+        client = connect(running.url, socket_timeout=SEED_TIMEOUT_S)
         info = read_server_info(client)
-        seed(client, info.run_id, info.time_ms)
-        say(f"server {url} (run_id {info.run_id.decode()[:12]}…) seeded: {', '.join(QUEUES)}")
-        settings = demo_settings(url, metrics_port, executor, isatty)
+        seed_demo(client, info.run_id, info.time_ms)
+        say(f"server {running.url} (run_id {info.run_id.decode()[:12]}…) seeded: emails, reports")
+        settings = demo_settings(running.url, metrics_port, executor, isatty)
         metrics = Metrics(version=__version__, level=settings.daemon.queue_metrics)
         daemon = Daemon(settings, lambda: settings, metrics=metrics)
         daemon.start()
-        address = f"http://127.0.0.1:{daemon.server.port if daemon.server else metrics_port}"
-        say(f"sweeping every second; metrics at {address}/metrics")
+        address = f"http://{HOST}:{daemon.server.port if daemon.server else metrics_port}"
+        lease_billing(client, read_server_info(client))
+        say(
+            f"sweeping every second; billing's {BILLING} leases due in 2 to 6 s; "
+            f"metrics at {address}/metrics"
+        )
         try:
-            time.sleep(seconds / 2)
-            stamp_for_restart(client, read_server_info(client))
-            say("restarting the server: leases taken before it come back uncounted")
-            restart()
-            time.sleep(seconds / 2)
+            missing = show(daemon, running, client, say, seconds)
             say("summary:")
             for line in summary(daemon, client):
                 say(line)
@@ -259,17 +179,47 @@ def run_demo(
         finally:
             daemon.stop_requested.set()
             daemon.stop()
+    if missing is not None:
+        raise NotShown(missing)
 
 
-def stamp_for_restart(client: redis.Redis, info: ServerInfo) -> None:
-    """Leases taken now, on this run, expiring right after the restart."""
-    keys = QueueKeys("emails")
-    pipe = client.pipeline(transaction=False)
-    for n in range(3):
-        job_id = f"restart-{n}"
-        pipe.zadd(keys.active, {job_id: info.time_ms + 500})
-        pipe.hset(
-            keys.job(job_id),
-            items=["state", "active", "attempts", "1", LEASE_EPOCH, info.run_id.decode()],
+def keep_tour(module: Path | None, say: Say, server: str | None = None, port: int = 0) -> None:
+    """The README tour's queues seeded into a throwaway server, kept until Ctrl-C, SIGTERM or
+    SIGHUP (or the server's own SHUTDOWN); then the server is stopped and its files removed."""
+    binary, found = find_server(server), find_module(module)
+    check_port(port, "--port")
+    say(f"server: {binary}")
+    say(f"module: {found or 'not found: the commands send the Lua port (--executor script)'}")
+    with (
+        tempfile.TemporaryDirectory(prefix="sweeperd-tour-") as tmp,
+        ThrowawayServer(Path(tmp), binary, found, port) as kept,
+    ):
+        with connect(kept.url, socket_timeout=SEED_TIMEOUT_S) as client:
+            info = read_server_info(client)
+            seed_tour(client, info.run_id, info.time_ms)
+        say(
+            f"server {kept.url} (run_id {info.run_id.decode()[:12]}…) seeded for the README "
+            f"tour: {', '.join(TOUR_QUEUES)}"
         )
-    pipe.execute()
+        say(f"it runs until you stop it: Ctrl-C here, or kill {os.getpid()}")
+        wait_for_stop(kept)
+        code = kept.exited()
+        if code:
+            raise ServerFailed(
+                f"{binary} exited with code {code}; its log ends: {log_tail(kept.log)}"
+            )
+    say("stopped: the server is gone and its files removed")
+
+
+def wait_for_stop(kept: ThrowawayServer) -> None:
+    """Returns at Ctrl-C, SIGTERM or SIGHUP, or once the server has ended by itself."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+    try:
+        while not stop.wait(KEPT_POLL_S) and kept.exited() is None:
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

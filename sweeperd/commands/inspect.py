@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.keyspace import QueueKeys
-from sweeperd.server.counts import counts_of, queue_counts
+from sweeperd.server.counts import SORTED_SET, Read, checked, count_reads, counts_of, queue_counts
 from sweeperd.server.serverinfo import has_verb, read_server_info
 from sweeperd.server.topology import primary_client
 
@@ -33,12 +34,13 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     pipe = client.pipeline(transaction=False)
     pipe.zcount(keys.active, "-inf", info.time_ms)
     queue_counts(pipe, keys)
-    expired, *replies = pipe.execute()
+    reads = (Read("ZCOUNT", keys.active, SORTED_SET), *count_reads(keys))
+    expired, *replies = checked(pipe.execute(raise_on_error=False), reads)
     counts = counts_of(replies, info.time_ms)
     return Census(
         queue=keys.queue,
         active=counts.active or 0,
-        expired=expired,
+        expired=cast(int, expired),  # a ZCOUNT the server did not refuse
         oldest_overdue_s=counts.oldest_overdue_s,
         pending=counts.pending or 0,
         dead=counts.dead or 0,

@@ -12,8 +12,31 @@ from redis.client import Pipeline
 from sweeperd.constants import METRICS_FAILED_FIELD
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
+from sweeperd.reasons import Reason, SweepError
 
 COUNTS = 5  # the reads of a queue's counts (queue_counts): its five commands
+SORTED_SET, HASH = "sorted set", "hash"  # the types of a queue's keys (docs/keyspace.md)
+KEYSPACE_PAGE = "docs/keyspace.md#a-queues-keys"
+
+
+@dataclass(frozen=True)
+class Read:
+    """One read of a queue's key: the command, the key, and the type the key must hold."""
+
+    command: str
+    key: str
+    kind: str
+
+
+def count_reads(keys: QueueKeys) -> tuple[Read, ...]:
+    """What queue_counts reads, in its order."""
+    return (
+        Read("ZCARD", keys.active, SORTED_SET),
+        Read("ZRANGE", keys.active, SORTED_SET),
+        Read("ZCARD", keys.pending, SORTED_SET),
+        Read("ZCARD", keys.dead, SORTED_SET),
+        Read("HGET", keys.metrics_failed, HASH),
+    )
 
 
 def queue_counts(pipe: Pipeline, keys: QueueKeys) -> None:
@@ -24,6 +47,21 @@ def queue_counts(pipe: Pipeline, keys: QueueKeys) -> None:
     pipe.zcard(keys.pending)
     pipe.zcard(keys.dead)
     pipe.hget(keys.metrics_failed, METRICS_FAILED_FIELD)
+
+
+def checked(replies: Sequence[object], reads: Sequence[Read]) -> Sequence[object]:
+    """The replies of a pipeline run without raising, once none is a refusal: the first one
+    raises, a key of the wrong type said by its name and the type it must hold."""
+    for reply, read in zip(replies, reads, strict=True):
+        if isinstance(reply, redis.ResponseError):
+            if str(reply).startswith("WRONGTYPE"):
+                raise SweepError(
+                    Reason.WRONGTYPE,
+                    f"{read.key} is not a {read.kind} ({read.command}: {reply}); see "
+                    f"{KEYSPACE_PAGE}",
+                )
+            raise reply
+    return replies
 
 
 @dataclass(frozen=True)
@@ -69,7 +107,7 @@ def has_keys(client: redis.Redis, keys: QueueKeys) -> bool:
     has (Counts.exists)."""
     pipe = client.pipeline(transaction=False)
     queue_counts(pipe, keys)
-    return counts_of(pipe.execute(), 0).exists
+    return counts_of(checked(pipe.execute(raise_on_error=False), count_reads(keys)), 0).exists
 
 
 def overdue_s(oldest: object, now_ms: int) -> float | None:

@@ -1,4 +1,4 @@
--- EMQ.STALLED.CHECK (SPEC §3) as a script, for servers that cannot load the module.
+-- EMQ.STALLED.CHECK (docs/keyspace.md#what-a-sweep-does) as a script, for servers that cannot load the module.
 -- KEYS[1]  active: zset, job id -> lease deadline (ms since the Unix epoch, server clock)
 -- KEYS[2]  pending: zset a recovered job is added to with score 0
 -- KEYS[3]  dead: zset a dead job is added to with score 0

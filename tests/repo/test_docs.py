@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import cast
 
@@ -22,7 +23,7 @@ from sweeperd.cli.reply import Reply
 from sweeperd.config.options import INSPECT, ONCE, RUN, TOP
 from sweeperd.config.webconfig import TLS_KEYS, TOP_KEYS
 from sweeperd.top.view import options_of
-from tests.support.doc_pages import PAGES, README, Block, anchors, blocks, links
+from tests.support.doc_pages import PAGES, README, Block, anchors, blocks, links, shown_files
 from tests.support.helpers import setuser_line
 from tests.support.paths import REPO
 
@@ -36,16 +37,26 @@ LANGS = {
 CONTROL = {";", "&&", "||", "|", "&"}  # between two commands on one line
 ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 CONFIG_FLAG = "--config"
+SPEC_CITATION = re.compile(r"\bSPEC ?§")  # a section of a contract kept outside the repository
 # Files elsewhere in the repository that point into the docs (alerts' runbooks, the unit, code).
 POINTERS = re.compile(r"\b((?:docs/[\w-]+|README)\.md)(#[\w-]+)?")
 POINTING = (
     "sweeperd/**/*.py",
+    "sweeperd/**/*.lua",
+    "module/*.c",
+    "tests/**/*.py",
     "deploy/**/*.y*ml",
+    "deploy/**/*.json",
     "systemd/*",
     "Dockerfile",
     ".ci/run",
     "bench/*.py",
 )
+
+
+def read_text(path: Path) -> str:
+    """A file's text, undecodable bytes replaced (a binary file reads as noise, not an error)."""
+    return path.read_bytes().decode("utf-8", "replace")
 
 
 def commands(block: Block) -> list[tuple[str, list[str]]]:
@@ -99,16 +110,6 @@ def make_lines() -> list[tuple[str, list[str]]]:
         for where, words in commands(block)
         if words[0] == "make"
     ]
-
-
-def shown_files() -> dict[str, str]:
-    """The config files the docs show: a toml block whose first line is `# <its path>`."""
-    shown = {}
-    for block in blocks():
-        first = block.text.partition("\n")[0]
-        if block.lang == "toml" and first.startswith("# "):
-            shown[first[2:].strip()] = block.text
-    return shown
 
 
 def accepted(args: list[str], tmp_path: Path) -> None:
@@ -262,6 +263,26 @@ class TestLinks:
                         assert anchor[1:] in anchors(page), f"{source}: {match.group(0)}"
                     checked += 1
         assert checked > 0
+
+
+class TestOwnWords:
+    def test_nothing_cites_a_contract_the_repository_lacks(self) -> None:
+        """No file of the repository cites a section of SPEC: the contract it was built to is
+        not in the repository, so the pages say it in the project's own words
+        (docs/keyspace.md)."""
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        citing = [
+            name
+            for name in listed
+            if (REPO / name).is_file() and SPEC_CITATION.search(read_text(REPO / name))
+        ]
+        assert citing == []
 
 
 class TestReadme:

@@ -16,15 +16,23 @@ import yaml
 
 from sweeperd.config.options import OPTIONS, RUN
 from sweeperd.config.settings import build_settings
+from tests.support.doc_pages import PAGES
 from tests.support.paths import REPO
 from tests.support.shipped import (
     DEPLOY,
+    FLEET_MATCHERS,
     PROMETHEUS_DIR,
     RULES,
+    Timing,
     dashboard,
     dashboard_exprs,
     dashboard_panels,
+    documented_metrics,
+    durations,
+    exported_names,
     metric_names,
+    rules,
+    selectors,
     with_grafana_values,
 )
 
@@ -38,45 +46,14 @@ COMPOSE = REPO / "docker-compose.yml"
 UNIT = REPO / "systemd" / "sweeperd.service"
 ENV_EXAMPLE = REPO / "systemd" / "sweeperd.env.example"
 
-# The exported metric names of the contract; histograms add _bucket, _sum and _count.
-COUNTERS_AND_GAUGES = frozenset(
-    {
-        "sweeperd_recovered_total",
-        "sweeperd_dead_total",
-        "sweeperd_exempt_total",
-        "sweeperd_sweeps_total",
-        "sweeperd_sweep_failures_total",
-        "sweeperd_last_success_timestamp_seconds",
-        "sweeperd_expired_leases",
-        "sweeperd_oldest_expired_age_seconds",
-        "sweeperd_ghosts_removed_total",
-        "sweeperd_queue_jobs",
-        "sweeperd_queue_failed_jobs",
-        "sweeperd_redis_up",
-        "sweeperd_server_restarts_total",
-        "sweeperd_server_info",
-        "sweeperd_build_info",
-        "sweeperd_ready",
-        "sweeperd_members",
-        "sweeperd_owned_queues",
-        "sweeperd_known_queues",
-        "sweeperd_ownership_changes_total",
-        "sweeperd_sweeps_held_total",
-        "sweeperd_held_queues",
-        "sweeperd_oldest_hold_age_seconds",
-    }
-)
-HISTOGRAMS = frozenset({"sweeperd_sweep_duration_seconds", "sweeperd_schedule_lag_seconds"})
-EXPORTED = COUNTERS_AND_GAUGES | {
-    f"{name}{suffix}" for name in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
-}
+# What sweeperd exports, as docs/metrics.md lists it (tests/repo/test_metric_names.py holds the
+# list to what a daemon exports).
+DOCUMENTED = documented_metrics()
+EXPORTED = exported_names(DOCUMENTED)
 # Exported only with --queue-metrics full; the other names at the default level (basic) too.
-FULL_ONLY = frozenset({"sweeperd_queue_jobs", "sweeperd_queue_failed_jobs"})
+FULL_ONLY = exported_names({n: row for n, row in DOCUMENTED.items() if row.level == "full"})
 # Per node at the default level, per queue only with --queue-metrics full.
-PER_NODE_AT_BASIC = frozenset(
-    {"sweeperd_sweeps_total", "sweeperd_ghosts_removed_total"}
-    | {f"sweeperd_sweep_duration_seconds{suffix}" for suffix in ("_bucket", "_sum", "_count")}
-)
+PER_NODE_AT_BASIC = exported_names({n: row for n, row in DOCUMENTED.items() if row.level == "both"})
 FULL_LEVEL_NOTE = "--queue-metrics full"  # what a panel that needs full says
 STANDARD_PREFIXES = ("process_", "python_")  # client_python's default collectors
 SCRAPE_SERIES = frozenset({"up"})  # written by Prometheus itself for every target
@@ -149,10 +126,6 @@ def load_yaml_documents(path: Path) -> list[Any]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def rules() -> list[dict[str, Any]]:
-    return [rule for group in load_yaml(RULES)["groups"] for rule in group["rules"]]
-
-
 def unknown_metrics(expr: str) -> set[str]:
     return {
         name
@@ -168,6 +141,19 @@ def needs_full(expr: str) -> bool:
     or a per-node-at-basic metric selected or grouped by queue."""
     named = metric_names(expr)
     return bool(named & FULL_ONLY) or (bool(named & PER_NODE_AT_BASIC) and "queue" in expr)
+
+
+def plain_default(default: object) -> str | None:
+    """A default as it is written in an env var, or None when the option has none (a switch
+    off, a value found at run time)."""
+    if default is None or default is False:
+        return None
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+def quotes(shown: str, value: str) -> bool:
+    """Whether a value shown in the docs is `value`, or its start cut with `…`."""
+    return shown == value or (shown.endswith("…") and value.startswith(shown[:-1]))
 
 
 def unit_directives(text: str) -> dict[str, list[str]]:
@@ -300,12 +286,61 @@ class TestDashboard:
             for target in panel["targets"]:
                 assert target["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
 
-    def test_dashboard_has_a_queue_variable(self) -> None:
-        """A multi-value queue variable lists the queues sweeperd reports."""
-        (variable,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "queue"]
-        assert variable["multi"] and variable["includeAll"]
-        match = re.fullmatch(r"label_values\((\w+), queue\)", variable["definition"])
+    def test_dashboard_has_job_instance_and_queue_variables(self) -> None:
+        """Multi-value job, instance and queue variables, each listing only what the ones
+        before it chose, so that several Deployments on one Prometheus are told apart; the
+        queues are those sweeperd reports at the default level."""
+        variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+        assert list(variables) == ["job", "instance", "queue"]
+        assert all(v["multi"] and v["includeAll"] for v in variables.values())
+        assert variables["job"]["definition"] == "label_values(sweeperd_build_info, job)"
+        assert variables["instance"]["definition"] == (
+            'label_values(sweeperd_build_info{job=~"$job"}, instance)'
+        )
+        match = re.fullmatch(
+            r"label_values\((\w+)(\{[^}]*\}), queue\)", variables["queue"]["definition"]
+        )
         assert match is not None and match.group(1) in EXPORTED - FULL_ONLY - PER_NODE_AT_BASIC
+        assert all(matcher in match.group(2) for matcher in FLEET_MATCHERS)
+
+    def test_every_query_selects_the_job_and_instance(self) -> None:
+        """Every metric every panel reads is selected by the job and instance variables."""
+        unselected = [
+            (panel["title"], name)
+            for panel in dashboard_panels(dashboard()["panels"])
+            for target in panel.get("targets", [])
+            for name, matchers in selectors(target["expr"])
+            if not all(matcher in matchers for matcher in FLEET_MATCHERS)
+        ]
+        assert unselected == []
+
+    @pytest.mark.parametrize("alert", sorted(ALERTS))
+    def test_every_alert_has_its_panel(self, alert: str) -> None:
+        """One panel names the alert in its description, reads every metric of its
+        expression, says when it fires in the rule's times, and draws its threshold where the
+        rule compares with a number above 0."""
+        rule = next(r for r in rules() if r["alert"] == alert)
+        (panel,) = [
+            p for p in dashboard_panels(dashboard()["panels"]) if alert in p.get("description", "")
+        ]
+        shown = set().union(*(metric_names(target["expr"]) for target in panel["targets"]))
+        assert metric_names(rule["expr"]) <= shown, panel["title"]
+        firing = [s for s in panel["description"].split(". ") if alert in s]
+        assert Timing.of(rule).said_of_firing(durations(" ".join(firing))), firing
+        steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        compared = re.search(r">\s*(\d+)\s*$", rule["expr"])
+        if compared and int(compared.group(1)) > 0:
+            assert [step["value"] for step in steps[1:]] == [int(compared.group(1))], panel["title"]
+
+    def test_the_per_node_panels_split_at_either_level(self) -> None:
+        """Sweeps, ghosts and durations are per node at basic and per queue at full (those
+        series have no node label): their panels group by both, so neither level folds every
+        line into one."""
+        for expr in dashboard_exprs():
+            if metric_names(expr) & PER_NODE_AT_BASIC:
+                grouped = re.findall(r"\bby \(([^)]*)\)", expr)
+                assert grouped, expr
+                assert all({"node", "queue"} <= set(g.replace(" ", "").split(",")) for g in grouped)
 
     def test_dashboard_names_only_exported_metrics(self) -> None:
         """Every panel query selects only metrics the daemon exports."""
@@ -323,7 +358,7 @@ class TestDashboard:
             if any(needs_full(expr) for expr in exprs):
                 assert FULL_LEVEL_NOTE in panel["description"], panel["title"]
         (variable,) = [v for v in dashboard()["templating"]["list"] if v["name"] == "queue"]
-        assert not needs_full(variable["definition"])
+        assert not needs_full(variable["definition"].replace('queue=~"$queue"', ""))
 
     def test_dashboard_shows_what_operators_need(self) -> None:
         """Each metric an operator watches (recoveries to schedule lag) has a panel."""
@@ -485,11 +520,46 @@ class TestSystemdUnit:
         ):
             assert directives.get(key) == ["yes"], key
 
+    def test_the_docs_quote_the_unit_as_it_is(self) -> None:
+        """Each `Directive=value` the pages quote of a directive the unit sets is the unit's
+        value (`value…` its start); the start timeout, which decides how long a start waits
+        for the server, is quoted."""
+        directives = unit_directives(UNIT.read_text())
+        quoted = {
+            (key, value)
+            for page in PAGES
+            for key, value in re.findall(r"`(\w+)=([^`]+)`", page.read_text())
+            if key in directives
+        }
+        assert ("TimeoutStartSec", directives["TimeoutStartSec"][0]) in quoted
+        assert {
+            (key, value)
+            for key, value in quoted
+            if not any(quotes(value, set_to) for set_to in directives[key])
+        } == set()
+
     def test_env_example_lists_every_variable(self) -> None:
         """Each SWEEPERD_* variable of the contract appears in the env example."""
         text = ENV_EXAMPLE.read_text()
         for name in ENV_VARS:
             assert re.search(rf"^#?{name}=", text, re.M), name
+
+    def test_env_example_shows_the_code_defaults(self) -> None:
+        """A commented line of the env example shows the option's default, as the code has it,
+        where it has one; a "Default X." said in a comment is the code's too."""
+        text = ENV_EXAMPLE.read_text()
+        shown = dict(re.findall(r"^#(SWEEPERD_\w+)=(.*)$", text, re.M))
+        by_env = {o.env_name: o for o in OPTIONS.values() if RUN in o.commands}
+        differing = {
+            env: (value, default)
+            for env, value in shown.items()
+            if (default := plain_default(by_env[env].default)) is not None and value != default
+        }
+        assert differing == {}
+        said = re.findall(r"Default (\S+)\.\n#?(SWEEPERD_\w+)=", text)
+        assert said, "no Default X. left to check: drop this assertion"
+        for value, env in said:
+            assert value == by_env[env].default_text, env
 
 
 class TestKubernetesManifests:

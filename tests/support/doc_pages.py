@@ -44,6 +44,16 @@ def blocks(pages: tuple[Path, ...] = PAGES) -> list[Block]:
     return found
 
 
+def shown_files() -> dict[str, str]:
+    """The config files the docs show: a toml block whose first line is `# <its path>`."""
+    shown = {}
+    for block in blocks():
+        first = block.text.partition("\n")[0]
+        if block.lang == "toml" and first.startswith("# "):
+            shown[first[2:].strip()] = block.text
+    return shown
+
+
 def prose(text: str) -> str:
     """A page without its fenced blocks and code spans (each block left as its empty lines,
     so that line numbers still count)."""

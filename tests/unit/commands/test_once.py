@@ -1,4 +1,4 @@
-"""`sweeperd once` as a real process on a real server: SPEC §3's table, drain, dry run, exits."""
+"""`sweeperd once` as a real process on a real server: the verb's cases, drain, dry run, exits."""
 
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ def expired(r: redis.Redis) -> int:
 
 
 class TestSpecTable:
-    """The seeds' cases of SPEC §3 through `once --json`, both executors (max_stalled 1)."""
+    """The cases of docs/keyspace.md#what-a-sweep-does through `once --json`, both executors
+    (max_stalled 1)."""
 
     def test_earlier_epoch_is_exempt(self, target: Target) -> None:
         """A lease of an earlier process goes to pending uncounted, listed recovered and exempt."""

@@ -1,4 +1,5 @@
-"""Model, module and Lua port of EMQ.STALLED.CHECK agree on random keyspaces (SPEC §3, §4)."""
+"""Model, module and Lua port of EMQ.STALLED.CHECK agree on random keyspaces (the verb:
+docs/keyspace.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The reference module's EMQ.STALLED.CHECK, raw, against a real redis-server (SPEC §3, §5)."""
+"""The reference module's EMQ.STALLED.CHECK, raw, against a real redis-server (the verb:
+docs/keyspace.md)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def row(r: redis.Redis, job_id: str) -> dict[bytes, bytes]:
 
 
 class TestSpecTable:
-    """The seeds' cases of SPEC §3, one test a row (max_stalled 1 unless said)."""
+    """The cases of docs/keyspace.md#what-a-sweep-does, one test a row (max_stalled 1 unless
+    said)."""
 
     def test_earlier_epoch_is_exempt(self, r: redis.Redis) -> None:
         """A lease of an earlier process goes to pending uncounted, listed as recovered."""

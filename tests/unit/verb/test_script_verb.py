@@ -1,4 +1,4 @@
-"""The Lua port of EMQ.STALLED.CHECK on a server without the module (SPEC §3, §4 script)."""
+"""The Lua port of EMQ.STALLED.CHECK on a server without the module (docs/keyspace.md)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def row(r: redis.Redis, job_id: str | bytes) -> dict[bytes, bytes]:
 
 
 class TestSpecTable:
-    """The seeds' cases of SPEC §3 through the script (max_stalled 1 unless said)."""
+    """The cases of docs/keyspace.md#what-a-sweep-does through the script (max_stalled 1
+    unless said)."""
 
     def test_earlier_epoch_is_exempt(self, rs: redis.Redis) -> None:
         """A lease of an earlier process goes to pending uncounted, listed as recovered."""
@@ -138,7 +139,8 @@ class TestSpecTable:
 
 
 class TestRefusals:
-    """Every refusal of SPEC §3 through the script: its text, and nothing written."""
+    """Every refusal of docs/keyspace.md#what-a-sweep-does through the script: its text, and
+    nothing written."""
 
     @pytest.mark.parametrize(
         "numkeys, extra", [(3, ("1",)), (3, ("1", "1", "1")), (2, ("1", "1")), (4, ("1", "1"))]
