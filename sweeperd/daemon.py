@@ -86,6 +86,7 @@ class Daemon:
         state.owned, state.known = lambda: len(self.queues.swept), self.queues.known_count
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
+        self.wake = threading.Event()  # either signal: the main loop acts now, not at its next turn
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
@@ -177,14 +178,28 @@ class Daemon:
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         self.stop_requested.set()
+        self.wake.set()
 
     def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
         self.reload_requested.set()
+        self.wake.set()
 
     def apply_reload(self) -> None:
-        """SIGHUP: the config file again; queues, budgets, jitter and logs change in place, the
-        restart-only settings keep the values they run with (the log names each one)."""
+        """SIGHUP: the config file again, framed for systemd by RELOADING=1 and READY=1 once
+        ready (before, a READY=1 would say the start is done)."""
         self.reload_requested.clear()
+        # At once: systemd 252 holds `systemctl reload` until the READY=1 only when this comes
+        # before ExecReload='s kill has exited; later, the unit is still `reloading` till then.
+        framed = self.announced_ready and self.notifier.reloading()
+        try:
+            self.reread()
+        finally:
+            if framed:
+                self.notifier.ready()
+
+    def reread(self) -> None:
+        """Queues, budgets, jitter and logs change in place, the restart-only settings keep the
+        values they run with (the log names each one); a broken file changes nothing."""
         try:
             wanted = self.reload()
         except ConfigError as exc:
@@ -213,7 +228,7 @@ class Daemon:
         watchdog = self.notifier.watchdog_interval_s
         last_watchdog = 0.0
         status = ""
-        while not self.stop_requested.wait(WAKE_S):
+        while not self.stop_requested.is_set():
             if self.reload_requested.is_set():
                 self.apply_reload()
             ready = self.health.ready()
@@ -229,6 +244,8 @@ class Daemon:
             if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
+            self.wake.wait(WAKE_S)  # after a first turn at once: STATUS= from the start
+            self.wake.clear()  # what woke it is in the flags the next turn reads
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
