@@ -137,9 +137,10 @@ class Daemon:
 
     def add_jobs(self) -> None:
         """The heartbeat, the membership, the discovery scan and one job per batch of queues."""
+        # At once too: a reload adds every job anew, and reloads in a row must not starve it.
         self.scheduler.add_job(
             self.health.beat, "interval", seconds=HEARTBEAT_S, id="heartbeat", coalesce=True,
-            executor="beat",
+            executor="beat", next_run_time=datetime.now(UTC),
         )  # fmt: skip
         if self.sharing.on:
             self.scheduler.add_job(

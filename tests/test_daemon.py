@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
+from sweeperd.health import HEARTBEAT_S
 from sweeperd.keyspace import QueueKeys
 from tests.cli import sweeperd
 from tests.daemon_process import DaemonProcess, wait_until
@@ -398,6 +401,47 @@ class TestNotify:
             while seen[-1] != b"STOPPING=1":
                 seen.append(sock.recv(4096))
         assert [m for m in seen if m.startswith((b"RELOADING=", b"READY="))] == []
+
+    def test_reloads_in_a_row_keep_the_heartbeat(
+        self, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """SIGHUP after SIGHUP, each as soon as the last is read, for longer than /healthz's
+        grace (five heartbeats): the scheduler's heartbeat still runs, /healthz stays 200 and
+        WATCHDOG=1 goes on (under systemd, a stale heartbeat gets the daemon killed)."""
+        path, config = workdir / "notify.sock", workdir / "sweeperd.toml"
+        config.write_text('queues = ["h"]\n')
+        args = ["--config", str(config), "--redis-url", redis_server.url, *FAST]
+        env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "2000000"}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            seen: list[bytes] = []  # read as they come, as systemd does: a full socket blocks
+
+            def read() -> None:
+                while message := sock.recv(4096):
+                    seen.append(message)
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            with DaemonProcess(workdir, *args, env=env) as daemon:
+                assert daemon.process is not None
+                until = time.monotonic() + 5 * HEARTBEAT_S + 2
+                sent = 0
+                while time.monotonic() < until:
+                    daemon.process.send_signal(signal.SIGHUP)
+                    sent += 1
+                    wait_until(reloads(daemon, sent), what=f"reload {sent}")
+                    assert daemon.get("/healthz")[0] == 200, f"after {sent} reloads"
+                watchdogs = seen.count(b"WATCHDOG=1")
+                assert daemon.stop() == 0
+            sock.sendto(b"", str(path))  # the reader's end
+            reader.join(10)
+        assert sent > 10
+        assert watchdogs >= 5  # once a second (half of WATCHDOG_USEC) while the reloads went on
+
+
+def reloads(daemon: DaemonProcess, n: int) -> Callable[[], bool]:
+    """Whether the daemon has logged n reloads."""
+    return lambda: daemon.log_text().count('"reloaded"') == n
 
 
 def framing(sock: socket.socket) -> tuple[int, str]:
