@@ -94,7 +94,7 @@ systemd-test: systemd-system module venv  ## start, credential, watchdog, reload
 	$(VENV)/bin/ruff format --check deploy/systemd
 	$(VENV)/bin/mypy deploy/systemd
 	rootfs=$$(deploy/systemd/rootfs.sh $(IMAGE_CACHE)) && SWEEPERD_SYSTEMD_ROOTFS=$$rootfs \
-		$(PY) -m pytest -p no:xdist -p no:cacheprovider -v -s deploy/systemd
+		$(PY) -m pytest -p no:xdist -p no:cacheprovider -v -s --durations=0 deploy/systemd
 
 image-clean:  ## the images, the stand-ins and the cached rootfs
 	-buildah --storage-driver vfs rmi sweeperd:$(VERSION) sweeperd-redis-module:$(VERSION) \

@@ -175,10 +175,12 @@ def machine(password: str, request: pytest.FixtureRequest) -> Iterator[Machine]:
             kept = work.with_name(work.name + "-journal.log")
             kept.write_text("".join(e.shown() + "\n" for e in machine.journal.since(0)))
             print(f"\n  the machine's whole journal: {kept}", flush=True)
+        began = time.monotonic()
         try:
             machine.poweroff()
         finally:
             shutil.rmtree(work, ignore_errors=True)
+        print(f"\n  powered off and removed in {time.monotonic() - began:.1f}s", flush=True)
 
 
 def owner_of(root: Path, user: str) -> tuple[int, int]:
