@@ -80,7 +80,7 @@ image-test: image venv  ## the images run by buildah, in a network namespace of 
 
 # The unit under a real systemd: PID 1 of a bookworm booted in namespaces of its own, over the
 # rootfs `make image` caches (debootstrap'd once) with systemd, Redis and Python added (cached too).
-SYSTEMD_TOOLS_MISSING := $(strip $(foreach tool,debootstrap unshare nsenter setpriv,\
+SYSTEMD_TOOLS_MISSING := $(strip $(foreach tool,debootstrap unshare nsenter pivot_root,\
 	$(if $(shell command -v $(tool) 2>/dev/null),,$(tool))))
 
 systemd-system:  ## debootstrap (and util-linux): installed only when one is missing (needs root)
@@ -89,7 +89,7 @@ ifneq ($(SYSTEMD_TOOLS_MISSING),)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap util-linux
 endif
 
-systemd-test: systemd-system module venv  ## start, credential, watchdog, reload, stop under systemd
+systemd-test: system systemd-system module venv  ## start, credential, watchdog, reload, stop under systemd
 	$(VENV)/bin/ruff check deploy/systemd
 	$(VENV)/bin/ruff format --check deploy/systemd
 	$(VENV)/bin/mypy deploy/systemd
