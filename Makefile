@@ -11,7 +11,7 @@ IMAGE_TOOLS_MISSING := $(strip $(foreach tool,buildah debootstrap ip,\
 	$(if $(shell command -v $(tool) 2>/dev/null),,$(tool))))
 
 .PHONY: all system module venv demo test pytest lint format bench clean
-.PHONY: image-system image image-test image-clean
+.PHONY: image-system image image-test image-clean systemd-system systemd-test
 all: test
 
 system:  ## Debian packages: installed only when a tool is missing (needs root)
@@ -78,6 +78,24 @@ image-test: image venv  ## the images run by buildah, in a network namespace of 
 	$(VENV)/bin/mypy deploy/images
 	$(VENV)/bin/hadolint --failure-threshold info deploy/images/*.Containerfile
 	unshare --net sh -c 'ip link set lo up && exec $(PY) -m pytest deploy/images'
+
+# The unit under a real systemd: PID 1 of a bookworm booted in namespaces of its own, over the
+# rootfs `make image` caches (debootstrap'd once) with systemd, Redis and Python added (cached too).
+SYSTEMD_TOOLS_MISSING := $(strip $(foreach tool,debootstrap unshare nsenter pivot_root,\
+	$(if $(shell command -v $(tool) 2>/dev/null),,$(tool))))
+
+systemd-system:  ## debootstrap (and util-linux): installed only when one is missing (needs root)
+ifneq ($(SYSTEMD_TOOLS_MISSING),)
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap util-linux
+endif
+
+systemd-test: system systemd-system module venv  ## start, credential, watchdog, reload, stop under systemd
+	$(VENV)/bin/ruff check deploy/systemd
+	$(VENV)/bin/ruff format --check deploy/systemd
+	$(VENV)/bin/mypy deploy/systemd
+	rootfs=$$(deploy/systemd/rootfs.sh $(IMAGE_CACHE)) && SWEEPERD_SYSTEMD_ROOTFS=$$rootfs \
+		$(PY) -m pytest -p no:xdist -p no:cacheprovider -v -s --durations=0 deploy/systemd
 
 image-clean:  ## the images, the stand-ins and the cached rootfs
 	-buildah --storage-driver vfs rmi sweeperd:$(VERSION) sweeperd-redis-module:$(VERSION) \

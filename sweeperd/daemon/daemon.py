@@ -99,6 +99,7 @@ class Daemon:
         )
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
+        self.wake = threading.Event()  # either signal: the main loop acts now, not at its next turn
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
@@ -148,6 +149,7 @@ class Daemon:
 
     def add_jobs(self) -> None:
         """The heartbeat, the membership, the discovery scan and one job per batch of queues."""
+        # At once too: a reload adds every job anew, and reloads in a row must not starve it.
         self.scheduler.add_job(
             self.health.beat,
             "interval",
@@ -155,6 +157,7 @@ class Daemon:
             id="heartbeat",
             coalesce=True,
             executor="beat",
+            next_run_time=datetime.now(UTC),
         )
         if self.sharing.on:
             self.scheduler.add_job(
@@ -202,14 +205,28 @@ class Daemon:
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         self.stop_requested.set()
+        self.wake.set()
 
     def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
         self.reload_requested.set()
+        self.wake.set()
 
     def apply_reload(self) -> None:
-        """SIGHUP: the config file again; queues, budgets, jitter and logs change in place, the
-        restart-only settings keep the values they run with (the log names each one)."""
+        """SIGHUP: the config file again, framed for systemd by RELOADING=1 and READY=1 once
+        ready (before, a READY=1 would say the start is done)."""
         self.reload_requested.clear()
+        # At once: systemd 252 holds `systemctl reload` until the READY=1 only when this comes
+        # before ExecReload='s kill has exited; later, the unit is still `reloading` till then.
+        framed = self.announced_ready and self.notifier.reloading()
+        try:
+            self.reread()
+        finally:
+            if framed:
+                self.notifier.ready()
+
+    def reread(self) -> None:
+        """Queues, budgets, jitter and logs change in place, the restart-only settings keep the
+        values they run with (the log names each one); a broken file changes nothing."""
         try:
             wanted = self.reload()
         except ConfigError as exc:
@@ -239,7 +256,7 @@ class Daemon:
         watchdog = self.notifier.watchdog_interval_s
         last_watchdog = 0.0
         status = ""
-        while not self.stop_requested.wait(WAKE_S):
+        while not self.stop_requested.is_set():
             if self.reload_requested.is_set():
                 self.apply_reload()
             ready = self.health.ready()
@@ -255,6 +272,8 @@ class Daemon:
             if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
+            self.wake.wait(WAKE_S)  # after a first turn at once: STATUS= from the start
+            self.wake.clear()  # what woke it is in the flags the next turn reads
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""

@@ -1,10 +1,11 @@
-"""systemd's notify protocol (READY, WATCHDOG, STOPPING, STATUS) without a dependency."""
+"""systemd's notify protocol (READY, RELOADING, WATCHDOG, STOPPING, STATUS) without a dependency."""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 
 import structlog
@@ -62,6 +63,13 @@ class Notifier:
 
     def ready(self) -> bool:
         return self.send("READY=1")
+
+    def reloading(self) -> bool:
+        """RELOADING=1 with the CLOCK_MONOTONIC microseconds at which the reload began: systemd
+        stays `reloading` until the READY=1 that ends it. 252 reads RELOADING=1 alone; from 253,
+        Type=notify-reload takes only a reload whose MONOTONIC_USEC is after its signal."""
+        now_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.send(f"RELOADING=1\nMONOTONIC_USEC={now_us}")
 
     def watchdog(self) -> bool:
         return self.send("WATCHDOG=1")

@@ -488,7 +488,7 @@ class TestSystemdUnit:
             "DynamicUser": "yes",
             "EnvironmentFile": "-/etc/sweeperd/sweeperd.env",
             "LoadCredential": "redis-password:/etc/sweeperd/redis-password",
-            "ExecReload": "/bin/kill -HUP $MAINPID",
+            "ExecReload": "/bin/sh -c 'kill -HUP \"$MAINPID\"'",
             "Restart": "on-failure",
             "RestartSec": "5",
             "TimeoutStopSec": "15",

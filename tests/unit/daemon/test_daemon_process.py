@@ -5,13 +5,16 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 
+from sweeperd.daemon.health import HEARTBEAT_S
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import PAST_MS, dump_all, lease, now_ms, run_id
@@ -343,6 +346,114 @@ class TestNotify:
                 seen.append(sock.recv(4096))
         assert f"STATUS=sweeping 1 queues on 127.0.0.1:{redis_server.port}".encode() in seen
         assert seen.index(b"READY=1") < len(seen) - 1
+
+    def test_a_reload_is_framed_by_reloading_and_ready(
+        self, r: redis.Redis, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """SIGHUP once ready: RELOADING=1 (with MONOTONIC_USEC) at once, then READY=1 after the
+        file was read, a broken file too; the new budget is what the next sweep uses."""
+        path, config = workdir / "notify.sock", workdir / "sweeperd.toml"
+        config.write_text('queues = ["h"]\nmax_stalled = 1\n')
+        args = ["--config", str(config), "--redis-url", redis_server.url, *FAST]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            sock.settimeout(10)
+            with DaemonProcess(workdir, *args, env={"NOTIFY_SOCKET": str(path)}) as daemon:
+                assert daemon.process is not None
+                while sock.recv(4096) != b"READY=1":
+                    pass
+                config.write_text('queues = ["h"]\nmax_stalled = 3\n')
+                signalled_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+                daemon.process.send_signal(signal.SIGHUP)
+                reload = framing(sock)
+                config.write_text("max_stalled = [\n")
+                daemon.process.send_signal(signal.SIGHUP)
+                broken = framing(sock)
+                lease(r, QueueKeys("h"), b"j", attempts="1", stalled="1")
+                wait_until(lambda: r.hget(QueueKeys("h").job(b"j"), "state") == b"pending",
+                           what="j recovered under max_stalled 3")  # fmt: skip
+                assert daemon.stop() == 0
+        assert signalled_us <= reload[0]
+        assert [e["max_stalled"] for e in daemon.events("reloaded")] == [3]
+        assert len(daemon.events("reload_failed")) == 1
+        assert reload[1] == broken[1] == "READY=1"
+        assert r.hget(QueueKeys("h").job(b"j"), "stalled") == b"2"
+
+    def test_a_reload_before_ready_says_nothing(
+        self, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """SIGHUP while the server is down: read, but no RELOADING=1 nor READY=1, which would
+        tell systemd the start is done."""
+        path, config = workdir / "notify.sock", workdir / "sweeperd.toml"
+        config.write_text('queues = ["h"]\n')
+        down = f"redis://127.0.0.1:{free_port()}/0"
+        args = ["--config", str(config), "--redis-url", down, *FAST]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            sock.settimeout(10)
+            with DaemonProcess(workdir, *args, env={"NOTIFY_SOCKET": str(path)}) as daemon:
+                assert daemon.process is not None
+                assert sock.recv(4096).startswith(b"STATUS=waiting for")
+                daemon.process.send_signal(signal.SIGHUP)
+                wait_until(lambda: daemon.events("reloaded"), what="the reload")
+                assert daemon.stop() == 0
+            seen = [sock.recv(4096)]
+            while seen[-1] != b"STOPPING=1":
+                seen.append(sock.recv(4096))
+        assert [m for m in seen if m.startswith((b"RELOADING=", b"READY="))] == []
+
+    def test_reloads_in_a_row_keep_the_heartbeat(
+        self, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """SIGHUP after SIGHUP, each as soon as the last is read, for longer than /healthz's
+        grace (five heartbeats): the scheduler's heartbeat still runs, /healthz stays 200 and
+        WATCHDOG=1 goes on (under systemd, a stale heartbeat gets the daemon killed)."""
+        path, config = workdir / "notify.sock", workdir / "sweeperd.toml"
+        config.write_text('queues = ["h"]\n')
+        args = ["--config", str(config), "--redis-url", redis_server.url, *FAST]
+        env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "2000000"}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            seen: list[bytes] = []  # read as they come, as systemd does: a full socket blocks
+
+            def read() -> None:
+                while message := sock.recv(4096):
+                    seen.append(message)
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            with DaemonProcess(workdir, *args, env=env) as daemon:
+                assert daemon.process is not None
+                until = time.monotonic() + 5 * HEARTBEAT_S + 2
+                sent = 0
+                while time.monotonic() < until:
+                    daemon.process.send_signal(signal.SIGHUP)
+                    sent += 1
+                    wait_until(reloads(daemon, sent), what=f"reload {sent}")
+                    assert daemon.get("/healthz")[0] == 200, f"after {sent} reloads"
+                watchdogs = seen.count(b"WATCHDOG=1")
+                assert daemon.stop() == 0
+            sock.sendto(b"", str(path))  # the reader's end
+            reader.join(10)
+        assert sent > 10
+        assert watchdogs >= 5  # once a second (half of WATCHDOG_USEC) while the reloads went on
+
+
+def reloads(daemon: DaemonProcess, n: int) -> Callable[[], bool]:
+    """Whether the daemon has logged n reloads."""
+    return lambda: daemon.log_text().count('"reloaded"') == n
+
+
+def framing(sock: socket.socket) -> tuple[int, str]:
+    """The MONOTONIC_USEC of the next RELOADING=1, and the first message after it but STATUS=."""
+    message = sock.recv(4096).decode()
+    while not message.startswith("RELOADING=1\n"):
+        message = sock.recv(4096).decode()
+    stamp = int(message.split("MONOTONIC_USEC=")[1])
+    after = sock.recv(4096).decode()
+    while after.startswith("STATUS="):
+        after = sock.recv(4096).decode()
+    return stamp, after
 
 
 class TestExposition:

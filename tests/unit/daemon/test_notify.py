@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,23 @@ class TestMessages:
             notifier.close()
         assert received == ["READY=1", "WATCHDOG=1", "STATUS=sweeping 3 queues", "STOPPING=1"]
 
+    def test_reloading_carries_the_monotonic_clock(
+        self, listener: tuple[socket.socket, str]
+    ) -> None:
+        """RELOADING=1 comes with MONOTONIC_USEC, CLOCK_MONOTONIC in microseconds read when it
+        is sent (systemd >= 253 takes only a reload timed after its own signal)."""
+        sock, path = listener
+        notifier = Notifier.from_environ({"NOTIFY_SOCKET": path})
+        before_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        assert notifier.reloading()
+        after_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        notifier.close()
+        reloading, stamp = receive(sock).split("\n")
+        assert reloading == "RELOADING=1"
+        name, value = stamp.split("=")
+        assert name == "MONOTONIC_USEC"
+        assert before_us <= int(value) <= after_us
+
     def test_status_one_line(self, listener: tuple[socket.socket, str]) -> None:
         """A status with line breaks is sent on one line."""
         sock, path = listener
@@ -70,6 +88,7 @@ class TestNoSocket:
         notifier = Notifier.from_environ({})
         assert notifier.address is None
         assert not notifier.ready()
+        assert not notifier.reloading()
         assert not notifier.watchdog()
         assert not notifier.stopping()
         assert not notifier.status("x")
