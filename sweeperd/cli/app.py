@@ -40,6 +40,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: Rich would read "[default: …]" text as markup
+    suggest_commands=False,  # click suggests the nearest command itself: said once, not twice
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
