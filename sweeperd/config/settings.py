@@ -90,7 +90,7 @@ class Settings:
         }
         shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
         shown["redis_url"] = self.connection.shown_url
-        shown["redis_password"] = "<set>" if self.connection.password is not None else None
+        shown["redis_password"] = "<set>" if self.connection.has_password else None
         shown["socket_timeout"] = self.connection.socket_timeout
         topology = self.connection.topology
         shown["topology"] = topology.mode

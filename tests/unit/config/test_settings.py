@@ -283,6 +283,23 @@ class TestPassword:
         assert s.describe()["redis_url"] == "redis://h:6379/0?password=<redacted>"
         assert "hunter2" not in repr(s)
 
+    @pytest.mark.parametrize(
+        ("url", "shown"),
+        [
+            ("redis://user:pw@h:6379/0", "<set>"),
+            ("redis://:pw@h:6379/0", "<set>"),
+            ("redis://h:6379/0?password=pw", "<set>"),
+            ("redis://user@h:6379/0", None),
+            ("redis://h:6379/0", None),
+        ],
+    )
+    def test_describe_says_a_password_in_the_url_is_set(
+        self, tmp_path: Path, url: str, shown: str | None
+    ) -> None:
+        """A password given in the URL shows as redis_password "<set>", as one from a file does;
+        none given shows null."""
+        assert build(tmp_path, queues=["q"], redis_url=url).describe()["redis_password"] == shown
+
     def test_repr_redacts_url(self, tmp_path: Path) -> None:
         """The settings' repr and describe() show no credentials."""
         s = build(tmp_path, queues=["q"], redis_url="redis://user:pw@h:6379/0")
