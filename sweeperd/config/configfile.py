@@ -20,6 +20,10 @@ FILE_KEYS = (
     "queues",
     TABLES,
 )
+# Why the file may not set an option that is a setting nonetheless, and to whom its flag goes.
+NOT_IN_FILE = {
+    "instance_id": ("each replica has its own, and the replicas share the file", "each replica"),
+}
 FileQueues = dict[str, dict[str, Given]]  # a queue's name -> the values its table sets
 Tables = dict[str, Any]  # [queue.<name>] tables as TOML read them: name -> table
 
@@ -36,6 +40,8 @@ def read_config(path: Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for key in (k for k in data if k in OPTIONS and k not in FILE_KEYS):
+        _refuse_flag(key, f"config file {path}")
     _refuse_unknown(data, FILE_KEYS, f"config file {path}")
     return data
 
@@ -50,6 +56,15 @@ def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: 
             raise ConfigError(
                 f"unknown key {key!r} in {where}{hint}; known keys: {', '.join(known)}"
             )
+
+
+def _refuse_flag(key: str, where: str) -> None:
+    """An option the file may not set (a flag, or a replica's own setting), named as such."""
+    why, whom = NOT_IN_FILE.get(key, ("", ""))
+    raise ConfigError(
+        f"{key} is not read from a config file{f' ({why})' if why else ''}: give "
+        f"{OPTIONS[key].where}{f' to {whom}' if whom else ''}, and remove it from {where}"
+    )
 
 
 def file_queues(data: Mapping[str, Any], path: Path) -> tuple[FileQueues, tuple[str, ...]]:
