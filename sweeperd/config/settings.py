@@ -10,7 +10,13 @@ from typing import Any
 
 from sweeperd.config import coercers
 from sweeperd.config.coercers import ConfigError, Given
-from sweeperd.config.configfile import FileQueues, file_queues, read_config
+from sweeperd.config.configfile import (
+    FileQueues,
+    QueueTables,
+    file_queues,
+    read_config,
+    unlisted_tables,
+)
 from sweeperd.config.connsettings import connection_of
 from sweeperd.config.options import OPTIONS, SETTING_KEYS
 from sweeperd.config.webconfig import BadWebConfig, WebConfig, load_web_config
@@ -73,6 +79,7 @@ class Settings:
     config_path: Path | None
     daemon: DaemonSettings
     notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
+    unlisted_tables: tuple[str, ...] = ()  # tables no list names, kept for discovery to find
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
@@ -86,7 +93,7 @@ class Settings:
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("connection", "notes", "daemon")
+            if f.name not in ("connection", "notes", "daemon", "unlisted_tables")
         }
         shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
         shown["redis_url"] = self.connection.shown_url
@@ -155,7 +162,7 @@ def _web_config(path: Path | None, where: str) -> WebConfig | None:
 
 
 def _queues(
-    tables: FileQueues,
+    tables: QueueTables,
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
@@ -195,13 +202,18 @@ def build_settings(
     """
     data = read_config(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
-    tables, notes = file_queues(data, config_path) if config_path is not None else ({}, ())
+    file = file_queues(data, config_path) if config_path is not None else FileQueues({})
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
     typed = {key: _parse(key, value) for key, value in given.items()}
     if typed["log_format"] is LogFormat.AUTO:
         typed["log_format"] = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
+    unlisted = (
+        unlisted_tables(file, flag_names, config_path, discover=typed["discover"] > 0)
+        if config_path is not None
+        else ()
+    )
     defaults = QueueSettings("", typed["interval"], typed["max_stalled"], typed["limit"])
-    queues = _queues(tables, flag_names, defaults)
+    queues = _queues(file.queues, flag_names, defaults)
     if not queues and typed["discover"] == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
@@ -220,5 +232,6 @@ def build_settings(
         queues=queues,
         config_path=config_path,
         daemon=daemon,
-        notes=notes,
+        notes=file.notes,
+        unlisted_tables=unlisted,
     )

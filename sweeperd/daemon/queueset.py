@@ -41,6 +41,7 @@ class QueueSet:
         self.discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
         self.swept: set[str] = set()  # the queues this replica sweeps now
         self.exported: set[str] = set()  # the queues with series: swept once, still known
+        self.unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
         self.lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
 
     def known(self) -> list[QueueSettings]:
@@ -98,3 +99,17 @@ class QueueSet:
         if added or dropped:
             log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
             self.apply()
+        self.unmatched_tables(found)
+
+    def unmatched_tables(self, found: set[str]) -> None:
+        """A table no list names is kept for a queue a scan finds (see unlisted_tables): one
+        that the scan did not find may be a typo of a listed queue's name, said once."""
+        for name in self.settings.unlisted_tables:
+            if name not in found and name not in self.unmatched:
+                self.unmatched.add(name)
+                log.warning(
+                    "queue_table_unmatched",
+                    queue=name,
+                    hint=f"[queue.{name}] is for a queue the list does not name and no scan "
+                    "found: a typo of a listed queue's name? It is swept as configured",
+                )

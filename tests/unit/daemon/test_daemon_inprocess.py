@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -10,7 +11,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.config.settings import ConfigError, Settings, build_settings
 from sweeperd.daemon.daemon import OVERRUN_LOG_S, Daemon
 from sweeperd.daemon.health import READY_INTERVALS
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
@@ -18,7 +19,7 @@ from sweeperd.fleet.node import Node
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason
 from tests.support.clock import Clock
-from tests.support.daemon_inprocess import in_process, settings_for
+from tests.support.daemon_inprocess import in_process, settings_for, stopped
 from tests.support.helpers import lease
 from tests.support.servers import RedisServer
 
@@ -46,7 +47,7 @@ def daemon(r: redis.Redis, redis_server: RedisServer, clock: Clock) -> Iterator[
     made = make(settings_for(redis_server.url, discover="30"), clock)
     made.fleet.refresh()  # the one primary, as start() finds it
     yield made
-    made.fleet.stop(1.0)
+    stopped(made)
 
 
 def node_of(daemon: Daemon) -> Node:
@@ -123,6 +124,31 @@ class TestDiscovery:
         assert value(daemon, "sweeperd_known_queues") == 2
         assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
         assert node_of(daemon).up is True
+
+    def test_an_unlisted_table_no_scan_finds_is_warned_of_once(
+        self, r: redis.Redis, redis_server: RedisServer, clock: Clock, tmp_path: Path
+    ) -> None:
+        """With discovery on, a table for a queue the list does not name is kept; a scan that
+        does not find its queue says so once (a typo?), one that finds it says nothing."""
+        config = tmp_path / "sweeperd.toml"
+        config.write_text('queues = ["fixed"]\n[queue.found]\nlimit = 7\n[queue.fixd]\n')
+        settings = build_settings(
+            {"redis_url": redis_server.url, "discover": "30", "shard": "off"},
+            config,
+            logs_to_tty=False,
+        )
+        daemon = make(settings, clock)
+        daemon.fleet.refresh()
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        try:
+            with capture_logs() as logs:
+                daemon.discover()
+                daemon.discover()
+        finally:
+            stopped(daemon)
+        [said] = [e for e in logs if e["event"] == "queue_table_unmatched"]
+        assert (said["queue"], said["log_level"]) == ("fixd", "warning")
+        assert said["hint"].startswith("[queue.fixd] is for a queue the list does not name")
 
     def test_an_unreachable_server_keeps_the_last_list(
         self, r: redis.Redis, daemon: Daemon
