@@ -80,9 +80,10 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
 
     Exit 0 when done (also when nothing was due), 1 when the server refused (a verb call,
     which wrote nothing, a command the user lacks, or authentication), 2 on a bad option,
-    3 when the server cannot be reached or is not a Redis server. In --json, `exempt` lists
-    the recovered rows whose lease_epoch differs from the server's run_id, read in the same
-    atomic call as the sweep, and `ghosts` counts the ids removed that had no row.
+    3 when the server cannot be reached or is not a Redis server. In --json, every verdict is
+    a list of ids: `exempt` the recovered rows whose lease_epoch differs from the server's
+    run_id, read in the same atomic call as the sweep, and `ghosts` the ids removed that had
+    no row.
     """
     reply = Reply(ctx.params["json"])
     settings, queue = one_queue(ctx, reply)

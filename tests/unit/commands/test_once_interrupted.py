@@ -121,7 +121,7 @@ class TestFirstCtrlC:
         assert moved and remaining, "interrupted mid-drain"
         if output == "json":
             body = json.loads(out)
-            listed = [*body["recovered"], *body["dead"], *body.get("ghost_ids", [])]
+            listed = [*body["recovered"], *body["dead"], *body["ghosts"]]
             assert sorted(listed) == sorted(i.decode() for i in moved)
             assert body["left"] == len(remaining)
             assert err.splitlines() == [f"sweeperd: interrupted after {body['calls']} calls"]
