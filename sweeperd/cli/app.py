@@ -13,6 +13,7 @@ import redis
 import typer
 
 from sweeperd import __version__
+from sweeperd.cli.budget import asked, on_a_terminal, say_budget
 from sweeperd.cli.inputs import build, one_queue, settings_of
 from sweeperd.cli.reply import Reply, usage
 from sweeperd.cli.signature import with_options
@@ -73,6 +74,11 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     own [queue.<name>] table in the config file sets its max_stalled and limit, unless
     --max-stalled or --limit (or their env vars) is given.
 
+    At the default max_stalled, which nobody set (1: a job's first counted stall dead-letters
+    it), on a terminal once first shows a dry run's counts and asks before it dead-letters a
+    job (--yes does not ask; a no writes nothing and exits 1); elsewhere nothing asks, and a
+    line on stderr says the budget it dead-lettered at.
+
     With --drain, calls are sized to stay under --call-target-ms, at most the limit; with --limit
     given, every call takes that many (the batches --dry-run predicts). On a terminal a
     progress bar shows what is done and left; Ctrl-C stops after the call in flight, prints
@@ -88,7 +94,9 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(ctx.params["json"])
     settings, queue = one_queue(ctx, reply)
     drain, dry = ctx.params["drain"], ctx.params["dry_run"]
+    ask = not (dry or queue.budget_given or ctx.params["yes"]) and on_a_terminal()
     try:
+        said = ask and asked(settings, queue, reply, drain=drain)
         with drain_progress(queue.name, drain and not dry and not reply.json) as progress:
             result = recover(
                 settings,
@@ -101,6 +109,8 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))
     reply.print(report.once_json(result) if reply.json else report.once_text(result))
+    if result.dead and result.max_stalled_default and not said:
+        say_budget(queue.name)
     if result.interrupted:
         typer.echo(f"sweeperd: interrupted after {result.calls} calls", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)

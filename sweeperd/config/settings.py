@@ -4,7 +4,7 @@ defaults, the TOML file and flags/env."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class QueueSettings:
     interval: float  # seconds between two sweeps
     max_stalled: int
     limit: int
+    # False: max_stalled is the default, which no flag, env var, file or table set
+    budget_given: bool = field(default=True, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -80,20 +82,23 @@ class Settings:
     daemon: DaemonSettings
     notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
     unlisted_tables: tuple[str, ...] = ()  # tables no list names, kept for discovery to find
+    budget_given: bool = True  # max_stalled given by a flag, an env var or the file
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
         for queue in self.queues:
             if queue.name == name:
                 return queue
-        return QueueSettings(name, self.interval, self.max_stalled, self.limit)
+        return QueueSettings(
+            name, self.interval, self.max_stalled, self.limit, budget_given=self.budget_given
+        )
 
     def describe(self) -> dict[str, object]:
         """The settings fit for a log line: credentials removed from the URL, no password."""
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("connection", "notes", "daemon", "unlisted_tables")
+            if f.name not in ("connection", "notes", "daemon", "unlisted_tables", "budget_given")
         }
         shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
         shown["redis_url"] = self.connection.shown_url
@@ -175,11 +180,10 @@ def _queues(
             own.get("interval", defaults.interval),
             own.get("max_stalled", defaults.max_stalled),
             own.get("limit", defaults.limit),
+            budget_given="max_stalled" in own or defaults.budget_given,
         )
     for name in flag_names:
-        built.setdefault(
-            name, QueueSettings(name, defaults.interval, defaults.max_stalled, defaults.limit)
-        )
+        built.setdefault(name, replace(defaults, name=name))
     return tuple(built.values())
 
 
@@ -212,7 +216,10 @@ def build_settings(
         if config_path is not None
         else ()
     )
-    defaults = QueueSettings("", typed["interval"], typed["max_stalled"], typed["limit"])
+    budget_given = overrides.get("max_stalled") is not None or "max_stalled" in data
+    defaults = QueueSettings(
+        "", typed["interval"], typed["max_stalled"], typed["limit"], budget_given=budget_given
+    )
     queues = _queues(file.queues, flag_names, defaults)
     if not queues and typed["discover"] == 0:
         raise ConfigError(
@@ -234,4 +241,5 @@ def build_settings(
         daemon=daemon,
         notes=file.notes,
         unlisted_tables=unlisted,
+        budget_given=budget_given,
     )

@@ -39,8 +39,10 @@ def backlog(r: redis.Redis, leases: int) -> set[bytes]:
 
 
 def once(server: RedisServer, *args: str) -> subprocess.Popen[str]:
-    """`sweeperd once -q q --drain` with the Lua port (slow enough to catch a call in flight)."""
+    """`sweeperd once -q q --drain` with the Lua port (slow enough to catch a call in flight),
+    at a budget given (the default's own line on stderr is test_once_default_budget's)."""
     argv = ["once", "-q", "q", "--redis-url", server.url, "--executor", "script", "--drain"]
+    argv += ["--max-stalled", "1"]
     return subprocess.Popen(
         [sys.executable, "-m", "sweeperd", *argv, *args],
         stdout=subprocess.PIPE,
