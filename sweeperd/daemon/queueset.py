@@ -65,21 +65,26 @@ class QueueSet:
             return self.sharing.owned(self.known())
 
     def apply(self) -> tuple[set[str], set[str]]:
-        """Schedule the queues owned now. A queue owned no more keeps its counters and its last
-        success (what this replica did stays summable across replicas and outages), and loses
-        the gauges only its owner can keep true; a queue no longer known loses every series.
-        Returns the names gained and lost."""
+        """Schedule the queues owned now. Every configured queue has its counters, at 0 from
+        the start, owned or not (a replica that does not know yet what it owns, its server
+        down, exports them too: summed across replicas they stay whole). A queue owned no
+        more keeps its counters and its last success, and loses the gauges only its owner can
+        keep true; a queue no longer known loses every series. Returns the names gained and
+        lost."""
         with self.lock:
             known = self.known()
             wanted = self.sharing.owned(known)
             names = {q.name for q in wanted}
+            configured = {q.name for q in self.settings.queues}
             gained, lost = names - self.swept, self.swept - names
             for name in gained:
                 self.numbers.add_queue(name)
             for name in lost:
                 self.numbers.disown_queue(name)
                 self.forget(name)
-            self.exported = (self.exported | names) & {q.name for q in known}
+            for name in configured - names:
+                self.numbers.add_queue(name, owned=False)
+            self.exported = (self.exported | names | configured) & {q.name for q in known}
             self.numbers.keep_queues(self.exported)
             self.swept = names
             self.schedule.sync(wanted)

@@ -78,7 +78,6 @@ class HistogramFamily:
 def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
     """Every family at the numbers' level, read from them as they are now."""
     queues, nodes = numbers.listed()
-    owned = [q for q in queues if q.owned]
     yield Family(
         "sweeperd_recovered",
         "counter",
@@ -123,14 +122,14 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
         "gauge",
         HELP["expired"],
         ("queue",),
-        ((q.label, q.values, q.expired) for q in owned),
+        [(q.label, q.values, n) for q in queues if (n := q.expired) is not None],
     )
     yield Family(
         "sweeperd_oldest_expired_age_seconds",
         "gauge",
         HELP["oldest"],
         ("queue",),
-        ((q.label, q.values, q.oldest_expired_age) for q in owned),
+        [(q.label, q.values, age) for q in queues if (age := q.oldest_expired_age) is not None],
     )
     # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
     full = numbers.level is QueueMetrics.FULL
@@ -164,8 +163,9 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
             ("queue", "set"),
             [
                 (f'{q.label},set="{name}"', (q.name, name), size)
-                for q in owned
-                for name, size in zip(SETS, q.jobs, strict=True)
+                for q in queues
+                if (jobs := q.jobs) is not None
+                for name, size in zip(SETS, jobs, strict=True)
             ],
         )
         yield Family(
@@ -173,7 +173,7 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
             "gauge",
             HELP["failed"],
             ("queue",),
-            ((q.label, q.values, q.failed) for q in owned),
+            [(q.label, q.values, n) for q in queues if (n := q.failed) is not None],
         )
 
 
