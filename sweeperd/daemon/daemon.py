@@ -78,7 +78,7 @@ class Daemon:
             jitter=s.daemon.jitter,
             on_overrun=self.overrun,
         )
-        self.sharing = Sharing.of(s, self.fleet.home)
+        self.sharing = Sharing.of(s, self.fleet.home, relocate=self.fleet.watch.follow)
         self.queues = QueueSet(
             s,
             self.sharing,

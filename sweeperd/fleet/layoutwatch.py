@@ -87,8 +87,13 @@ class LayoutWatch:
                 self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
             if self.stopped.is_set():
                 return
-            if self.refresh():
-                self.on_moved()
+            self.follow()
+
+    def follow(self) -> None:
+        """Read the layout now, on the caller's thread (a heartbeat sent elsewhere needs its
+        new place at once); slots that changed hands are said as the watch thread says them."""
+        if self.refresh():
+            self.on_moved()
 
     def asked_before(self, seconds: float) -> bool:
         return self.read_at is None or self.clock() - self.read_at >= seconds
