@@ -4,6 +4,7 @@ to the primary that owns their slot, and the layout followed through failovers a
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -16,7 +17,7 @@ from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, TopologyMode
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.holds import Holds
-from sweeperd.fleet.layoutwatch import LayoutWatch
+from sweeperd.fleet.layoutwatch import LayoutWatch, slot_moves
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.tick import Tick
@@ -159,16 +160,18 @@ class Fleet:
         for name in gone:
             self.drop(self.members.pop(name))
         self.forget_retired(self.clock())
-        moved = old is not None and old != layout
-        if moved:
-            log.warning(
-                "topology_changed",
-                mode=self.mode,
-                added=added,
-                gone=gone,
-                primaries=list(layout.primaries),
-            )
-        return moved
+        if old is None or old == layout:
+            return False
+        log.log(  # a primary added or gone is a failover or a new node; slots moved, a reshard
+            logging.WARNING if added or gone else logging.INFO,
+            "topology_changed",
+            mode=self.mode,
+            added=added,
+            gone=gone,
+            slots_moved=slot_moves(old, layout),
+            primaries=list(layout.primaries),
+        )
+        return True
 
     @property
     def mode(self) -> TopologyMode:
