@@ -104,8 +104,10 @@ class Daemon:
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
-        # Overruns are counted and logged below, at most once a minute, not once per batch.
+        # Overruns are counted and logged below, at most once a minute, not once per batch;
+        # a batch's missed runs are counted, and no job's is said in APScheduler's words.
         logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+        logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
 
     # What the scheduler's jobs run.
     def sweep(self, batch: Batch) -> None:
