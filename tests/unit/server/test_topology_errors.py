@@ -185,8 +185,9 @@ class TestCluster:
     def test_cluster_down_names_the_dead_primary(
         self, bare_cluster: Cluster, tmp_path: Path
     ) -> None:
-        """A primary killed with no replica to take over: the Cluster is down; once says so,
-        naming the dead node (exit 3, reason cluster_down), and run counts and logs it."""
+        """A primary killed with no replica to take over: the Cluster is down; once and inspect
+        say so in the same words, naming the dead node (exit 3, reason cluster_down), and run
+        counts and logs it."""
         bare_cluster.flush()
         live, dead = bare_cluster.primaries()[:2]
         queue = queue_on(bare_cluster, live, "down-")
@@ -202,6 +203,8 @@ class TestCluster:
                         lambda: b"cluster_state:fail" in cluster_info(c), what="the cluster to fail"
                     )
                 said = one_line(sweeperd("once", *args), 3)
+                inspected = one_line(sweeperd("inspect", *args), 3)
+                inspected_json = sweeperd("inspect", *args, "--json").json()["error"]
                 wait_until(lambda: failures(d, queue, "cluster_down"), what="cluster_down")
                 assert d.stop() == 0
             finally:
@@ -211,6 +214,8 @@ class TestCluster:
             "failed, and no replica took over"
         )
         assert said.startswith(f"{words}: refused, nothing written")
+        assert inspected == words
+        assert inspected_json == {"reason": "cluster_down", "message": words}
         [failed] = [e for e in d.events("sweep_failed") if e["reason"] == "cluster_down"]
         assert failed["error"] == words
 
