@@ -51,6 +51,7 @@ class Node:
     replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id, not this
     primary_only: bool = False  # a replica is refused (Cluster and Sentinel: it was demoted)
     cluster: bool = False  # swept as a Cluster's primary (--cluster), not as one server
+    clustered: bool = False  # a Cluster node swept as one server: refused, so never ready
     predecessor: str | None = None  # the primary whose epoch this one took over, until looked at
     executor: Executor | None = None
     up: bool | None = None  # None until the first answer or failure
@@ -81,7 +82,8 @@ class Node:
             raise SweepError(
                 Reason.LOADING, f"{self.name} is loading its dataset: its calls wait until it has"
             )
-        if info.cluster and not self.cluster:
+        self.clustered = info.cluster and not self.cluster
+        if self.clustered:
             raise clustered_error(self.name)
         if self.primary_only and info.role != "master":
             raise NotPrimary(f"{self.name} is a {info.role} now, no longer a primary")
@@ -166,4 +168,8 @@ class Node:
         )
 
     def answered_within(self, now: float, seconds: float) -> bool:
-        return self.last_answer is not None and now - self.last_answer <= seconds
+        """It answered lately, and not as a Cluster node its sweeps refuse (a heartbeat it
+        answers does not make it one to sweep)."""
+        if self.clustered or self.last_answer is None:
+            return False
+        return now - self.last_answer <= seconds
