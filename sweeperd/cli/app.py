@@ -94,17 +94,13 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(ctx.params["json"])
     settings, queue = one_queue(ctx, reply)
     drain, dry = ctx.params["drain"], ctx.params["dry_run"]
+    adaptive = ctx.params["limit"] is None  # calls sized to the call target, at most the limit
     ask = not (dry or queue.budget_given or ctx.params["yes"]) and on_a_terminal()
     try:
-        said = ask and asked(settings, queue, reply, drain=drain)
+        said = ask and asked(settings, queue, reply, drain=drain, adaptive=adaptive)
         with drain_progress(queue.name, drain and not dry and not reply.json) as progress:
             result = recover(
-                settings,
-                queue,
-                dry=dry,
-                drain=drain,
-                adaptive=ctx.params["limit"] is None,
-                progress=progress,
+                settings, queue, dry=dry, drain=drain, adaptive=adaptive, progress=progress
             )
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))

@@ -5,6 +5,7 @@ elsewhere nothing asks, and one line says the budget it dead-lettered at."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import typer
 
@@ -15,6 +16,7 @@ from sweeperd.commands.once import recover
 from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.constants import DEFAULT_MAX_STALLED, EXIT_REFUSED
+from sweeperd.verb.sizing import CallSizer
 
 
 def on_a_terminal() -> bool:
@@ -35,10 +37,15 @@ def say_budget(queue: str) -> None:
     typer.echo(f"sweeperd: {budget_note(queue)}", err=True)
 
 
-def asked(settings: Settings, queue: QueueSettings, reply: Reply, *, drain: bool) -> bool:
+def asked(
+    settings: Settings, queue: QueueSettings, reply: Reply, *, drain: bool, adaptive: bool
+) -> bool:
     """On a terminal, before a sweep at the default budget: what a dry run says it would do
-    now, and a question when it would dead-letter a job; a no ends the command, nothing
-    written (exit 1). Whether the question was asked."""
+    now (one call takes what the sweep's first call would: its sized first call when the
+    limit is not given), and a question when it would dead-letter a job; a no ends the
+    command, nothing written (exit 1). Whether the question was asked."""
+    if adaptive and not drain:
+        queue = replace(queue, limit=CallSizer(settings.call_target_ms / 1000).next(queue.limit))
     preview = recover(settings, queue, dry=True, drain=drain, adaptive=False)
     if preview.error is not None or not preview.dead:  # the sweep itself says a refusal
         return False

@@ -70,6 +70,21 @@ class TestOnATerminal:
         assert "max_stalled 1 (the default)  limit 1000" in term.screen
         assert term.screen.count(NOTE) == 1  # said before the question, not again after
 
+    def test_without_drain_it_asks_of_the_first_call(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Without --drain nor --limit the sweep's one call is sized (100 leases, the first
+        size): the question counts what that call takes, and a yes takes exactly that."""
+        epoch = run_id(r)
+        for n in range(150):
+            lease(r, Q, f"j{n:03}".encode(), PAST_MS + n, attempts=1, lease_epoch=epoch)
+        with OnTerminal("once", "-q", "q", "--redis-url", redis_server.url) as term:
+            term.wait_for("Dead-letter 100 jobs of q? [y/N]")
+            term.keys("y\n")
+            code = term.finish()
+        assert code == 0, term.screen
+        assert members(r, Q.dead) == [f"j{n:03}".encode() for n in range(100)]
+
     @pytest.mark.parametrize(
         "args", [["--yes"], ["--max-stalled", "1"]], ids=["--yes", "a budget given"]
     )
