@@ -38,15 +38,16 @@ def restore_logging() -> Iterator[None]:
 class TestTheirLevels:
     @pytest.mark.parametrize("fmt", ["json", "console"])
     def test_a_record_keeps_its_level(self, fmt: str) -> None:
-        """A warning of apscheduler and an error of redis are rendered as warning and error."""
+        """A warning of apscheduler and an error of redis are rendered as warning and error
+        (its job stores': the daemon keeps its scheduler's and executors' to errors)."""
         out = io.StringIO()
         configure_logging(fmt, "info", stream=out)
-        logging.getLogger("apscheduler.executors.default").warning("job missed")
+        logging.getLogger("apscheduler.jobstores.default").warning("job missed")
         logging.getLogger("redis.connection").error("connection reset")
         lines = out.getvalue().splitlines()
         if fmt == "json":
             assert [(e["logger"], e["level"]) for e in map(json.loads, lines)] == [
-                ("apscheduler.executors.default", "warning"),
+                ("apscheduler.jobstores.default", "warning"),
                 ("redis.connection", "error"),
             ]
         else:
