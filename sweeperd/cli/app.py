@@ -85,7 +85,8 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     what was done and exits 130.
 
     Exit 0 when done (also when nothing was due), 1 when the server refused (a verb call,
-    which wrote nothing, a command the user lacks, or authentication), 2 on a bad option,
+    which wrote nothing, a command the user lacks, or authentication) or the question at the
+    default budget was answered no, 2 on a bad option,
     3 when the server cannot be reached or is not a Redis server. In --json, every verdict is
     a list of ids: `exempt` the recovered rows whose lease_epoch differs from the server's
     run_id, read in the same atomic call as the sweep, and `ghosts` the ids removed that had

@@ -34,6 +34,7 @@ def budget_note(queue: str) -> str:
 
 
 def say_budget(queue: str) -> None:
+    """The budget's line on stderr."""
     typer.echo(f"sweeperd: {budget_note(queue)}", err=True)
 
 
@@ -51,7 +52,8 @@ def asked(
         return False
     say_budget(queue.name)
     typer.echo(f"a dry run now: {report.tally(preview)}", err=True)
-    question = f"Dead-letter {len(preview.dead)} jobs of {queue.name}?"
+    dead = len(preview.dead)
+    question = f"Dead-letter {dead} job{'' if dead == 1 else 's'} of {queue.name}?"
     if not typer.confirm(question, default=False, err=True):
         reply.fail(
             Failure(
