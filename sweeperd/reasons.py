@@ -78,9 +78,14 @@ STRIPPED_CODES: tuple[tuple[type[redis.RedisError], str], ...] = (
 )
 
 
+PIPELINE_ERROR = " of pipeline caused error: "  # redis-py: "Command # 1 (ZCARD k) of pipeline …"
+
+
 def server_text(exc: redis.RedisError) -> str:
-    """The error reply as the server sent it: redis-py strips the `ERR ` code, put it back."""
+    """The error reply as the server sent it: redis-py strips the `ERR ` code, put it back, and
+    heads a pipeline's with the command's place in it, taken off."""
     text = str(exc)
+    text = text.partition(PIPELINE_ERROR)[2] or text
     for kind, stripped in STRIPPED_CODES:
         if isinstance(exc, kind):
             return text if text.startswith(stripped) else f"{stripped} {text}"

@@ -13,6 +13,7 @@ import redis
 import typer
 
 from sweeperd import __version__
+from sweeperd.cli.budget import asked, on_a_terminal, say_budget
 from sweeperd.cli.inputs import build, one_queue, settings_of
 from sweeperd.cli.reply import Reply, drop_stdout, usage
 from sweeperd.cli.signature import with_options
@@ -41,6 +42,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: Rich would read "[default: …]" text as markup
+    suggest_commands=False,  # click suggests the nearest command itself: said once, not twice
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
@@ -73,33 +75,40 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     own [queue.<name>] table in the config file sets its max_stalled and limit, unless
     --max-stalled or --limit (or their env vars) is given.
 
+    At the default max_stalled, which nobody set (1: a job's first counted stall dead-letters
+    it), on a terminal once first shows a dry run's counts and asks before it dead-letters a
+    job (--yes does not ask; a no writes nothing and exits 1); elsewhere nothing asks, and a
+    line on stderr says the budget it dead-lettered at.
+
     With --drain, calls are sized to stay under --call-target-ms, at most the limit; with --limit
     given, every call takes that many (the batches --dry-run predicts). On a terminal a
     progress bar shows what is done and left; Ctrl-C stops after the call in flight, prints
     what was done and exits 130.
 
     Exit 0 when done (also when nothing was due), 1 when the server refused (a verb call,
-    which wrote nothing, a command the user lacks, or authentication), 2 on a bad option,
-    3 when the server cannot be reached or is not a Redis server. In --json, `exempt` lists
-    the recovered rows whose lease_epoch differs from the server's run_id, read in the same
-    atomic call as the sweep, and `ghosts` counts the ids removed that had no row.
+    which wrote nothing, a command the user lacks, or authentication) or the question at the
+    default budget was answered no, 2 on a bad option,
+    3 when the server cannot be reached or is not a Redis server. In --json, every verdict is
+    a list of ids: `exempt` the recovered rows whose lease_epoch differs from the server's
+    run_id, read in the same atomic call as the sweep, and `ghosts` the ids removed that had
+    no row.
     """
     reply = Reply(ctx.params["json"])
     settings, queue = one_queue(ctx, reply)
     drain, dry = ctx.params["drain"], ctx.params["dry_run"]
+    adaptive = ctx.params["limit"] is None  # calls sized to the call target, at most the limit
+    ask = not (dry or queue.budget_given or ctx.params["yes"]) and on_a_terminal()
     try:
+        said = ask and asked(settings, queue, reply, drain=drain, adaptive=adaptive)
         with drain_progress(queue.name, drain and not dry and not reply.json) as progress:
             result = recover(
-                settings,
-                queue,
-                dry=dry,
-                drain=drain,
-                adaptive=ctx.params["limit"] is None,
-                progress=progress,
+                settings, queue, dry=dry, drain=drain, adaptive=adaptive, progress=progress
             )
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))
     reply.print(report.once_json(result) if reply.json else report.once_text(result))
+    if result.dead and result.max_stalled_default and not said:
+        say_budget(queue.name)
     if result.interrupted:
         typer.echo(f"sweeperd: interrupted after {result.calls} calls", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)

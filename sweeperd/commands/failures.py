@@ -9,7 +9,14 @@ from redis.exceptions import InvalidResponse, NoPermissionError
 
 from sweeperd.config.options import OPTIONS
 from sweeperd.constants import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
-from sweeperd.reasons import Reason, ReplyLost, SweepError, reason_of_text, server_text
+from sweeperd.reasons import (
+    PIPELINE_ERROR,
+    Reason,
+    ReplyLost,
+    SweepError,
+    reason_of_text,
+    server_text,
+)
 from sweeperd.server.connection import Connection
 from sweeperd.server.topology import NoPrimary
 
@@ -31,7 +38,6 @@ NOT_SERVED = (
     redis.exceptions.TryAgainError,
 )
 TLS_TEXTS = ("SSL", "TLS", "certificate")  # in what ssl and redis-py say of a failed handshake
-PIPELINE_ERROR = " of pipeline caused error: "  # redis-py: "Command # 1 (ZCARD k) of pipeline …"
 PERMISSION_TEXT = "no permissions to run"  # NOPERM's text, once redis-py has dropped the code
 
 
@@ -98,7 +104,7 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
 
 def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
     raw = str(exc)
-    answer = raw.partition(PIPELINE_ERROR)[2] or server_text(exc)  # the server's own text
+    answer = server_text(exc)  # the server's own text
     text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
     if isinstance(exc, NoPermissionError):
         return _permission(str(exc))

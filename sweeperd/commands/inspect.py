@@ -9,6 +9,8 @@ import redis
 
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import SweepError
+from sweeperd.server.clusternodes import cluster_down
 from sweeperd.server.counts import SORTED_SET, Read, checked, count_reads, counts_of, queue_counts
 from sweeperd.server.serverinfo import has_verb, read_server_info
 from sweeperd.server.topology import primary_client
@@ -52,6 +54,11 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
 
 
 def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
-    """The census of the queue, read on the primary that holds it now."""
+    """The census of the queue, read on the primary that holds it now; a Cluster that is down
+    is said as `once` says it, naming the primaries whose failure took it down."""
     keys = QueueKeys(queue.name, settings.prefix_root)
-    return take_census(primary_client(settings.connection, keys.active), keys)
+    client = primary_client(settings.connection, keys.active)
+    try:
+        return take_census(client, keys)
+    except redis.exceptions.ClusterDownError as exc:
+        raise cluster_down(SweepError.of(exc), client) from None

@@ -59,6 +59,7 @@ def recover(
             call_target_ms=settings.call_target_ms,
             progress=progress,
         )
+    result.max_stalled_default = not queue.budget_given
     if result.error is not None:
         result.error = refused(result, client, connection, keys)
     return result

@@ -36,6 +36,7 @@ class OnceResult:
     interrupted: bool = False  # Ctrl-C: what is here was done before it
     max_stalled: int = 0  # the budget and call size it used
     limit: int = 0
+    max_stalled_default: bool = False  # the budget is the default, which nobody set
     at_ms: int = 0  # the server's clock when it started: `left` counts leases due by then
     left_read: bool = True  # False: a refused call did not say what is left (see refused())
     absent: str | None = None  # nothing was due, and none of the queue's own keys exists

@@ -22,11 +22,11 @@ def once_json(result: OnceResult) -> str:
         "recovered": [job_id_text(i) for i in result.recovered],
         "dead": [job_id_text(i) for i in result.dead],
         "exempt": [job_id_text(i) for i in result.exempt],
-        "ghosts": result.ghosts,
-        "ghost_ids": [job_id_text(i) for i in result.ghost_ids],
+        "ghosts": [job_id_text(i) for i in result.ghost_ids],
         "calls": result.calls,
         "dry_run": result.dry_run,
         "max_stalled": result.max_stalled,
+        "max_stalled_default": result.max_stalled_default,
         "limit": result.limit,
         "left": result.left if result.left_read else None,
     }
@@ -43,17 +43,25 @@ def abbreviated(ids: Sequence[bytes], room: int) -> str:
     return "\n".join(shown)
 
 
+def tally(result: OnceResult) -> str:
+    """What it did (or, dry, would do), counted on one line."""
+    verb = "would recover" if result.dry_run else "recovered"
+    return (
+        f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "
+        f"earlier server run)  dead {len(result.dead)}  ghosts {result.ghosts}  "
+        f"calls {result.calls}"
+    )
+
+
 def once_text(result: OnceResult) -> str:
     screen = shutil.get_terminal_size((100, 40)).lines
     room = max(3, (screen - FRAME_LINES) // 3)
-    verb = "would recover" if result.dry_run else "recovered"
+    default = " (the default)" if result.max_stalled_default else ""
     lines = [
         f"queue {result.queue}  executor {result.executor}  run_id {result.run_id[:12]}…  "
-        f"max_stalled {result.max_stalled}  limit {result.limit}"
+        f"max_stalled {result.max_stalled}{default}  limit {result.limit}"
         + ("  (dry run: nothing written)" if result.dry_run else ""),
-        f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "
-        f"earlier server run)  dead {len(result.dead)}  ghosts {result.ghosts}  "
-        f"calls {result.calls}",
+        tally(result),
     ]
     for title, ids in (
         ("recovered", result.recovered),

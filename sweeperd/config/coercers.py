@@ -45,7 +45,10 @@ class Given:
 
 
 def shown(value: object) -> str:
-    """A value as a refusal quotes it: text with any credentials in a URL removed."""
+    """A value as a refusal quotes it: text with any credentials in a URL removed, a boolean
+    as TOML and the env vars spell it (true, not True)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return repr(redact_text(value)) if isinstance(value, str) else repr(value)
 
 

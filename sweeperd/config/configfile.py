@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,22 @@ FILE_KEYS = (
     "queues",
     TABLES,
 )
-FileQueues = dict[str, dict[str, Given]]  # a queue's name -> the values its table sets
+# Why the file may not set an option that is a setting nonetheless, and to whom its flag goes.
+NOT_IN_FILE = {
+    "instance_id": ("each replica has its own, and the replicas share the file", "each replica"),
+}
+QueueTables = dict[str, dict[str, Given]]  # a queue's name -> the values its table sets
 Tables = dict[str, Any]  # [queue.<name>] tables as TOML read them: name -> table
+
+
+@dataclass(frozen=True)
+class FileQueues:
+    """The queues a file names: each with the values its table sets, the `queues` list's names
+    (None: the file has no list, and its tables name its queues), how to write it now."""
+
+    queues: QueueTables
+    listed: tuple[str, ...] | None = None
+    notes: tuple[str, ...] = ()
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -36,6 +51,8 @@ def read_config(path: Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for key in (k for k in data if k in OPTIONS and k not in FILE_KEYS):
+        _refuse_flag(key, f"config file {path}")
     _refuse_unknown(data, FILE_KEYS, f"config file {path}")
     return data
 
@@ -52,12 +69,22 @@ def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: 
             )
 
 
-def file_queues(data: Mapping[str, Any], path: Path) -> tuple[FileQueues, tuple[str, ...]]:
+def _refuse_flag(key: str, where: str) -> None:
+    """An option the file may not set (a flag, or a replica's own setting), named as such."""
+    why, whom = NOT_IN_FILE.get(key, ("", ""))
+    raise ConfigError(
+        f"{key} is not read from a config file{f' ({why})' if why else ''}: give "
+        f"{OPTIONS[key].where}{f' to {whom}' if whom else ''}, and remove it from {where}"
+    )
+
+
+def file_queues(data: Mapping[str, Any], path: Path) -> FileQueues:
     """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
     values its table sets; and the notes on how to write the file now. `[queues.<name>]`
     tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
     listed, tables, old = _shapes(data, path)
-    queues: FileQueues = {queue_name(name, f"queues in {path}"): {} for name in listed}
+    queues: QueueTables = {queue_name(name, f"queues in {path}"): {} for name in listed}
+    names = tuple(queues) if "queues" in data and not old else None
     for spelled, given in ((TABLES, tables), (OLD_TABLES, old)):
         for name, table in given.items():
             queue_name(name, f"{spelled} in {path}")
@@ -67,7 +94,34 @@ def file_queues(data: Mapping[str, Any], path: Path) -> tuple[FileQueues, tuple[
                     f"[{OLD_TABLES}.{name}]: keep [{TABLES}.{name}]"
                 )
             queues[name] = _queue_table(table, f"{spelled}.{name}", path)
-    return queues, _notes(old, path)
+    return FileQueues(queues, names, _notes(old, path))
+
+
+def unlisted_tables(
+    file: FileQueues, named: Sequence[str], path: Path, *, discover: bool
+) -> tuple[str, ...]:
+    """The `[queue.<name>]` tables of queues that neither the file's list nor `named` (the
+    flags' names) lists. Where the queues are listed, such a table is a typo and refused,
+    naming the nearest listed queue; unless discovery is on, where it may be for a queue a
+    scan finds (the daemon warns when no scan does). A file without a list names its queues
+    by its tables: nothing is unlisted."""
+    if file.listed is None:
+        return ()
+    names = [*file.listed, *named]
+    unlisted = tuple(name for name in file.queues if name not in names)
+    if unlisted and not discover:
+        name = unlisted[0]
+        close = difflib.get_close_matches(name, names, n=1)
+        flag = OPTIONS["queues"].flag_name
+        lists = (
+            f"neither queues = [...] nor {flag} lists" if named else "queues = [...] does not list"
+        )
+        raise ConfigError(
+            f"[{TABLES}.{name}] in {path} is for a queue that {lists}"
+            f"{f' (did you mean {close[0]}?)' if close else ''}: fix the table's name, or list "
+            f"the queue (with --discover on, a table may be for a queue a scan finds)"
+        )
+    return unlisted
 
 
 def _shapes(data: Mapping[str, Any], path: Path) -> tuple[list[Any], Tables, Tables]:

@@ -355,6 +355,15 @@ OPTIONS: dict[str, Option] = {
             toml=False,
         ),
         Option(
+            "yes",
+            "",
+            (ONCE,),
+            "Sweep at the default max_stalled without asking: on a terminal, once shows a dry "
+            "run's counts and asks before it dead-letters a job at a budget nobody set.",
+            False,
+            toml=False,
+        ),
+        Option(
             "top_interval",
             "SECONDS",
             (TOP,),

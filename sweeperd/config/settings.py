@@ -4,13 +4,19 @@ defaults, the TOML file and flags/env."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from sweeperd.config import coercers
 from sweeperd.config.coercers import ConfigError, Given
-from sweeperd.config.configfile import FileQueues, file_queues, read_config
+from sweeperd.config.configfile import (
+    FileQueues,
+    QueueTables,
+    file_queues,
+    read_config,
+    unlisted_tables,
+)
 from sweeperd.config.connsettings import connection_of
 from sweeperd.config.options import OPTIONS, SETTING_KEYS
 from sweeperd.config.webconfig import BadWebConfig, WebConfig, load_web_config
@@ -39,6 +45,8 @@ class QueueSettings:
     interval: float  # seconds between two sweeps
     max_stalled: int
     limit: int
+    # False: max_stalled is the default, which no flag, env var, file or table set
+    budget_given: bool = field(default=True, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -73,24 +81,28 @@ class Settings:
     config_path: Path | None
     daemon: DaemonSettings
     notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
+    unlisted_tables: tuple[str, ...] = ()  # tables no list names, kept for discovery to find
+    budget_given: bool = True  # max_stalled given by a flag, an env var or the file
 
     def for_queue(self, name: str) -> QueueSettings:
         """A configured queue's settings, or the global ones for a discovered queue."""
         for queue in self.queues:
             if queue.name == name:
                 return queue
-        return QueueSettings(name, self.interval, self.max_stalled, self.limit)
+        return QueueSettings(
+            name, self.interval, self.max_stalled, self.limit, budget_given=self.budget_given
+        )
 
     def describe(self) -> dict[str, object]:
         """The settings fit for a log line: credentials removed from the URL, no password."""
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("connection", "notes", "daemon")
+            if f.name not in ("connection", "notes", "daemon", "unlisted_tables", "budget_given")
         }
         shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
         shown["redis_url"] = self.connection.shown_url
-        shown["redis_password"] = "<set>" if self.connection.password is not None else None
+        shown["redis_password"] = "<set>" if self.connection.has_password else None
         shown["socket_timeout"] = self.connection.socket_timeout
         topology = self.connection.topology
         shown["topology"] = topology.mode
@@ -155,7 +167,7 @@ def _web_config(path: Path | None, where: str) -> WebConfig | None:
 
 
 def _queues(
-    tables: FileQueues,
+    tables: QueueTables,
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
@@ -168,11 +180,10 @@ def _queues(
             own.get("interval", defaults.interval),
             own.get("max_stalled", defaults.max_stalled),
             own.get("limit", defaults.limit),
+            budget_given="max_stalled" in own or defaults.budget_given,
         )
     for name in flag_names:
-        built.setdefault(
-            name, QueueSettings(name, defaults.interval, defaults.max_stalled, defaults.limit)
-        )
+        built.setdefault(name, replace(defaults, name=name))
     return tuple(built.values())
 
 
@@ -195,13 +206,21 @@ def build_settings(
     """
     data = read_config(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
-    tables, notes = file_queues(data, config_path) if config_path is not None else ({}, ())
+    file = file_queues(data, config_path) if config_path is not None else FileQueues({})
     flag_names = queue_names(overrides["queues"]) if overrides.get("queues") is not None else []
     typed = {key: _parse(key, value) for key, value in given.items()}
     if typed["log_format"] is LogFormat.AUTO:
         typed["log_format"] = LogFormat.CONSOLE if logs_to_tty else LogFormat.JSON
-    defaults = QueueSettings("", typed["interval"], typed["max_stalled"], typed["limit"])
-    queues = _queues(tables, flag_names, defaults)
+    unlisted = (
+        unlisted_tables(file, flag_names, config_path, discover=typed["discover"] > 0)
+        if config_path is not None
+        else ()
+    )
+    budget_given = overrides.get("max_stalled") is not None or "max_stalled" in data
+    defaults = QueueSettings(
+        "", typed["interval"], typed["max_stalled"], typed["limit"], budget_given=budget_given
+    )
+    queues = _queues(file.queues, flag_names, defaults)
     if not queues and typed["discover"] == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
@@ -220,5 +239,7 @@ def build_settings(
         queues=queues,
         config_path=config_path,
         daemon=daemon,
-        notes=notes,
+        notes=file.notes,
+        unlisted_tables=unlisted,
+        budget_given=budget_given,
     )

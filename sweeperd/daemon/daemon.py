@@ -70,7 +70,7 @@ class Daemon:
             jitter=s.daemon.jitter,
             on_overrun=self.overrun,
         )
-        self.sharing = Sharing.of(s, self.fleet.home)
+        self.sharing = Sharing.of(s, self.fleet.home, relocate=self.fleet.follow)
         self.queues = QueueSet(
             s,
             self.sharing,
@@ -103,8 +103,10 @@ class Daemon:
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
-        # Overruns are counted and logged below, at most once a minute, not once per batch.
+        # Overruns are counted and logged below, at most once a minute, not once per batch;
+        # a batch's missed runs are counted, and no job's is said in APScheduler's words.
         logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
+        logging.getLogger("apscheduler.executors").setLevel(logging.ERROR)
 
     # What the scheduler's jobs run.
     def sweep(self, batch: Batch) -> None:

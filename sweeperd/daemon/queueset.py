@@ -41,6 +41,7 @@ class QueueSet:
         self.discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
         self.swept: set[str] = set()  # the queues this replica sweeps now
         self.exported: set[str] = set()  # the queues with series: swept once, still known
+        self.unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
         self.lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
 
     def reconfigure(self, settings: Settings) -> None:
@@ -69,21 +70,26 @@ class QueueSet:
             return self.sharing.owned(self.known())
 
     def apply(self) -> tuple[set[str], set[str]]:
-        """Schedule the queues owned now. A queue owned no more keeps its counters and its last
-        success (what this replica did stays summable across replicas and outages), and loses
-        the gauges only its owner can keep true; a queue no longer known loses every series.
-        Returns the names gained and lost."""
+        """Schedule the queues owned now. Every configured queue has its counters, at 0 from
+        the start, owned or not (a replica that does not know yet what it owns, its server
+        down, exports them too: summed across replicas they stay whole). A queue owned no
+        more keeps its counters and its last success, and loses the gauges only its owner can
+        keep true; a queue no longer known loses every series. Returns the names gained and
+        lost."""
         with self.lock:
             known = self.known()
             wanted = self.sharing.owned(known)
             names = {q.name for q in wanted}
+            configured = {q.name for q in self.settings.queues}
             gained, lost = names - self.swept, self.swept - names
             for name in gained:
                 self.numbers.add_queue(name)
             for name in lost:
                 self.numbers.disown_queue(name)
                 self.forget(name)
-            self.exported = (self.exported | names) & {q.name for q in known}
+            for name in configured - names:
+                self.numbers.add_queue(name, owned=False)
+            self.exported = (self.exported | names | configured) & {q.name for q in known}
             self.numbers.keep_queues(self.exported)
             self.swept = names
             self.schedule.sync(wanted)
@@ -103,3 +109,17 @@ class QueueSet:
         if added or dropped:
             log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
             self.apply()
+        self.unmatched_tables(found)
+
+    def unmatched_tables(self, found: set[str]) -> None:
+        """A table no list names is kept for a queue a scan finds (see unlisted_tables): one
+        that the scan did not find may be a typo of a listed queue's name, said once."""
+        for name in self.settings.unlisted_tables:
+            if name not in found and name not in self.unmatched:
+                self.unmatched.add(name)
+                log.warning(
+                    "queue_table_unmatched",
+                    queue=name,
+                    hint=f"[queue.{name}] is for a queue the list does not name and no scan "
+                    "found: a typo of a listed queue's name? It is swept as configured",
+                )

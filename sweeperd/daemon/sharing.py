@@ -15,12 +15,32 @@ from sweeperd.daemon.membership import MembershipStore, View
 from sweeperd.fleet.node import Node
 from sweeperd.logs import cap_ids
 from sweeperd.ownership import owner
+from sweeperd.reasons import Reason, reason_of
 from sweeperd.server.connection import UNREACHABLE
 
 log = structlog.get_logger("sweeperd.sharing")
 
 BEATS_PER_TTL = 3  # a member heartbeats this often within its time to live
 EVERY_QUEUE = None  # `members` when sharing is off or refused: every queue is this replica's
+# The members key is served elsewhere now (its slot moved, its primary was failed over): the
+# layout is read again and the heartbeat sent there. MovedError is an AskError: tested first.
+ELSEWHERE = (redis.exceptions.MovedError, redis.exceptions.ReadOnlyError)
+# The server cannot serve the key now, and will: no answer, as if unreachable, not a refusal.
+NOT_NOW = (
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.AskError,
+    redis.exceptions.TryAgainError,
+)
+# What a refusal means, and what to do, by its reason; every other one is said as it is.
+REFUSAL_HINTS = {
+    Reason.NOPERM: "grant the sweeperd user the <root>:sweeperd:* keys and EVALSHA "
+    "(docs/security.md#the-acl-user), or run with --shard off",
+    Reason.OOM: "the server is at its maxmemory and refuses writes: free memory or raise "
+    "maxmemory, or run with --shard off",
+    Reason.WRONGTYPE: "the members key holds another type (something else wrote it): delete "
+    "it, or give sweeperd a --prefix-root of its own",
+}
+SWEPT_MEANWHILE = "meanwhile every queue is swept"
 
 
 @dataclass
@@ -38,19 +58,27 @@ class Sharing:
     store: MembershipStore | None  # the heartbeat on `node`; None until a node is known
     on: bool = True  # off (--shard off): every queue is this replica's, no heartbeat
     home: Callable[[], Node | None] | None = None  # where the members key lives now, if it moves
+    relocate: Callable[[], object] | None = None  # the layout read again now (a MOVED)
     root: str = DEFAULT_PREFIX_ROOT
     members: frozenset[str] | None = frozenset()
     view: View | None = None  # the last heartbeat's answer
     alive_until: float | None = None  # monotonic: this member's entry outlives no answer past it
     refused: str | None = None  # the server's refusal of the heartbeat, while it lasts
+    unanswered: str | None = None  # why the server cannot serve the heartbeat now, said once
     left: bool = False  # it left (SIGTERM): no heartbeat may bring it back
     changes: int = 0  # times the queues it owns changed with the members it sees
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def of(cls, settings: Settings, home: Callable[[], Node | None]) -> Sharing:
+    def of(
+        cls,
+        settings: Settings,
+        home: Callable[[], Node | None],
+        relocate: Callable[[], object] | None = None,
+    ) -> Sharing:
         """The replica's sharing; its heartbeat goes to whatever node `home` names at the time
-        (a failover or a migrated slot moves the members key)."""
+        (a failover or a migrated slot moves the members key), after `relocate` read the
+        layout again when the node it went to sent it elsewhere."""
         d = settings.daemon
         on = d.shard is Shard.ON
         return cls(
@@ -60,6 +88,7 @@ class Sharing:
             None,
             on=on,
             home=home,
+            relocate=relocate,
             root=settings.prefix_root,
             members=frozenset() if on else EVERY_QUEUE,
         )
@@ -91,22 +120,58 @@ class Sharing:
                 self.beat(store, node, now)
             return self.members != before
 
-    def beat(self, store: MembershipStore, node: Node, now: float) -> None:
+    def beat(self, store: MembershipStore, node: Node, now: float, *, again: bool = True) -> None:
         try:
             view = store.beat()
+        except ELSEWHERE as exc:  # the members key's primary failed over, or its slot moved
+            moved = self.moved_to(store, again)
+            if moved is None:
+                self.not_now(exc, now)
+            else:
+                self.beat(*moved, now, again=False)
         except UNREACHABLE as exc:
             node.failed(now, exc)
             self.lapse(now)
-        except redis.RedisError as exc:  # an ACL without the key, a read-only replica
-            self.refuse(str(exc))
+        except NOT_NOW as exc:
+            self.not_now(exc, now)
+        except redis.RedisError as exc:  # an ACL without the key, a key of the wrong type
+            self.refuse(exc)
         else:
             node.answered(now)
             self.joined(view, now)
 
+    def moved_to(self, store: MembershipStore, again: bool) -> tuple[MembershipStore, Node] | None:
+        """The heartbeat's new place, once the layout is read again; None when it is not known
+        yet (or this beat was already sent on)."""
+        if not again or self.relocate is None:
+            return None
+        self.relocate()
+        moved, node = self.located(), self.node
+        if moved is None or node is None or moved is store:
+            return None
+        return moved, node
+
+    def not_now(self, exc: redis.RedisError, now: float) -> None:
+        """The server cannot serve the heartbeat now (the Cluster is down, the key's slot
+        migrates or moved): no answer, not a refusal; it keeps its share meanwhile."""
+        error = str(exc)
+        if self.unanswered != error:
+            log.warning(
+                "membership_unanswered",
+                member=self.member_id,
+                reason=str(reason_of(exc)),
+                error=error,
+                hint="the heartbeat is sent again at the next beat; this replica keeps "
+                "sweeping its share meanwhile, and the others take it over too if it stays "
+                "unanswered past its heartbeat's time to live",
+            )
+        self.unanswered = error
+        self.lapse(now)
+
     def joined(self, view: View, now: float) -> None:
-        if self.refused is not None:
+        if self.refused is not None or self.unanswered is not None:
             log.info("membership_restored", member=self.member_id)
-            self.refused = None
+            self.refused = self.unanswered = None
         self.view, self.alive_until = view, now + self.ttl_s
         old = self.members or frozenset()
         if view.members != old:
@@ -142,15 +207,19 @@ class Sharing:
             )
             self.view = None
 
-    def refuse(self, error: str) -> None:
+    def refuse(self, exc: redis.RedisError) -> None:
         """A heartbeat refused: sweep every queue rather than leave any unswept."""
+        error, reason = str(exc), reason_of(exc)
         if self.refused != error:
+            hint = REFUSAL_HINTS.get(reason)
             log.warning(
                 "membership_refused",
                 member=self.member_id,
+                reason=str(reason),
                 error=error,
-                hint="grant the sweeperd user the <root>:sweeperd:* keys and EVALSHA, "
-                "or run with --shard off; meanwhile every queue is swept",
+                hint=f"{hint}; {SWEPT_MEANWHILE}"
+                if hint
+                else f"the server refused the heartbeat; {SWEPT_MEANWHILE}",
             )
         self.refused, self.members, self.view = error, EVERY_QUEUE, None
 

@@ -4,6 +4,7 @@ to the primary that owns their slot, and the layout followed through failovers a
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -16,7 +17,7 @@ from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, TopologyMode
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.holds import Holds
-from sweeperd.fleet.layoutwatch import LayoutWatch
+from sweeperd.fleet.layoutwatch import LayoutWatch, slot_moves
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
@@ -145,6 +146,10 @@ class Fleet:
         """Something said the layout moved: read it again soon."""
         self._watch.doubt()
 
+    def follow(self) -> None:
+        """The layout read now, on the caller's thread (see LayoutWatch.follow)."""
+        self._watch.follow()
+
     @property
     def wrong(self) -> SweepError | None:
         """Why the servers are not the topology the options name, while they are not."""
@@ -167,16 +172,18 @@ class Fleet:
                 self._drop(self._members.pop(name))
             self._routes = Routes(layout, self._slots, self._members.keys())
             self._forget_retired(self._clock())
-        moved = old is not None and old != layout
-        if moved:
-            log.warning(
-                "topology_changed",
-                mode=self.mode,
-                added=added,
-                gone=gone,
-                primaries=list(layout.primaries),
-            )
-        return moved
+        if old is None or old == layout:
+            return False
+        log.log(  # a primary added or gone is a failover or a new node; slots moved, a reshard
+            logging.WARNING if added or gone else logging.INFO,
+            "topology_changed",
+            mode=self.mode,
+            added=added,
+            gone=gone,
+            slots_moved=slot_moves(old, layout),
+            primaries=list(layout.primaries),
+        )
+        return True
 
     # The members.
     def _member(self, name: str, address: tuple[str, int] | None) -> Member:

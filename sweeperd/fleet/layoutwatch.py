@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 
 from sweeperd.constants import TopologyMode
 from sweeperd.reasons import SweepError
@@ -20,6 +22,7 @@ log = structlog.get_logger("sweeperd.fleet")
 CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
 SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
 DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
+STOP_WAIT_S = 3.0  # at stop, a read in flight is waited for this long before the source closes
 REFRESH_S = {TopologyMode.CLUSTER: CLUSTER_REFRESH_S, TopologyMode.SENTINEL: SENTINEL_REFRESH_S}
 
 
@@ -53,9 +56,9 @@ class LayoutWatch:
 
     def refresh(self) -> bool:
         """Read the layout and apply it; whether slots changed hands. One read at a time: a
-        slow read must not undo a newer one."""
+        slow read must not undo a newer one, and none once stopped (the source is closed)."""
         with self.reading:
-            return self.read()
+            return not self.stopped.is_set() and self.read()
 
     def read(self) -> bool:
         self.doubted.clear()
@@ -87,8 +90,13 @@ class LayoutWatch:
                 self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
             if self.stopped.is_set():
                 return
-            if self.refresh():
-                self.on_moved()
+            self.follow()
+
+    def follow(self) -> None:
+        """Read the layout now, on the caller's thread (a heartbeat sent elsewhere needs its
+        new place at once); slots that changed hands are said as the watch thread says them."""
+        if self.refresh():
+            self.on_moved()
 
     def asked_before(self, seconds: float) -> bool:
         return self.read_at is None or self.clock() - self.read_at >= seconds
@@ -104,7 +112,28 @@ class LayoutWatch:
             self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)
             self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """No read from now; the one in flight finishes before the source is closed under it
+        (waited for `wait_s` at most: a read hung on a dead node is left to end with the
+        process, its source open), and the watch thread ends."""
         self.stopped.set()
         self.doubted.set()
-        self.source.close()
+        if not self.reading.acquire(timeout=wait_s):
+            return
+        try:
+            self.source.close()
+        finally:
+            self.reading.release()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(wait_s)  # it reads no more: it ends at its next look at `stopped`
+
+
+def slot_moves(old: Layout, new: Layout) -> dict[str, int]:
+    """The slots that changed hands between two layouts, counted by "from to to" ("none" for
+    no primary: a slot uncovered mid-failover), for the log to say what changed."""
+    moves: Counter[str] = Counter()
+    for slot in range(REDIS_CLUSTER_HASH_SLOTS):
+        before, after = old.owner(slot), new.owner(slot)
+        if before != after:
+            moves[f"{before or 'none'} to {after or 'none'}"] += 1
+    return dict(sorted(moves.items()))

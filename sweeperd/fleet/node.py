@@ -72,6 +72,7 @@ class Node:
         self.client = client  # what it talks to: discovery and the heartbeat use it too
         self.primary_only = primary_only  # a replica is refused (Cluster, Sentinel: demoted)
         self.cluster = cluster  # swept as a Cluster's primary (--cluster), not as one server
+        self.clustered = False  # a Cluster node swept as one server: refused, so never ready
         self.run_id: bytes | None = None
         self.replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id
         self.up: bool | None = None  # None until the first answer or failure
@@ -150,7 +151,8 @@ class Node:
             raise SweepError(
                 Reason.LOADING, f"{self.name} is loading its dataset: its calls wait until it has"
             )
-        if info.cluster and not self.cluster:
+        self.clustered = info.cluster and not self.cluster
+        if self.clustered:
             raise clustered_error(self.name)
         if self.primary_only and info.role != "master":
             raise NotPrimary(f"{self.name} is a {info.role} now, no longer a primary")
@@ -242,4 +244,8 @@ class Node:
         )
 
     def answered_within(self, now: float, seconds: float) -> bool:
-        return self.last_answer is not None and now - self.last_answer <= seconds
+        """It answered lately, and not as a Cluster node its sweeps refuse (a heartbeat it
+        answers does not make it one to sweep)."""
+        if self.clustered or self.last_answer is None:
+            return False
+        return now - self.last_answer <= seconds

@@ -72,7 +72,6 @@ def _family(name: str, rows: Iterable[Row], labels: tuple[str, ...] | None = Non
 def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
     """Every family at the numbers' level, read from them as they are now."""
     queues, nodes = numbers.listed()
-    owned = [q for q in queues if q.owned]
     yield _family("sweeperd_recovered", ((q.label, q.values, q.recovered) for q in queues))
     yield _family("sweeperd_dead", ((q.label, q.values, q.dead) for q in queues))
     yield _family("sweeperd_exempt", ((q.label, q.values, q.exempt) for q in queues))
@@ -84,10 +83,11 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
     yield _family("sweeperd_sweep_failures", failures)
     successes = [(q.label, q.values, at) for q in queues if (at := q.last_success) is not None]
     yield _family("sweeperd_last_success_timestamp_seconds", successes)
-    yield _family("sweeperd_expired_leases", ((q.label, q.values, q.expired) for q in owned))
+    expired = [(q.label, q.values, n) for q in queues if (n := q.expired) is not None]
+    yield _family("sweeperd_expired_leases", expired)
     yield _family(
         "sweeperd_oldest_expired_age_seconds",
-        ((q.label, q.values, q.oldest_expired_age) for q in owned),
+        [(q.label, q.values, age) for q in queues if (age := q.oldest_expired_age) is not None],
     )
     # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
     full = numbers.level is QueueMetrics.FULL
@@ -104,11 +104,13 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
         return
     sizes = [
         (f'{q.label},set="{name}"', (q.name, name), size)
-        for q in owned
-        for name, size in zip(SETS, q.jobs, strict=True)
+        for q in queues
+        if (jobs := q.jobs) is not None
+        for name, size in zip(SETS, jobs, strict=True)
     ]
     yield _family("sweeperd_queue_jobs", sizes)
-    yield _family("sweeperd_queue_failed_jobs", ((q.label, q.values, q.failed) for q in owned))
+    failed = [(q.label, q.values, n) for q in queues if (n := q.failed) is not None]
+    yield _family("sweeperd_queue_failed_jobs", failed)
 
 
 def _number(value: float) -> str:

@@ -75,23 +75,25 @@ class QueueSeries(Totals):
         "recovered",
     )
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, *, owned: bool = True) -> None:
         super().__init__("queue", queue)
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
         self.failures: dict[str, int] = {}  # a reason appears when it happens
         self.last_success: float | None = None  # absent until a call succeeds: 0 reads as 1970
-        self.expired = 0
-        self.oldest_expired_age = 0.0
-        self.jobs = (0, 0, 0)
-        self.failed = 0
-        self.owned = True  # False: another replica's now; its state's gauges are not exported
+        # The gauges of its state: None (absent) until a call of this replica read them, as a
+        # 0 would say "nothing expired" of a server never read.
+        self.expired: int | None = None
+        self.oldest_expired_age: float | None = None
+        self.jobs: tuple[int, int, int] | None = None
+        self.failed: int | None = None
+        self.owned = owned  # False: not this replica's (yet): its state's gauges stay absent
 
     def disown(self) -> None:
         """Not this replica's queue now: the numbers of its state are unknown here."""
         self.owned = False
-        self.expired, self.oldest_expired_age, self.jobs, self.failed = 0, 0.0, (0, 0, 0), 0
+        self.expired = self.oldest_expired_age = self.jobs = self.failed = None
 
     def count(self, node: NodeSeries, result: CallResult, at: float) -> None:
         """One call into the queue's and its node's numbers; call with the lock held."""
@@ -205,15 +207,22 @@ class SweepNumbers:
         with self.lock:
             self.nodes.pop(node, None)
 
-    def add_queue(self, queue: str) -> None:
-        """Every series of the queue at 0, so that rate() and increase() work from the start.
+    def add_queue(self, queue: str, *, owned: bool = True) -> None:
+        """The queue's counters at 0, so that rate() and increase() work from the start (and,
+        summed across replicas, whichever owns it); `owned` (this replica sweeps it) lets
+        its state's gauges appear with the first call that reads them. A queue already here
+        keeps its numbers, and is owned from now when `owned`.
 
-        Two are left out: the last-success timestamp until a call succeeds (0 would read as
-        1970), and failures until one happens (eight reasons a queue would be eight series
-        per queue nobody reads at ten thousand queues).
+        Left out until then: the last-success timestamp until a call succeeds (0 would read
+        as 1970), failures until one happens (eight reasons a queue would be eight series
+        per queue nobody reads at ten thousand queues), and the gauges until read.
         """
         with self.lock:
-            self.queues.setdefault(queue, QueueSeries(queue)).owned = True
+            found = self.queues.get(queue)
+            if found is None:
+                self.queues[queue] = QueueSeries(queue, owned=owned)
+            elif owned:
+                found.owned = True
 
     def disown_queue(self, queue: str) -> None:
         """The queue is another replica's now (or nobody's, while the server is out of reach):

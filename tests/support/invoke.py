@@ -114,6 +114,15 @@ def sweeperd_many(*argvs: Sequence[str], env: Mapping[str, str] | None = None) -
 PYTHON_M = (sys.executable, "-m", "sweeperd")
 
 
+def default_budget_said(queue: str) -> str:
+    """The line on stderr of a `once` that dead-lettered at the default budget, nobody's."""
+    return (
+        "sweeperd: max_stalled 1 is the default, which nobody set (--max-stalled "
+        f"(SWEEPERD_MAX_STALLED), or max_stalled or [queue.{queue}] in the config file): a "
+        "job's first counted stall dead-letters it"
+    )
+
+
 def sweeperd_process(
     *args: str,
     env: Mapping[str, str] | None = None,

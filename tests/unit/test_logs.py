@@ -152,16 +152,17 @@ class TestTheirLevels:
     @pytest.mark.parametrize("fmt", ["json", "console"])
     def test_a_record_keeps_its_level(self, fmt: str) -> None:
         """A stdlib record (apscheduler, redis) is rendered as sweeperd's lines are, its message
-        formatted, at its own level: a warning as warning, an error as error."""
+        formatted, at its own level: a warning as warning, an error as error (APScheduler's job
+        stores': the daemon keeps its scheduler's and executors' to errors)."""
         out = io.StringIO()
         configure_logging(fmt, "info", stream=out)
-        logging.getLogger("apscheduler.executors.default").warning("job %s missed", "x")
+        logging.getLogger("apscheduler.jobstores.default").warning("job %s missed", "x")
         logging.getLogger("redis.connection").error("connection reset")
         got = out.getvalue().splitlines()
         if fmt == "json":
             entries = [json.loads(line) for line in got]
             assert [(e["logger"], e["level"], e["event"]) for e in entries] == [
-                ("apscheduler.executors.default", "warning", "job x missed"),
+                ("apscheduler.jobstores.default", "warning", "job x missed"),
                 ("redis.connection", "error", "connection reset"),
             ]
             assert all(e["timestamp"].endswith("Z") for e in entries)

@@ -149,6 +149,14 @@ class TestEntryPoints:
         assert (ran.code, ran.err) == (2, "")
         assert "Usage: sweeperd [OPTIONS]" in ran.out
 
+    def test_a_mistyped_command_is_suggested_once(self) -> None:
+        """A mistyped command is one line that suggests the nearest command once, exit 2."""
+        ran = sweeperd("runn")
+        assert (ran.code, ran.out) == (2, "")
+        assert ran.err_lines == [
+            "sweeperd: No such command 'runn'. Did you mean 'run'? (see: sweeperd --help)"
+        ]
+
     def test_completion(self, tmp_path: Path) -> None:
         """--install-completion writes a bash script, and the script's protocol completes."""
         installed = sweeperd("--install-completion", "bash", env={"HOME": str(tmp_path)})

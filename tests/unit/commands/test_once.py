@@ -10,7 +10,7 @@ import redis
 
 from sweeperd.keyspace import QueueKeys
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
-from tests.support.invoke import Ran, sweeperd, sweeperd_many
+from tests.support.invoke import Ran, default_budget_said, sweeperd, sweeperd_many
 from tests.support.servers import RedisServer, free_port
 
 Q = QueueKeys("q")
@@ -38,7 +38,8 @@ class Target:
         )
 
     def expect(self, **fields: Any) -> dict[str, Any]:
-        """The whole `once --json` object of a sweep that ended without an error."""
+        """The whole `once --json` object of a sweep that ended without an error (at the
+        default budget unless `max_stalled` is given)."""
         body: dict[str, Any] = {
             "queue": "q",
             "executor": self.executor,
@@ -46,11 +47,11 @@ class Target:
             "recovered": [],
             "dead": [],
             "exempt": [],
-            "ghosts": 0,
-            "ghost_ids": [],
+            "ghosts": [],
             "calls": 1,
             "dry_run": False,
             "max_stalled": 1,
+            "max_stalled_default": "max_stalled" not in fields,
             "limit": 1000,
             "left": 0,
         }
@@ -136,7 +137,7 @@ class TestSpecTable:
         lease(target.r, Q, b"j", PAST_MS, attempts=1, **{k.decode(): v for k, v in epoch.items()})
         target.r.hset(Q.metrics_failed, "count", 5)
         ran = target.once("--json")
-        assert (ran.code, ran.err) == (0, "")
+        assert (ran.code, ran.err_lines) == (0, [default_budget_said("q")])
         assert ran.json() == target.expect(dead=["j"])
         fields = {b"attempts": b"1", b"stalled": b"1", b"state": b"dead", b"last_error": b"stalled"}
         assert keyspace(target.r) == {
@@ -164,13 +165,14 @@ class TestSpecTable:
         }
 
     def test_ghost(self, target: Target) -> None:
-        """An id with no row leaves active, is listed nowhere, and no row is created."""
+        """An id with no row leaves active, no row is created, and the output lists it among
+        the ghosts, a list of ids as every verdict is."""
         later = now_ms() + FUTURE_OFFSET_MS
         lease(target.r, Q, b"ghost")
         lease(target.r, Q, b"later", later, attempts=1)
         ran = target.once("--json")
         assert (ran.code, ran.err) == (0, "")
-        assert ran.json() == target.expect(ghosts=1, ghost_ids=["ghost"])
+        assert ran.json() == target.expect(ghosts=["ghost"])
         assert keyspace(target.r) == {
             ACTIVE: [(b"later", float(later))],
             row("later"): {b"attempts": b"1"},
@@ -185,7 +187,7 @@ class TestSpecTable:
         ran = target.once("--json", "--limit", largest, "--max-stalled", "5")
         assert (ran.code, ran.err) == (0, "")
         body = ran.json()
-        assert (body["recovered"], body["ghost_ids"], body["limit"]) == (
+        assert (body["recovered"], body["ghosts"], body["limit"]) == (
             ["j"],
             ["ghost"],
             2**63 - 1,
@@ -295,7 +297,7 @@ class TestDrain:
         """Without --drain one call takes the first 100 and leaves 150 expired."""
         ids = backlog(target.r, 250)
         ran = target.once("--json", "--limit", "100")
-        assert (ran.code, ran.err) == (0, "")
+        assert (ran.code, ran.err_lines) == (0, [default_budget_said("q")])
         assert ran.json() == target.expect(dead=ids[:100], limit=100, left=150)
         assert expired(target.r) == 150
         assert target.r.zrange(Q.active, 0, 0) == [ids[100].encode()]
@@ -342,7 +344,7 @@ class TestDryRun:
             ["exempt", "recovered", "recovered2"],
             ["dead", "dead2"],
             ["exempt"],
-            1,
+            ["ghost"],
             3 if batching else 1,
         )
         assert target.r.hget(Q.metrics_failed, "count") == b"9"
@@ -519,7 +521,7 @@ class TestText:
     def test_long_lists_abbreviated(self, native: Target) -> None:
         """A long id list shows its head and '… and N more' (20-line terminal: 4 ids shown)."""
         ids = backlog(native.r, 30)
-        ran = native.once()
+        ran = native.once("--max-stalled", "1")
         assert (ran.code, ran.err) == (0, "")
         assert "recovered 0 (of which 0 exempt" in ran.out
         assert "dead 30  ghosts 0  calls 1" in ran.out

@@ -75,23 +75,62 @@ class TestExamples:
 
 class TestQueueTables:
     def test_a_list_and_tables_together(self, tmp_path: Path) -> None:
-        """`queues = [...]` names queues with the globals; `[queue.<name>]` adds a queue with
-        its own values (the documented example, which TOML refused when both were `queues`)."""
-        s = load(tmp_path, 'queues = ["emails"]\nlimit = 9\n[queue.reports]\nmax_stalled = 3\n')
+        """`queues = [...]` names the queues; `[queue.<name>]` gives a listed one its own values
+        (the documented example, which TOML refused when both were `queues`)."""
+        toml = 'queues = ["emails", "reports"]\nlimit = 9\n[queue.reports]\nmax_stalled = 3\n'
+        s = load(tmp_path, toml)
         assert s.queues == (
             QueueSettings("emails", 5.0, 1, 9),
             QueueSettings("reports", 5.0, 3, 9),
         )
-        assert s.notes == ()
+        assert (s.notes, s.unlisted_tables) == ((), ())
 
     def test_a_listed_queue_may_have_a_table(self, tmp_path: Path) -> None:
         """A name both listed and given a table is one queue, in the list's place."""
-        s = load(tmp_path, 'queues = ["a", "b"]\n[queue.b]\nlimit = 3\n[queue.c]\n')
+        s = load(tmp_path, 'queues = ["a", "b", "c"]\n[queue.b]\nlimit = 3\n[queue.c]\n')
         assert s.queues == (
             QueueSettings("a", 5.0, 1, 1000),
             QueueSettings("b", 5.0, 1, 3),
             QueueSettings("c", 5.0, 1, 1000),
         )
+
+    def test_tables_alone_name_the_queues(self, tmp_path: Path) -> None:
+        """A file without a list names its queues by their tables, as it always did."""
+        s = load(tmp_path, "[queue.orders]\n[queue.mail]\ninterval = 10\n", queues=["extra"])
+        assert [q.name for q in s.queues] == ["orders", "mail", "extra"]
+        assert s.unlisted_tables == ()
+
+    def test_a_table_of_a_queue_the_list_lacks_is_a_typo(self, tmp_path: Path) -> None:
+        """With a list, a table for a queue it does not list is refused with the nearest name:
+        a typo that would otherwise add a queue and leave the listed one at the default
+        budget."""
+        toml = 'queues = ["emails"]\n[queue.emial]\nmax_stalled = 3\n'
+        assert refusal(tmp_path, toml) == (
+            "[queue.emial] in F is for a queue that queues = [...] does not list (did you mean "
+            "emails?): fix the table's name, or list the queue (with --discover on, a table may "
+            "be for a queue a scan finds)"
+        )
+
+    def test_a_flag_may_list_the_table_s_queue(self, tmp_path: Path) -> None:
+        """A queue named by --queue may have its table in a file that lists others (once -q X
+        with the daemon's file); one neither names is refused, naming both lists."""
+        toml = 'queues = ["emails"]\n[queue.reports]\nmax_stalled = 3\n'
+        s = load(tmp_path, toml, queues=["reports"])
+        assert s.for_queue("reports") == QueueSettings("reports", 5.0, 3, 1000)
+        with pytest.raises(ConfigError) as caught:
+            load(tmp_path, toml, queues=["report"])
+        assert str(caught.value).startswith(
+            f"[queue.reports] in {tmp_path / 'sweeperd.toml'} is for a queue that neither "
+            "queues = [...] nor --queue lists (did you mean report?): "
+        )
+
+    def test_with_discovery_an_unlisted_table_is_kept(self, tmp_path: Path) -> None:
+        """With discovery on, a table may be for a queue a scan finds: kept and noted, for
+        the daemon to warn about when no scan finds it."""
+        toml = 'discover = 30\nqueues = ["emails"]\n[queue.found]\nlimit = 7\n'
+        s = load(tmp_path, toml)
+        assert s.unlisted_tables == ("found",)
+        assert s.for_queue("found") == QueueSettings("found", 5.0, 1, 7)
 
     def test_old_tables_are_read_with_a_note(self, tmp_path: Path) -> None:
         """A file of `[queues.<name>]` tables (valid TOML, written before) still loads as it

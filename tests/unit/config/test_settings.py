@@ -129,9 +129,22 @@ class TestSharingSettings:
         assert build(tmp_path, queues="q", shard="ON", heartbeat="0.5").daemon.heartbeat == 0.5
 
     def test_the_instance_id_is_not_read_from_the_shared_file(self, tmp_path: Path) -> None:
-        """Replicas share the config file: an instance_id in it is refused as unknown."""
+        """Replicas share the config file: an instance_id in it is refused, saying it is a flag
+        and env setting only and why."""
         message = refusal(tmp_path, 'queues = ["q"]\ninstance_id = "r1"\n')
-        assert message.startswith("unknown key 'instance_id' in config file ")
+        assert message == (
+            "instance_id is not read from a config file (each replica has its own, and the "
+            "replicas share the file): give --instance-id (SWEEPERD_INSTANCE_ID) to each "
+            f"replica, and remove it from config file {tmp_path / 'sweeperd.toml'}"
+        )
+
+    def test_a_flag_in_the_file_is_said_to_be_one(self, tmp_path: Path) -> None:
+        """A command's own flag written in the file is named as the flag it is."""
+        message = refusal(tmp_path, 'queues = ["q"]\ndry_run = true\n')
+        assert message == (
+            "dry_run is not read from a config file: give --dry-run (SWEEPERD_DRY_RUN), and "
+            f"remove it from config file {tmp_path / 'sweeperd.toml'}"
+        )
 
     @pytest.mark.parametrize(
         ("key", "value", "expected"),
@@ -283,6 +296,23 @@ class TestPassword:
         assert s.describe()["redis_url"] == "redis://h:6379/0?password=<redacted>"
         assert "hunter2" not in repr(s)
 
+    @pytest.mark.parametrize(
+        ("url", "shown"),
+        [
+            ("redis://user:pw@h:6379/0", "<set>"),
+            ("redis://:pw@h:6379/0", "<set>"),
+            ("redis://h:6379/0?password=pw", "<set>"),
+            ("redis://user@h:6379/0", None),
+            ("redis://h:6379/0", None),
+        ],
+    )
+    def test_describe_says_a_password_in_the_url_is_set(
+        self, tmp_path: Path, url: str, shown: str | None
+    ) -> None:
+        """A password given in the URL shows as redis_password "<set>", as one from a file does;
+        none given shows null."""
+        assert build(tmp_path, queues=["q"], redis_url=url).describe()["redis_password"] == shown
+
     def test_repr_redacts_url(self, tmp_path: Path) -> None:
         """The settings' repr and describe() show no credentials."""
         s = build(tmp_path, queues=["q"], redis_url="redis://user:pw@h:6379/0")
@@ -369,6 +399,11 @@ class TestFileErrors:
             ("[queues.mail]\nlimit = 0\n", "limit of [queues.mail] in {path} " + WHOLE + ", not 0"),
             ('queues = ["q"]\nmax_stalled = 1.5\n', "max_stalled in {path} " + WHOLE + ", not 1.5"),
             (
+                'queues = ["q"]\ninterval = true\n',
+                "interval in {path} must be a positive number of seconds up to 86400, not true",
+            ),
+            ("[queue.q]\nlimit = false\n", "limit of [queue.q] in {path} " + WHOLE + ", not false"),
+            (
                 'queues = ["a b"]\n',
                 "queue name 'a b' in queues in {path} must be non-empty, "
                 "without {{, }} or whitespace",
@@ -388,7 +423,7 @@ class TestValueErrors:
             ("interval", 0, f"{SECONDS} up to 86400, not 0"),
             ("interval", "x", f"{SECONDS} up to 86400, not 'x'"),
             ("interval", "nan", f"{SECONDS} up to 86400, not 'nan'"),
-            ("interval", True, f"{SECONDS} up to 86400, not True"),
+            ("interval", True, f"{SECONDS} up to 86400, not true"),
             ("interval", 10**400, f"{SECONDS} up to 86400, not {10**400!r}"),
             ("socket_timeout", -1.0, f"{SECONDS} up to 3600, not -1"),
             ("max_stalled", 0, f"{WHOLE}, not 0"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -10,17 +11,18 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.config.settings import ConfigError, Settings, build_settings
 from sweeperd.daemon.daemon import OVERRUN_LOG_S, Daemon
 from sweeperd.daemon.health import READY_INTERVALS
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
+from sweeperd.daemon.schedule import plan_batches
 from sweeperd.fleet.node import Node
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason
 from tests.support.clock import Clock
-from tests.support.daemon_inprocess import in_process, settings_for
+from tests.support.daemon_inprocess import in_process, settings_for, stopped
 from tests.support.helpers import lease
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, free_port
 
 
 def make(settings: Settings, clock: Clock, reload: object = None) -> Daemon:
@@ -46,7 +48,13 @@ def daemon(r: redis.Redis, redis_server: RedisServer, clock: Clock) -> Iterator[
     made = make(settings_for(redis_server.url, discover="30"), clock)
     made.fleet.refresh()  # the one primary, as start() finds it
     yield made
-    made.fleet.stop(1.0)
+    stopped(made)
+
+
+def sweep_owned(daemon: Daemon) -> None:
+    """One tick of every queue the daemon owns, as its batches' jobs run them."""
+    for batch in plan_batches(daemon.queues.owned()).values():
+        daemon.sweep(batch)
 
 
 def node_of(daemon: Daemon) -> Node:
@@ -124,6 +132,31 @@ class TestDiscovery:
         assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
         assert node_of(daemon).up is True
 
+    def test_an_unlisted_table_no_scan_finds_is_warned_of_once(
+        self, r: redis.Redis, redis_server: RedisServer, clock: Clock, tmp_path: Path
+    ) -> None:
+        """With discovery on, a table for a queue the list does not name is kept; a scan that
+        does not find its queue says so once (a typo?), one that finds it says nothing."""
+        config = tmp_path / "sweeperd.toml"
+        config.write_text('queues = ["fixed"]\n[queue.found]\nlimit = 7\n[queue.fixd]\n')
+        settings = build_settings(
+            {"redis_url": redis_server.url, "discover": "30", "shard": "off"},
+            config,
+            logs_to_tty=False,
+        )
+        daemon = make(settings, clock)
+        daemon.fleet.refresh()
+        lease(r, QueueKeys("found"), b"j", attempts="1")
+        try:
+            with capture_logs() as logs:
+                daemon.discover()
+                daemon.discover()
+        finally:
+            stopped(daemon)
+        [said] = [e for e in logs if e["event"] == "queue_table_unmatched"]
+        assert (said["queue"], said["log_level"]) == ("fixd", "warning")
+        assert said["hint"].startswith("[queue.fixd] is for a queue the list does not name")
+
     def test_an_unreachable_server_keeps_the_last_list(
         self, r: redis.Redis, daemon: Daemon
     ) -> None:
@@ -159,6 +192,47 @@ class TestDiscovery:
         assert [(e["event"], e.get("dropped")) for e in logs] == [("queues_discovered", ["found"])]
         assert daemon.queues.swept == {"fixed"}
         assert value(daemon, "sweeperd_recovered_total", queue="found") is None
+
+
+class TestEvidenceAtStart:
+    """What a daemon exports before it has read its server: counters at 0, no gauge."""
+
+    COUNTERS = ("sweeperd_recovered_total", "sweeperd_dead_total", "sweeperd_exempt_total")
+    GAUGES = ("sweeperd_expired_leases", "sweeperd_oldest_expired_age_seconds")
+
+    @pytest.mark.parametrize("shard", ["on", "off"])
+    def test_a_server_down_at_start(self, clock: Clock, shard: str) -> None:
+        """The server down from the start, sharing on (no heartbeat answered: it owns nothing
+        yet) or off (it owns every queue, and every call fails): each configured queue's
+        counters exist at 0, its state's gauges are absent, never a 0 of a server never
+        read."""
+        url = f"redis://127.0.0.1:{free_port()}/0"
+        settings = settings_for(url, queues=["a", "b"], shard=shard, socket_timeout="0.5")
+        daemon = make(settings, clock)
+        try:
+            daemon.fleet.refresh()
+            daemon.add_jobs()
+            daemon.share()
+            sweep_owned(daemon)
+        finally:
+            stopped(daemon)
+        failures = 1 if shard == "off" else None  # one call each, refused by nobody: counted
+        for queue in ("a", "b"):
+            assert [value(daemon, name, queue=queue) for name in self.COUNTERS] == [0, 0, 0]
+            assert [value(daemon, name, queue=queue) for name in self.GAUGES] == [None, None]
+            reason = {"queue": queue, "reason": "connection"}
+            assert value(daemon, "sweeperd_sweep_failures_total", **reason) == failures
+        assert value(daemon, "sweeperd_owned_queues") == (2 if shard == "off" else 0)
+
+    def test_the_gauges_appear_with_the_first_read(
+        self, r: redis.Redis, daemon: Daemon, clock: Clock
+    ) -> None:
+        """Once a call has read the queue, its gauges say what it read (0 is then a fact)."""
+        daemon.queues.apply()
+        assert value(daemon, "sweeperd_expired_leases", queue="fixed") is None
+        sweep_owned(daemon)
+        assert value(daemon, "sweeperd_expired_leases", queue="fixed") == 0
+        assert value(daemon, "sweeperd_oldest_expired_age_seconds", queue="fixed") == 0
 
 
 class TestNodeSeries:

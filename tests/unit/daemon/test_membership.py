@@ -133,6 +133,40 @@ class TestSharing:
         ]
         assert sharing.owned(QUEUES) == QUEUES
         assert sharing.members == frozenset({"r1"})
+        refused = next(e for e in logs if e["event"] == "membership_refused")
+        assert (refused["reason"], refused["hint"]) == (
+            "wrongtype",
+            "the members key holds another type (something else wrote it): delete it, or give "
+            "sweeperd a --prefix-root of its own; meanwhile every queue is swept",
+        )
+
+    def test_an_acl_refusal_advises_the_acl(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A user without sweeperd's own keys is refused NOPERM: the hint, and only this one,
+        says to grant them."""
+        r.acl_setuser(
+            "queues-only",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["emq:{*}"],
+            commands=["+@all"],
+        )
+        try:
+            url = redis_server.url.replace("redis://", "redis://queues-only:pw@")
+            sharing = make_sharing(url, "r1")
+            with capture_logs() as logs:
+                sharing.refresh(0.0)
+        finally:
+            r.acl_deluser("queues-only")
+        [refused] = [e for e in logs if e["event"] == "membership_refused"]
+        assert (refused["reason"], refused["hint"]) == (
+            "noperm",
+            "grant the sweeperd user the <root>:sweeperd:* keys and EVALSHA "
+            "(docs/security.md#the-acl-user), or run with --shard off; meanwhile every queue is "
+            "swept",
+        )
+        assert sharing.owned(QUEUES) == QUEUES
 
     def test_after_leaving_no_heartbeat_brings_it_back(self, url: str, r: redis.Redis) -> None:
         """Leave deletes the entry, and a later heartbeat job does not write it again."""

@@ -14,6 +14,8 @@ from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.servers import RedisServer
 
 INTERVAL_S = 0.2
+MEMBERS = "emq:sweeperd:{members}"
+BEAT_S = 2.0  # the membership job's period in the test below: above the grace of 1 s
 STOPPED_S = 2.0  # about ten intervals: about nine runs missed, the tenth runs
 
 
@@ -60,3 +62,26 @@ class TestStoppedDaemon:
             lag = daemon.value("sweeperd_schedule_lag_seconds_sum")
             assert lag is not None and lag - lag_before >= stopped_s - 2 * INTERVAL_S
             assert daemon.stop() == 0
+
+    def test_no_line_in_the_library_s_words(
+        self, r: redis.Redis, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """Stopped right after a heartbeat for 1.75 of the membership job's periods, `run`
+        wakes 1.5 s after a missed run time, past APScheduler's grace of 1 s: it logs no line in
+        the library's words ("Run time of job ... was missed by ..."), and beats again."""
+        args = ["-q", "q", "--redis-url", redis_server.url, "--heartbeat", str(3 * BEAT_S)]
+        with DaemonProcess(tmp_path, *args) as daemon:
+            daemon.wait_swept("q")
+            assert daemon.process is not None
+            wait_until(lambda: r.zcard(MEMBERS), what="the first heartbeat")
+            last = r.zrange(MEMBERS, 0, -1, withscores=True)
+            wait_until(lambda: r.zrange(MEMBERS, 0, -1, withscores=True) != last, what="a beat")
+            daemon.process.send_signal(signal.SIGSTOP)
+            time.sleep(1.75 * BEAT_S)  # the stop itself: the beat due after one period missed
+            daemon.process.send_signal(signal.SIGCONT)
+            r.delete(MEMBERS)  # written again by the next heartbeat
+            wait_until(lambda: r.exists(MEMBERS), what="a heartbeat after the stop")
+            assert daemon.stop() == 0
+        text = daemon.log_text()
+        assert '"logger": "apscheduler' not in text
+        assert "was missed by" not in text

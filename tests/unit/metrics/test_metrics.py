@@ -273,17 +273,21 @@ class TestSharingSeries:
 
 class TestLevels:
     def test_basic_series_per_queue(self, m: Metrics) -> None:
-        """basic: 6 series per queue, one more per failure reason seen."""
+        """basic: 6 series per queue once a call read it, one more per failure reason seen;
+        3 before (the counters: no last success, no gauge of a queue never read)."""
         m.numbers.add_queue("q")
-        m.numbers.record(NODE, "q", result(reply()), 1.0)
+        assert per_queue(m) == 3
+        m.numbers.record(NODE, "q", result(reply(), depths()), 1.0)
         assert per_queue(m) == 6
         m.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
         assert per_queue(m) == 7
 
     def test_full_series_per_queue(self, full: Metrics) -> None:
-        """full: 22 series per queue, one more per failure reason seen."""
+        """full: 22 series per queue once a call read it, one more per failure reason seen;
+        15 before (the counters and the histogram)."""
         full.numbers.add_queue("q")
-        full.numbers.record(NODE, "q", result(reply()), 1.0)
+        assert per_queue(full) == 15
+        full.numbers.record(NODE, "q", result(reply(), depths()), 1.0)
         assert per_queue(full) == 22
         full.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
         assert per_queue(full) == 23
@@ -310,19 +314,39 @@ class TestLevels:
 
 class TestQueueLifecycle:
     def test_add_queue_precreates(self, full: Metrics) -> None:
-        """add_queue makes every per-queue series exist at 0 before anything happens."""
+        """add_queue makes every per-queue counter exist at 0 before anything happens; the
+        gauges of its state are absent until a call reads them (a 0 would say nothing is
+        expired on a server never read)."""
         full.numbers.add_queue("q")
         for name in ("recovered", "dead", "exempt", "ghosts_removed", "sweeps"):
             assert value(full, f"sweeperd_{name}_total", queue="q") == 0
         for reason in Reason:  # a reason's series appears when it first happens
             assert value(full, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
         assert value(full, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
-        assert value(full, "sweeperd_expired_leases", queue="q") == 0
-        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") == 0
+        assert value(full, "sweeperd_expired_leases", queue="q") is None
+        assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") is None
         for name in ("active", "pending", "dead"):
-            assert value(full, "sweeperd_queue_jobs", queue="q", set=name) == 0
-        assert value(full, "sweeperd_queue_failed_jobs", queue="q") == 0
+            assert value(full, "sweeperd_queue_jobs", queue="q", set=name) is None
+        assert value(full, "sweeperd_queue_failed_jobs", queue="q") is None
         assert value(full, "sweeperd_last_success_timestamp_seconds", queue="q") is None
+        full.numbers.record(NODE, "q", result(Reason.CONNECTION), 1.0)  # nothing read
+        assert value(full, "sweeperd_expired_leases", queue="q") is None
+        full.numbers.record(NODE, "q", result(reply(), depths()), 2.0)
+        assert value(full, "sweeperd_expired_leases", queue="q") == 0
+        assert value(full, "sweeperd_queue_jobs", queue="q", set="pending") == 0
+
+    def test_a_queue_not_owned_has_its_counters_only(self, m: Metrics) -> None:
+        """A queue added as not owned (another replica's, or nobody's yet) has its counters at
+        0 and no gauge, even after a late call of this replica read it."""
+        m.numbers.add_queue("q", owned=False)
+        assert value(m, "sweeperd_recovered_total", queue="q") == 0
+        m.numbers.record(NODE, "q", result(reply(recovered=1), depths(expired=3)), 1.0)
+        assert value(m, "sweeperd_recovered_total", queue="q") == 1
+        assert value(m, "sweeperd_expired_leases", queue="q") is None
+        m.numbers.add_queue("q", owned=False)  # configured, still not owned: nothing changes
+        m.numbers.add_queue("q")
+        m.numbers.record(NODE, "q", result(reply(), depths(expired=3)), 2.0)
+        assert value(m, "sweeperd_expired_leases", queue="q") == 3
 
     def test_add_queue_keeps_counts(self, m: Metrics) -> None:
         """Adding a queue again does not reset what it counted."""
@@ -381,9 +405,11 @@ class TestQueueLifecycle:
         late = depths(active=7, expired=7, oldest_ms=1_000)  # a call that outlived the ownership
         m.numbers.record(NODE, "moved", result(reply(recovered=1), late), 3.0)
         assert value(m, "sweeperd_expired_leases", queue="moved") is None
-        m.numbers.add_queue("moved")
-        assert value(m, "sweeperd_expired_leases", queue="moved") == 0
-        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") == 0
+        m.numbers.add_queue("moved")  # owned again: its gauges come back with its next read
+        assert value(m, "sweeperd_expired_leases", queue="moved") is None
+        m.numbers.record(NODE, "moved", result(reply(), depths(expired=2, oldest_ms=9_000)), 4.0)
+        assert value(m, "sweeperd_expired_leases", queue="moved") == 2
+        assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") == 1
         assert value(m, "sweeperd_recovered_total", queue="moved") == 5
 
     def test_add_node_precreates(self, m: Metrics) -> None:

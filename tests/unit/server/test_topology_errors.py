@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from sweeperd.keyspace import QueueKeys
+from sweeperd.keyspace import QueueKeys, members_key
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 from tests.support.invoke import Ran, sweeperd
@@ -68,6 +68,16 @@ def lone_node(server_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield server
 
 
+def node_has(node: RedisServer, key: str) -> bool:
+    with node.client() as c:
+        return bool(c.exists(key))
+
+
+def queue_keys(dumps: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """The dumps of the queue's keys, sweeperd's own (the heartbeat's) left out."""
+    return {key: dump for key, dump in dumps.items() if not key.startswith(b"emq:sweeperd:")}
+
+
 CLUSTER_WORDS = (
     "is a Cluster node: this is a Cluster, add --cluster (SWEEPERD_CLUSTER=true) so that each "
     "queue is swept on the primary that owns its slot"
@@ -105,7 +115,8 @@ class TestClusterNodeWithoutFlag:
 
     def test_run_fails_every_tick(self, tmp_path: Path, server_kind: str) -> None:
         """A Cluster node that comes up after run started without --cluster: every tick fails
-        with reason moved and the fix logged, not ready, nothing written."""
+        with reason moved and the fix logged, not ready (though it answers the heartbeat),
+        nothing of the queue written."""
         node = lone_cluster_node(tmp_path / "node", server_kind)
         args = ("--redis-url", node.url, "-q", "q", "--interval", "0.2", "--jitter", "0")
         with DaemonProcess(tmp_path, *args) as d:
@@ -115,9 +126,10 @@ class TestClusterNodeWithoutFlag:
                     lease(c, Q, b"j", PAST_MS, attempts=1)
                     before = dump_all(c)
                 wait_until(lambda: failures(d, "q", "moved") >= 3, what="moved failures")
+                wait_until(lambda: node_has(node, members_key("emq")), what="a heartbeat")
                 assert d.get("/readyz")[0] == 503
                 with node.client() as c:
-                    assert dump_all(c) == before
+                    assert queue_keys(dump_all(c)) == queue_keys(before)
             assert d.stop() == 0
         [failed] = [e for e in d.events("sweep_failed") if e["reason"] == "moved"]
         assert failed["error"] == f"127.0.0.1:{node.port} {CLUSTER_WORDS}"
@@ -185,8 +197,9 @@ class TestCluster:
     def test_cluster_down_names_the_dead_primary(
         self, bare_cluster: Cluster, tmp_path: Path
     ) -> None:
-        """A primary killed with no replica to take over: the Cluster is down; once says so,
-        naming the dead node (exit 3, reason cluster_down), and run counts and logs it."""
+        """A primary killed with no replica to take over: the Cluster is down; once and inspect
+        say so in the same words, naming the dead node (exit 3, reason cluster_down), and run
+        counts and logs it."""
         bare_cluster.flush()
         live, dead = bare_cluster.primaries()[:2]
         queue = queue_on(bare_cluster, live, "down-")
@@ -202,6 +215,8 @@ class TestCluster:
                         lambda: b"cluster_state:fail" in cluster_info(c), what="the cluster to fail"
                     )
                 said = one_line(sweeperd("once", *args), 3)
+                inspected = one_line(sweeperd("inspect", *args), 3)
+                inspected_json = sweeperd("inspect", *args, "--json").json()["error"]
                 wait_until(lambda: failures(d, queue, "cluster_down"), what="cluster_down")
                 assert d.stop() == 0
             finally:
@@ -211,6 +226,8 @@ class TestCluster:
             "failed, and no replica took over"
         )
         assert said.startswith(f"{words}: refused, nothing written")
+        assert inspected == words
+        assert inspected_json == {"reason": "cluster_down", "message": words}
         [failed] = [e for e in d.events("sweep_failed") if e["reason"] == "cluster_down"]
         assert failed["error"] == words
 
