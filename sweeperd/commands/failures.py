@@ -11,6 +11,7 @@ from sweeperd.config.options import OPTIONS
 from sweeperd.constants import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from sweeperd.reasons import Reason, ReplyLost, SweepError, reason_of_text, server_text
 from sweeperd.server.connection import Connection
+from sweeperd.server.denied import denial
 from sweeperd.server.topology import NoPrimary
 
 # Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
@@ -62,15 +63,12 @@ def _auth(exc: redis.AuthenticationError, connection: Connection) -> Failure:
 PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
 
 
-def _permission(text: str) -> Failure:
-    if PERMISSION_ADVICE in text:  # named by the sweep (rounds._named): said once is enough
+def _permission(text: str, connection: Connection) -> Failure:
+    """A command or key the ACL user lacks: named, with the rule that grants it."""
+    if PERMISSION_ADVICE in text:  # named where it was refused: said once is enough
         return Failure(EXIT_REFUSED, str(Reason.NOPERM), _one_line(text))
-    return Failure(
-        EXIT_REFUSED,
-        str(Reason.NOPERM),
-        f"the server refused a command to this user ({_one_line(text).removeprefix('ERR ')}): "
-        "grant it with ACL SETUSER (docs/security.md#the-acl-user), or use a user that has it",
-    )
+    said = _one_line(text).removeprefix("ERR ").removeprefix("NOPERM ")
+    return Failure(EXIT_REFUSED, str(Reason.NOPERM), denial(said, connection.user))
 
 
 def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
@@ -101,7 +99,7 @@ def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
     answer = raw.partition(PIPELINE_ERROR)[2] or server_text(exc)  # the server's own text
     text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
     if isinstance(exc, NoPermissionError):
-        return _permission(str(exc))
+        return _permission(str(exc), connection)
     if "DB index is out of range" in text:
         return Failure(
             EXIT_USAGE,
@@ -139,6 +137,6 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
     if isinstance(exc, SweepError):
         code = EXIT_UNREACHABLE if exc.reason in UNREACHABLE_REASONS else EXIT_REFUSED
         if PERMISSION_TEXT in exc.message or exc.reason is Reason.NOPERM:
-            return _permission(exc.message)
+            return _permission(exc.message, connection)
         return Failure(code, str(exc.reason), _one_line(exc.message))
     return Failure(EXIT_REFUSED, str(Reason.OTHER), _one_line(exc) or type(exc).__name__)

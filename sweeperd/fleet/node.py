@@ -13,6 +13,7 @@ from sweeperd.constants import ExecutorChoice
 from sweeperd.metrics.state import NodeState
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.clusternodes import cluster_down
+from sweeperd.server.denied import denied, user_of
 from sweeperd.server.serverinfo import ServerInfo, read_server_info
 from sweeperd.server.topology import clustered_error
 from sweeperd.verb.executors import Executor, choose
@@ -75,7 +76,14 @@ class Node:
     def look(self, now: float) -> Epoch:
         """Read run_id, master_replid and the clock; a change of either is a restart or a
         failover, counted once, executor rechosen. A server still loading its dataset is not
-        looked at yet (its calls would be refused): the restart is seen once it has loaded."""
+        looked at yet (its calls would be refused): the restart is seen once it has loaded.
+        A command the ACL user lacks (INFO, COMMAND INFO, SCRIPT LOAD) is said as noperm."""
+        try:
+            return self._look(now)
+        except redis.exceptions.NoPermissionError as exc:
+            raise denied(exc, user_of(self.client), where=self.name) from None
+
+    def _look(self, now: float) -> Epoch:
         info = read_server_info(self.client)
         if info.loading:
             raise SweepError(

@@ -30,9 +30,8 @@ class MapSource:
         return Map(self.source.read(), self._replicas())
 
     def _replicas(self) -> frozenset[str]:
-        if isinstance(self.source, ClusterSlots) and self.source.cluster is not None:
-            nodes = self.source.cluster.nodes_manager.get_nodes_by_server_type("replica")
-            return frozenset(name_of((n.host, int(n.port))) for n in nodes)
+        if isinstance(self.source, ClusterSlots):
+            return self.source.replicas
         if isinstance(self.source, SentinelPrimary):
             found = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
             return frozenset(name_of((str(host), int(port))) for host, port in found)
