@@ -8,6 +8,7 @@ import re
 import redis
 
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.scan import glob_escape
 
 ACL_PAGE = "docs/security.md#the-acl-user"
 DEFAULT_USER = "default"  # the user a connection without a user name authenticates as
@@ -46,17 +47,18 @@ def denial(text: str, user: str, *, where: str = "", why: str = "") -> str:
     or the key refused and the key pattern to grant; `where` names the node that refused."""
     said = " ".join(text.split()).rstrip(".")
     head = f"{where}: " if where else ""
+    pipelined = PIPELINED.search(said)
+    command, key = (pipelined.group(1), pipelined.group(2)) if pipelined else ("", "")
+    said = PIPELINED.sub("", said)
     named = NAMED.search(said)
     if named:
         return head + may_not_run(user, named.group(1), said, why=why)
-    pipelined = PIPELINED.search(said)
-    command, key = (pipelined.group(1), pipelined.group(2)) if pipelined else ("", "")
-    which = f" {key}" if key else "s of a command"
-    sent = f" ({shown(command)})" if command else ""
+    pattern = f"~{glob_escape(key.partition(':{')[0])}:*" if ":{" in key else "~<root>:*"
+    which = f"the key {key}" if key else "a key"
+    sent = f" by {shown(command)}" if command else ""
     return (
-        f"{head}the ACL user {user} may not access the key{which}{sent}{why} ({said}): grant "
-        f"the key root with ACL SETUSER {user} ~<root>:* ({ACL_PAGE}; `sweeperd acl` prints "
-        "the whole user)"
+        f"{head}the ACL user {user} may not access {which}{sent}{why} ({said}): grant its root "
+        f"with ACL SETUSER {user} {pattern} ({ACL_PAGE}; `sweeperd acl` prints the whole user)"
     )
 
 
