@@ -46,7 +46,7 @@ class Discovery:
         try:
             self.found_on[node.name] = find_queues(node.client, self.root)
         except UNREACHABLE as exc:
-            node.failed(self.clock(), exc)  # logged once per change, as the sweeps do
+            node.unreachable(exc)  # logged once per change, as the sweeps do
             self.doubt()
             return
         except redis.RedisError as exc:  # a failed scan keeps the last list

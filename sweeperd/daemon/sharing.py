@@ -95,7 +95,7 @@ class Sharing:
         try:
             view = store.beat()
         except UNREACHABLE as exc:
-            node.failed(now, exc)
+            node.unreachable(exc)
             self.lapse(now)
         except redis.RedisError as exc:  # an ACL without the key, a read-only replica
             self.refuse(str(exc))

@@ -137,16 +137,30 @@ class Node:
         self.up = True
 
     def failed(self, now: float, error: BaseException) -> None:
-        """A connection failure: down, retried after a doubling backoff; logged once per change.
-        A server loading its dataset is up, not down: no backoff (its callers retry soon)."""
+        """A sweep's connection failure: down, retried after a doubling backoff; logged once per
+        change. A server loading its dataset is up, not down: no backoff (its callers retry
+        soon)."""
         if isinstance(error, redis.exceptions.BusyLoadingError):
             return
         with self.lock:
-            if self.up is not False:
-                log.warning("redis_down", node=self.name, error=str(error))
-            self.up = False
+            self.down(error)
             self.retry_at = now + self.backoff_s
             self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
+
+    def unreachable(self, error: BaseException) -> None:
+        """Another call (the heartbeat, discovery) could not reach the server: down, logged
+        once, but the sweeps' backoff untouched: the next sweep is tried, and its failure
+        counted, when it is due (a heartbeat failing every beat held every sweep back)."""
+        if isinstance(error, redis.exceptions.BusyLoadingError):
+            return
+        with self.lock:
+            self.down(error)
+
+    def down(self, error: BaseException) -> None:
+        """Hold the lock."""
+        if self.up is not False:
+            log.warning("redis_down", node=self.name, error=str(error))
+        self.up = False
 
     def judged(self, results: list[CallResult]) -> list[CallResult]:
         """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).
