@@ -284,7 +284,8 @@ class TestLoading:
         loading_start(server)
 
     def test_once_says_loading(self, tmp_path: Path, server_kind: str) -> None:
-        """once while the server loads: exit 3, reason loading (not reply_lost), one line."""
+        """once while the server loads: exit 3, reason loading (not reply_lost), one line
+        naming the server, what it said, that nothing was written, and to run it again."""
         server = RedisServer(tmp_path / "server", kind=server_kind).start()
         try:
             self.restart_loading(server)
@@ -293,7 +294,11 @@ class TestLoading:
             error = json.loads(ran.out)["error"]
             assert error["reason"] == "loading"
             name = "Valkey" if server_kind == "valkey" else "Redis"  # each names itself
-            assert error["message"].startswith(f"LOADING {name} is loading the dataset in memory")
+            assert error["message"] == (
+                f"127.0.0.1:{server.port} is loading its dataset (LOADING {name} is loading the "
+                "dataset in memory): refused, nothing written, what is due unreadable; run it "
+                "again once it has loaded"
+            )
         finally:
             server.stop()
 
