@@ -16,7 +16,7 @@ from redis.sentinel import MasterNotFoundError, Sentinel
 from sweeperd.constants import TopologyMode
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE, Connection
-from sweeperd.server.denied import denied, user_of
+from sweeperd.server.denied import DEFAULT_USER, denied, user_of
 from sweeperd.server.serverinfo import read_server_info
 
 Address = tuple[str, int]
@@ -241,6 +241,9 @@ class SentinelPrimary:
     def read(self) -> Layout:
         try:
             host, port = self.sentinel.discover_master(self.master)  # type: ignore[no-untyped-call]
+        except redis.exceptions.NoPermissionError as exc:  # the Sentinels' own ACL: their user
+            sentinels = ", ".join(name_of(a) for a in self.connection.topology.sentinels)
+            raise denied(exc, DEFAULT_USER, where=sentinels) from None
         except (MasterNotFoundError, redis.ResponseError):
             raise self.diagnosis() from None
         address = (str(host), int(port))
