@@ -68,10 +68,10 @@ class Uses:
 
 def _sent_by(command: str, uses: Uses) -> list[str]:
     """The commands one sweeperd command sends, beyond INFO and the topology's own."""
+    native, port = "native" in uses.executors, "script" in uses.executors
     if command in SWEEPS:
-        sent = [*(VERB_KNOWN if "native" in uses.executors else ())]
-        sent += [*SCRIPTS, *ACCOUNTING, *(NATIVE if "native" in uses.executors else ())]
-        sent += [*(PORT if "script" in uses.executors else ())]
+        sent = [*(VERB_KNOWN if native else ()), *SCRIPTS, *ACCOUNTING]
+        sent += [*(NATIVE if native else ()), *(PORT if port else ())]
         sent += CLUSTER_NODES if uses.cluster else ()
     else:
         sent = [*VERB_KNOWN, *COUNTS]
