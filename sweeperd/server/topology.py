@@ -124,7 +124,7 @@ class ClusterSlots:
         self.connection = connection
         self.seed = address_of(connection)
         self.known: list[Address] = []  # every node the last map named, primaries first
-        self.replicas: frozenset[str] = frozenset()  # the replicas the last map named
+        self.replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
         self.clients: dict[Address, redis.Redis] = {}
         self.lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
         self.closed = False
@@ -158,7 +158,7 @@ class ClusterSlots:
                 f"no cluster node answered CLUSTER SLOTS: {'; '.join(said)}"
             )
         self.known = [answered, *(n for n in found.nodes if n != answered)]
-        self.replicas = frozenset(name_of(n) for n in found.replicas)
+        self.replicas_of = found.replicas_of
         return found.layout()
 
     def _candidates(self) -> list[Address]:
@@ -210,8 +210,10 @@ class SlotMap:
         return list(dict.fromkeys([*primaries, *replicas]))
 
     @property
-    def replicas(self) -> set[Address]:
-        return {n for owners in self.slots.values() for n in owners[1:]}
+    def replicas_of(self) -> dict[str, tuple[Address, ...]]:
+        """Each primary's replicas, as listed after it (a failed primary's until one takes
+        over; a failed replica is not listed)."""
+        return {name_of(owners[0]): tuple(owners[1:]) for owners in self.slots.values()}
 
     def layout(self) -> Layout:
         owners: list[str | None] = [None] * REDIS_CLUSTER_HASH_SLOTS

@@ -31,7 +31,8 @@ class MapSource:
 
     def _replicas(self) -> frozenset[str]:
         if isinstance(self.source, ClusterSlots):
-            return self.source.replicas
+            found = self.source.replicas_of.values()
+            return frozenset(name_of(address) for replicas in found for address in replicas)
         if isinstance(self.source, SentinelPrimary):
             found = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
             return frozenset(name_of((str(host), int(port))) for host, port in found)
