@@ -220,7 +220,10 @@ def check_top(s: Situation, user: str) -> None:
     """top --once --json: every queue a row, a line per server naming the one that failed, a
     row's refused read naming the command and its rule; it writes nothing, never aborts."""
     queue = s.queues[(user, "top")]
-    ran = sweeperd("top", *TOP_ARGS, *s.scene.flags(user))
+    # A dead primary's queues cannot be found by SCAN (its replica is stopped too): the operator
+    # names the queue it watches. Elsewhere top finds every queue itself.
+    named = ["-q", queue] if s.name in ("killed", "down") else []
+    ran = sweeperd("top", *TOP_ARGS, *named, *s.scene.flags(user))
     if (s.name, DENIED[s.scene.name]) == ("denied", "cluster|slots"):  # no map to read by
         refusal = expected(s, user, "inspect")
         assert refusal is not None
