@@ -6,6 +6,10 @@ from enum import StrEnum
 
 VERB = "EMQ.STALLED.CHECK"
 
+# The commands that reach a server, and the one that says what they may send (`acl`).
+RUN, ONCE, INSPECT, TOP, ACL = "run", "once", "inspect", "top", "acl"
+COMMANDS = (RUN, ONCE, INSPECT, TOP)
+
 # Keyspace (docs/keyspace.md): every key of queue q lives under "<root>:{q}:".
 DEFAULT_PREFIX_ROOT = "emq"
 ACTIVE = "active"  # zset: job id -> lease deadline, ms since the epoch (server clock)

@@ -1,5 +1,5 @@
-"""The commands: `run` (the daemon), `once`, `inspect`, `top`, `demo` and `version`, and the entry
-point that turns a usage error into one line and exit 2."""
+"""The commands: `run` (the daemon), `once`, `inspect`, `top`, `acl`, `demo` and `version`, and
+the entry point that turns a usage error into one line and exit 2."""
 
 from __future__ import annotations
 
@@ -17,19 +17,24 @@ from sweeperd.cli.budget import asked, on_a_terminal, say_budget
 from sweeperd.cli.inputs import build, one_queue, settings_of
 from sweeperd.cli.reply import Reply, drop_stdout, usage
 from sweeperd.cli.signature import with_options
-from sweeperd.commands import report
+from sweeperd.commands import privileges, report
 from sweeperd.commands.failures import Failure, failure_of
 from sweeperd.commands.inspect import inspect_queue
 from sweeperd.commands.once import recover
 from sweeperd.commands.progress import drain_progress
-from sweeperd.config.options import INSPECT, ONCE, OPTIONS, RUN, TOP
+from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import Settings
 from sweeperd.constants import (
+    ACL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    INSPECT,
+    ONCE,
+    RUN,
+    TOP,
     TopologyMode,
 )
 from sweeperd.keyspace import QueueKeys
@@ -205,6 +210,28 @@ def run_command(ctx: typer.Context, **_given: object) -> None:
     except SweepError as exc:  # the servers are not the topology the options name
         reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)
+
+
+@app.command("acl")
+@with_options(ACL)
+def acl_command(ctx: typer.Context, **_given: object) -> None:
+    """The least-privilege ACL user for the commands of --for run with these settings (the
+    topology, executor, discovery, sharing and key root; or --config), as one line:
+    `ACL SETUSER NAME reset on ><password> <rules>`, the word <password> standing for the
+    password. Run it on every node (a Cluster's replicas, Sentinel's replica too: ACL users
+    are not replicated).
+
+    It reaches no server. Exit 0, or 2 on a bad option.
+    """
+    reply = Reply(json=False)
+    try:
+        user = privileges.user_named(ctx.params["acl_user"])
+        commands = privileges.commands_for(ctx.params["acl_for"])
+    except ValueError as exc:
+        reply.fail(usage(str(exc)))
+    settings = settings_of(ctx, reply, needs_queue=False)
+    reply.notes(settings)
+    reply.print(privileges.acl_line(user, settings, commands))
 
 
 @app.command("demo")

@@ -32,7 +32,7 @@ def given(ctx: typer.Context, key: str) -> object:
     return "" if OPTIONS[key].empty_in_env else None
 
 
-def build(ctx: typer.Context, **fixed: str) -> Settings:
+def build(ctx: typer.Context, *, needs_queue: bool = True, **fixed: str) -> Settings:
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
     overrides = {key: fixed[key] if key in fixed else given(ctx, key) for key in SETTING_KEYS}
     config = given(ctx, "config")
@@ -41,14 +41,19 @@ def build(ctx: typer.Context, **fixed: str) -> Settings:
             f"{OPTIONS['config'].where} is empty: give the TOML file's path or leave it out"
         )
     return build_settings(
-        overrides, Path(str(config)) if config else None, logs_to_tty=sys.stderr.isatty()
+        overrides,
+        Path(str(config)) if config else None,
+        logs_to_tty=sys.stderr.isatty(),
+        needs_queue=needs_queue,
     )
 
 
-def settings_of(ctx: typer.Context, reply: Reply, **fixed: str) -> Settings:
+def settings_of(
+    ctx: typer.Context, reply: Reply, *, needs_queue: bool = True, **fixed: str
+) -> Settings:
     """The settings, or the command ends: one line, exit 2."""
     try:
-        return build(ctx, **fixed)
+        return build(ctx, needs_queue=needs_queue, **fixed)
     except ConfigError as exc:
         reply.fail(usage(str(exc)))
 

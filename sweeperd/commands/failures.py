@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
@@ -18,7 +20,8 @@ from sweeperd.reasons import (
     server_text,
 )
 from sweeperd.server.connection import Connection
-from sweeperd.server.topology import NoPrimary
+from sweeperd.server.denied import denial
+from sweeperd.server.topology import NoPrimary, node_of
 
 # Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
 # (MOVED is a refusal, exit 1: the node answered, sending the queue elsewhere, nothing ran.)
@@ -48,6 +51,12 @@ class Failure:
     message: str  # one line, credentials removed
 
 
+def server_said(exc: redis.RedisError) -> str:
+    """What the server said, without the command redis-py names a failed pipeline by."""
+    text = str(exc)
+    return text.partition(PIPELINE_ERROR)[2] or text
+
+
 def _one_line(text: object) -> str:
     return " ".join(str(text).split()).rstrip(".")
 
@@ -65,21 +74,24 @@ def _auth(exc: redis.AuthenticationError, connection: Connection) -> Failure:
     return Failure(EXIT_REFUSED, "auth", message)
 
 
+def loading(node: str, said: str, refusal: str = "") -> str:
+    """A server still loading its dataset: which, what it said, what was refused, the fix."""
+    refused = f": {refusal};" if refusal else ":"
+    return f"{node} is loading its dataset ({said}){refused} run it again once it has loaded"
+
+
 PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
 
 
-def _permission(text: str) -> Failure:
-    if PERMISSION_ADVICE in text:  # named by the sweep (rounds._named): said once is enough
+def _permission(text: str, connection: Connection) -> Failure:
+    """A command or key the ACL user lacks: named, with the rule that grants it."""
+    if PERMISSION_ADVICE in text:  # named where it was refused: said once is enough
         return Failure(EXIT_REFUSED, str(Reason.NOPERM), _one_line(text))
-    return Failure(
-        EXIT_REFUSED,
-        str(Reason.NOPERM),
-        f"the server refused a command to this user ({_one_line(text).removeprefix('ERR ')}): "
-        "grant it with ACL SETUSER (docs/security.md#the-acl-user), or use a user that has it",
-    )
+    said = _one_line(text).removeprefix("ERR ").removeprefix("NOPERM ")
+    return Failure(EXIT_REFUSED, str(Reason.NOPERM), denial(said, connection.user))
 
 
-def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
+def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str) -> Failure:
     text = _one_line(exc)
     if isinstance(exc, ReplyLost):
         return Failure(
@@ -97,9 +109,7 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection) -> Failure:
             str(Reason.CONNECTION),
             f"TLS with {connection.shown_url} failed: {text}; check {files} and the URL's host",
         )
-    return Failure(
-        EXIT_UNREACHABLE, str(Reason.CONNECTION), f"cannot reach {connection.shown_url}: {text}"
-    )
+    return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), f"cannot reach {where}: {text}")
 
 
 def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
@@ -107,7 +117,7 @@ def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
     answer = server_text(exc)  # the server's own text
     text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
     if isinstance(exc, NoPermissionError):
-        return _permission(str(exc))
+        return _permission(str(exc), connection)
     if "DB index is out of range" in text:
         return Failure(
             EXIT_USAGE,
@@ -118,8 +128,31 @@ def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
     return Failure(EXIT_REFUSED, str(reason_of_text(answer)), text)
 
 
+class AtNode(redis.RedisError):
+    """An error met on the primary that holds the queue: in a Cluster or behind Sentinel it is
+    not the URL's server, and the line names it."""
+
+    def __init__(self, node: str, error: redis.RedisError | SweepError) -> None:
+        super().__init__(str(error))
+        self.node = node
+        self.error = error
+
+
+@contextmanager
+def at_node(client: redis.Redis) -> Iterator[None]:
+    """The errors of the block's calls on `client` said as that node's."""
+    try:
+        yield
+    except (redis.RedisError, SweepError) as exc:
+        raise AtNode(node_of(client), exc) from exc
+
+
 def failure_of(exc: BaseException, connection: Connection) -> Failure:
     """The exit code, reason and message for an error from the server or the client."""
+    node = connection.node
+    if isinstance(exc, AtNode):
+        node, exc = exc.node, exc.error
+    where = connection.shown_url if node == connection.node else node  # what the line names
     if isinstance(exc, NOT_SERVED):  # BusyLoadingError is a ConnectionError: tested first
         exc = SweepError.of(exc)
     if isinstance(exc, redis.AuthenticationError):  # a ConnectionError: tested first
@@ -128,11 +161,11 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
         return Failure(
             EXIT_UNREACHABLE,
             str(Reason.TIMEOUT),
-            f"{connection.shown_url} did not answer within {connection.socket_timeout:g}s "
+            f"{where} did not answer within {connection.socket_timeout:g}s "
             f"({OPTIONS['socket_timeout'].where})",
         )
     if isinstance(exc, redis.ConnectionError):
-        return _unreachable(exc, connection)
+        return _unreachable(exc, connection, where)
     if isinstance(exc, InvalidResponse):
         return Failure(
             EXIT_UNREACHABLE,
@@ -145,6 +178,8 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
     if isinstance(exc, SweepError):
         code = EXIT_UNREACHABLE if exc.reason in UNREACHABLE_REASONS else EXIT_REFUSED
         if PERMISSION_TEXT in exc.message or exc.reason is Reason.NOPERM:
-            return _permission(exc.message)
+            return _permission(exc.message, connection)
+        if exc.reason is Reason.LOADING and exc.message.startswith("LOADING "):
+            return Failure(code, str(exc.reason), loading(node, _one_line(exc.message)))
         return Failure(code, str(exc.reason), _one_line(exc.message))
     return Failure(EXIT_REFUSED, str(Reason.OTHER), _one_line(exc) or type(exc).__name__)

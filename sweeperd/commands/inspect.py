@@ -7,10 +7,12 @@ from typing import cast
 
 import redis
 
+from sweeperd.commands.failures import at_node, server_said
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.keyspace import QueueKeys
-from sweeperd.reasons import SweepError
+from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.clusternodes import cluster_down
+from sweeperd.server.connection import Connection
 from sweeperd.server.counts import SORTED_SET, Read, checked, count_reads, counts_of, queue_counts
 from sweeperd.server.serverinfo import has_verb, read_server_info
 from sweeperd.server.topology import primary_client
@@ -57,8 +59,21 @@ def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
     """The census of the queue, read on the primary that holds it now; a Cluster that is down
     is said as `once` says it, naming the primaries whose failure took it down."""
     keys = QueueKeys(queue.name, settings.prefix_root)
-    client = primary_client(settings.connection, keys.active)
-    try:
-        return take_census(client, keys)
-    except redis.exceptions.ClusterDownError as exc:
-        raise cluster_down(SweepError.of(exc), client) from None
+    connection = settings.connection
+    return census_on(connection, primary_client(connection, keys.active), keys)
+
+
+def census_on(connection: Connection, client: redis.Redis, keys: QueueKeys) -> Census:
+    """The census read on `client`: a slot that moved since the map was read (MOVED: a
+    failover, a reshard) is read where it went, once; a Cluster down is said with the
+    primaries whose failure took it down."""
+    with at_node(client):
+        try:
+            return take_census(client, keys)
+        except redis.exceptions.MovedError as exc:
+            moved = connection.client(exc.node_addr)
+        except redis.exceptions.ClusterDownError as exc:
+            said = SweepError(Reason.CLUSTER_DOWN, f"CLUSTERDOWN {server_said(exc)}")
+            raise cluster_down(said, client) from None
+    with at_node(moved):
+        return take_census(moved, keys)

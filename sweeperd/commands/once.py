@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import redis
 
 from sweeperd.commands.dryrun import dry_run
+from sweeperd.commands.failures import at_node, loading
 from sweeperd.commands.outcome import OnceResult, OnProgress, said_absent
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.constants import DEFAULT_CALL_TARGET_MS
@@ -42,27 +43,28 @@ def recover(
     connection = settings.connection
     keys = QueueKeys(queue.name, settings.prefix_root)
     client = primary_client(connection, keys.active)
-    chosen = choose(client, settings.executor)
-    if dry:
-        result = dry_run(
-            client, chosen, keys, max_stalled=queue.max_stalled, limit=queue.limit, drain=drain
-        )
-    else:
-        result = sweep(
-            client,
-            chosen,
-            keys,
-            max_stalled=queue.max_stalled,
-            limit=queue.limit,
-            drain=drain,
-            adaptive=adaptive,
-            call_target_ms=settings.call_target_ms,
-            progress=progress,
-        )
-    result.max_stalled_default = not queue.budget_given
-    if result.error is not None:
-        result.error = refused(result, client, connection, keys)
-    return result
+    with at_node(client):  # a failure from here on is the primary's, named so
+        chosen = choose(client, settings.executor)
+        if dry:
+            result = dry_run(
+                client, chosen, keys, max_stalled=queue.max_stalled, limit=queue.limit, drain=drain
+            )
+        else:
+            result = sweep(
+                client,
+                chosen,
+                keys,
+                max_stalled=queue.max_stalled,
+                limit=queue.limit,
+                drain=drain,
+                adaptive=adaptive,
+                call_target_ms=settings.call_target_ms,
+                progress=progress,
+            )
+        result.max_stalled_default = not queue.budget_given
+        if result.error is not None:
+            result.error = refused(result, client, connection, keys)
+        return result
 
 
 def sweep(
@@ -145,6 +147,9 @@ def refused(
         result.left, result.left_read = max(0, (due or 0) - taken), due is not None
     if error.reason is Reason.CLUSTER_DOWN:
         error = cluster_down(error, client)
+    if error.reason is Reason.LOADING:
+        said = f"{result.refusal}, {result.still_due}"
+        return SweepError(error.reason, loading(node_of(client), error.message, said))
     if error.reason is Reason.MIGRATING:
         slot = slot_of(keys.active)
         target = migrating_to(client, slot)

@@ -10,6 +10,8 @@ from typing import Any
 from sweeperd.config import coercers
 from sweeperd.config.coercers import Given
 from sweeperd.constants import (
+    ACL,
+    COMMANDS,
     DEFAULT_CALL_TARGET_MS,
     DEFAULT_DRAIN_SHARE,
     DEFAULT_HEARTBEAT_S,
@@ -22,6 +24,10 @@ from sweeperd.constants import (
     DEFAULT_REDIS_URL,
     DEFAULT_SOCKET_TIMEOUT_S,
     DEFAULT_TOP_RATE_WINDOW_S,
+    INSPECT,
+    ONCE,
+    RUN,
+    TOP,
     ExecutorChoice,
     LogFormat,
     QueueMetrics,
@@ -29,8 +35,8 @@ from sweeperd.constants import (
 )
 
 ENV_PREFIX = "SWEEPERD_"
-RUN, ONCE, INSPECT, TOP = "run", "once", "inspect", "top"
-ALL = (RUN, ONCE, INSPECT, TOP)
+ALL = COMMANDS  # the commands that reach a server
+WITH_ACL = (*ALL, ACL)  # acl takes the options that change what the others send
 Coercer = Callable[[Given], Any]  # a given value to its typed one, or a ConfigError naming it
 
 
@@ -96,7 +102,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "config",
             "PATH",
-            ALL,
+            WITH_ACL,
             "The TOML file: the settings below, and [queue.<name>] tables for a queue's own "
             "interval, max_stalled and limit (once applies them too, below its flags).",
             toml=False,
@@ -104,9 +110,10 @@ OPTIONS: dict[str, Option] = {
         Option(
             "queues",
             "NAME",
-            ALL,
+            WITH_ACL,
             "A queue (repeat the flag, or separate names by commas or spaces); "
-            "once and inspect take exactly one; top without it shows every queue it discovers.",
+            "once and inspect take exactly one; top without it shows every queue it discovers "
+            "(and acl grants top the SCAN that finds them).",
             flag="--queue",
             short="-q",
             parse=coercers.queue_list,
@@ -114,7 +121,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "redis_url",
             "URL",
-            ALL,
+            WITH_ACL,
             "The server: redis://, rediss:// or unix://; credentials are never shown.",
             DEFAULT_REDIS_URL,
             parse=coercers.string,
@@ -152,7 +159,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "cluster",
             "",
-            ALL,
+            WITH_ACL,
             "The URL names any node of a Redis/Valkey Cluster: each queue is swept on the "
             "primary that owns its slot, each primary watched for failovers.",
             False,
@@ -161,7 +168,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "sentinels",
             "HOST:PORT",
-            ALL,
+            WITH_ACL,
             "A Sentinel to ask for the primary at every tick (repeat the flag, or separate "
             "addresses by commas or spaces); the URL's host is then unused.",
             flag="--sentinel",
@@ -170,7 +177,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "sentinel_master",
             "NAME",
-            ALL,
+            WITH_ACL,
             "The name the Sentinels monitor the primary under.",
             parse=coercers.optional_name,
         ),
@@ -193,7 +200,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "prefix_root",
             "ROOT",
-            ALL,
+            WITH_ACL,
             "The key root: queue q lives under <root>:{q}:.",
             DEFAULT_PREFIX_ROOT,
             parse=coercers.key_root,
@@ -228,7 +235,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "executor",
             "auto|native|script",
-            (RUN, ONCE),
+            (RUN, ONCE, ACL),
             "native: the module's verb; script: the Lua port; auto: native where loaded.",
             ExecutorChoice.AUTO.value,
             parse=coercers.choice_of(ExecutorChoice),
@@ -261,7 +268,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "discover",
             "SECONDS",
-            (RUN,),
+            (RUN, ACL),
             "Seconds between SCANs for <root>:{*}:active (new queues swept; one no scan found "
             "for an hour dropped); 0: off.",
             0.0,
@@ -271,7 +278,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "shard",
             "on|off",
-            (RUN,),
+            (RUN, ACL),
             "on: replicas under one key root share the queues, each sweeping its share; "
             "off: this one sweeps every queue and joins no membership.",
             "on",
@@ -411,6 +418,26 @@ OPTIONS: dict[str, Option] = {
             "Print one JSON object (with an `error` field on any failure).",
             False,
             toml=False,
+        ),
+        Option(
+            "acl_user",
+            "NAME",
+            (ACL,),
+            "acl: the name of the ACL user the line creates (needed).",
+            toml=False,
+            flag="--user",
+            setting=False,
+        ),
+        Option(
+            "acl_for",
+            "COMMANDS",
+            (ACL,),
+            "acl: the commands the user runs, separated by commas or spaces (once includes its "
+            "dry run).",
+            ",".join(ALL),
+            toml=False,
+            flag="--for",
+            setting=False,
         ),
     )
 }

@@ -195,14 +195,19 @@ def _parse(key: str, given: Given) -> Any:
 
 
 def build_settings(
-    overrides: Mapping[str, object], config_path: Path | None, *, logs_to_tty: bool
+    overrides: Mapping[str, object],
+    config_path: Path | None,
+    *,
+    logs_to_tty: bool,
+    needs_queue: bool = True,
 ) -> Settings:
     """Defaults, then the TOML file, then flags/env (`overrides`; None = not given), checked.
 
     `run`, `once` and `inspect` all build their settings here; `logs_to_tty` says whether the
     logs' stream (stderr) is a terminal, which is what the log format auto follows. Each value
     is read by its coercer in the options table's order; the files named (passwords, TLS
-    files, the web config) are read after every value is.
+    files, the web config) are read after every value is. Without `needs_queue` (`acl`, which
+    sweeps nothing) settings with no queue and no discovery are no error.
     """
     data = read_config(config_path) if config_path is not None else {}
     given = _gather(overrides, data, config_path)
@@ -221,7 +226,7 @@ def build_settings(
         "", typed["interval"], typed["max_stalled"], typed["limit"], budget_given=budget_given
     )
     queues = _queues(file.queues, flag_names, defaults)
-    if not queues and typed["discover"] == 0:
+    if needs_queue and not queues and typed["discover"] == 0:
         raise ConfigError(
             "no queue to sweep: give --queue NAME, queues in the config file, or --discover SECONDS"
         )

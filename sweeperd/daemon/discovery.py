@@ -11,6 +11,7 @@ import structlog
 
 from sweeperd.fleet.node import Node
 from sweeperd.server.connection import UNREACHABLE
+from sweeperd.server.denied import denial, user_of
 from sweeperd.server.scan import find_queues
 
 log = structlog.get_logger("sweeperd.daemon")
@@ -46,8 +47,13 @@ class Discovery:
         try:
             self.found_on[node.name] = find_queues(node.client, self.root)
         except UNREACHABLE as exc:
-            node.failed(self.clock(), exc)  # logged once per change, as the sweeps do
+            node.unreachable(exc)  # logged once per change, as the sweeps do
             self.doubt()
+            return
+        except redis.exceptions.NoPermissionError as exc:  # said with the rule to add
+            log.warning(
+                "discovery_failed", node=node.name, error=denial(str(exc), user_of(node.client))
+            )
             return
         except redis.RedisError as exc:  # a failed scan keeps the last list
             log.warning("discovery_failed", node=node.name, error=str(exc))

@@ -130,7 +130,7 @@ class Sharing:
             else:
                 self.beat(*moved, now, again=False)
         except UNREACHABLE as exc:
-            node.failed(now, exc)
+            node.unreachable(exc)
             self.lapse(now)
         except NOT_NOW as exc:
             self.not_now(exc, now)

@@ -15,6 +15,7 @@ from sweeperd.constants import ExecutorChoice
 from sweeperd.metrics.state import NodeState
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.clusternodes import cluster_down
+from sweeperd.server.denied import denied, user_of
 from sweeperd.server.serverinfo import ServerInfo, read_server_info
 from sweeperd.server.topology import clustered_error
 from sweeperd.verb.executors import Executor, choose
@@ -145,7 +146,14 @@ class Node:
     def look(self, now: float) -> Epoch:
         """Read run_id, master_replid and the clock; a change of either is a restart or a
         failover, counted once, executor rechosen. A server still loading its dataset is not
-        looked at yet (its calls would be refused): the restart is seen once it has loaded."""
+        looked at yet (its calls would be refused): the restart is seen once it has loaded.
+        A command the ACL user lacks (INFO, COMMAND INFO, SCRIPT LOAD) is said as noperm."""
+        try:
+            return self._look(now)
+        except redis.exceptions.NoPermissionError as exc:
+            raise denied(exc, user_of(self.client), where=self.name) from None
+
+    def _look(self, now: float) -> Epoch:
         info = read_server_info(self.client)
         if info.loading:
             raise SweepError(
@@ -207,16 +215,30 @@ class Node:
         self.up = True
 
     def failed(self, now: float, error: BaseException) -> None:
-        """A connection failure: down, retried after a doubling backoff; logged once per change.
-        A server loading its dataset is up, not down: no backoff (its callers retry soon)."""
+        """A sweep's connection failure: down, retried after a doubling backoff; logged once per
+        change. A server loading its dataset is up, not down: no backoff (its callers retry
+        soon)."""
         if isinstance(error, redis.exceptions.BusyLoadingError):
             return
         with self._lock:
-            if self.up is not False:
-                log.warning("redis_down", node=self.name, error=str(error))
-            self.up = False
+            self._down(error)
             self.retry_at = now + self.backoff_s
             self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
+
+    def unreachable(self, error: BaseException) -> None:
+        """Another call (the heartbeat, discovery) could not reach the server: down, logged
+        once, but the sweeps' backoff untouched: the next sweep is tried, and its failure
+        counted, when it is due (a heartbeat failing every beat held every sweep back)."""
+        if isinstance(error, redis.exceptions.BusyLoadingError):
+            return
+        with self._lock:
+            self._down(error)
+
+    def _down(self, error: BaseException) -> None:
+        """Hold the lock."""
+        if self.up is not False:
+            log.warning("redis_down", node=self.name, error=str(error))
+        self.up = False
 
     def judged(self, results: list[CallResult]) -> list[CallResult]:
         """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 from sweeperd.constants import MAX_SOCKET_TIMEOUT_S, TopologyMode
 from sweeperd.logs import redact
+from sweeperd.server.denied import DEFAULT_USER
 from sweeperd.server.tls import NO_TLS, TlsFiles
 from sweeperd.server.urls import BadConnection, check_url, node_name, url_at
 from sweeperd.server.wire import CONNECTION_CLASSES, no_retry
@@ -139,6 +139,18 @@ class Connection:
         return self.password is not None or bool(parsed.get("password"))
 
     @property
+    def db(self) -> int:
+        """The db the URL selects (0 unless it names one)."""
+        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
+        return int(parsed.get("db") or 0)
+
+    @property
+    def user(self) -> str:
+        """The ACL user the URL names, or the default user."""
+        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
+        return str(parsed.get("username") or DEFAULT_USER)
+
+    @property
     def shown_url(self) -> str:
         return redact(self.url)
 
@@ -152,17 +164,6 @@ class Connection:
         url = self.url if address is None else url_at(self.url, *address)
         return connect(
             url, socket_timeout=self.socket_timeout, password=self.password, tls=self.tls
-        )
-
-    def cluster_client(self) -> RedisCluster:
-        """The library's cluster client, for the slot map only (it reads CLUSTER SLOTS now)."""
-        return RedisCluster.from_url(
-            self.url,
-            socket_timeout=self.socket_timeout,
-            socket_connect_timeout=self.socket_timeout,
-            require_full_coverage=False,  # a failover leaves slots uncovered for a while
-            **({"password": self.password} if self.password is not None else {}),
-            **(self.tls.client_options() if self.url.startswith("rediss://") else {}),
         )
 
     def sentinel(self) -> Sentinel:

@@ -51,8 +51,9 @@ def queue_counts(pipe: Pipeline, keys: QueueKeys) -> None:
 
 def checked(replies: Sequence[object], reads: Sequence[Read]) -> Sequence[object]:
     """The replies of a pipeline run without raising, once none is a refusal: the first one
-    raises, a key of the wrong type said by its name and the type it must hold."""
-    for reply, read in zip(replies, reads, strict=True):
+    raises, a key of the wrong type said by its name and the type it must hold, any other
+    refusal with the command and key it was (a NOPERM's key is said from there)."""
+    for number, (reply, read) in enumerate(zip(replies, reads, strict=True), start=1):
         if isinstance(reply, redis.ResponseError):
             if str(reply).startswith("WRONGTYPE"):
                 raise SweepError(
@@ -60,6 +61,13 @@ def checked(replies: Sequence[object], reads: Sequence[Read]) -> Sequence[object
                     f"{read.key} is not a {read.kind} ({read.command}: {reply}); see "
                     f"{KEYSPACE_PAGE}",
                 )
+            # Named as redis-py names a pipelined command that failed when it raises: what
+            # says a refusal (a NOPERM's key) reads the command and its key from there.
+            reply.args = (
+                f"Command # {number} ({read.command} {read.key}) of pipeline caused error: "
+                f"{reply.args[0] if reply.args else reply}",
+                *reply.args[1:],
+            )
             raise reply
     return replies
 

@@ -3,24 +3,25 @@ and what to say when the servers are not the topology the options name."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import redis
-from redis.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
-from redis.exceptions import RedisClusterException
 from redis.sentinel import MasterNotFoundError, Sentinel
 
 from sweeperd.constants import TopologyMode
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE, Connection
+from sweeperd.server.denied import DEFAULT_USER, denied, user_of
 from sweeperd.server.serverinfo import read_server_info
 
 Address = tuple[str, int]
 CLUSTER_FLAG = "--cluster (SWEEPERD_CLUSTER=true)"
-NOT_CLUSTER_ENABLED = "Cluster mode is not enabled"  # redis-py, of a seed that is no Cluster node
+CLUSTER_DISABLED = "cluster support disabled"  # a server that is no Cluster node, of CLUSTER SLOTS
 
 
 class NoPrimary(redis.ConnectionError):
@@ -80,6 +81,12 @@ def slot_of(key: str) -> int:
     return int(key_slot(key.encode()))
 
 
+def address_of(connection: Connection) -> Address:
+    """The host and port the connection's URL names."""
+    parts = urlsplit(connection.url)
+    return (parts.hostname or "localhost", parts.port or 6379)
+
+
 def name_of(address: Address) -> str:
     """A primary's `node` label: host:port."""
     host, port = address
@@ -108,35 +115,121 @@ class Standalone:
 
 
 class ClusterSlots:
-    """The slot map as the library's cluster client reads it (CLUSTER SLOTS, any node it knows)."""
+    """The slot map as the Cluster's nodes say it, by CLUSTER SLOTS: the node that answered
+    last asked first, then every other node the last map named, then the URL's. The reply names
+    each slot's primary and its replicas; no other command is sent (no COMMAND, as a cluster
+    client's start sends: the least ACL user has CLUSTER SLOTS only)."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self.cluster: RedisCluster | None = None
+        self.seed = address_of(connection)
+        self.known: list[Address] = []  # every node the last map named, primaries first
+        self.replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
+        self.clients: dict[Address, redis.Redis] = {}
+        self.lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
+        self.closed = False
 
     def read(self) -> Layout:
-        try:
-            if self.cluster is None:
-                self.cluster = self.connection.cluster_client()
-            else:
-                self.cluster.nodes_manager.initialize()
-        except RedisClusterException as exc:
-            if NOT_CLUSTER_ENABLED in str(exc):
-                raise unclustered_error(self.connection.node) from None
-            raise redis.ConnectionError(f"no cluster node answered CLUSTER SLOTS: {exc}") from None
-        owners: list[str | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
-        primaries: dict[str, Address | None] = {}
-        for slot, nodes in self.cluster.nodes_manager.slots_cache.items():
-            primary = nodes[0]
-            name = name_of((primary.host, int(primary.port)))
-            owners[slot] = name
-            primaries[name] = (primary.host, int(primary.port))
-        return Layout(dict(sorted(primaries.items())), tuple(owners))
+        """The primaries and slot owners now; a node that refuses CLUSTER SLOTS to the user
+        raises noperm, one that is no Cluster node a wrong topology; when none answers, a
+        redis.ConnectionError says what each one did."""
+        said: list[str] = []
+        found: SlotMap | None = None
+        answered: Address | None = None
+        for address in self._candidates():
+            try:
+                reply = self._client(address).execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            except redis.exceptions.NoPermissionError as exc:
+                raise denied(exc, user_of(self._client(address)), where=name_of(address)) from None
+            except redis.ResponseError as exc:
+                if CLUSTER_DISABLED not in str(exc):
+                    said.append(f"{name_of(address)}: {_short(exc)}")
+                    continue
+                raise unclustered_error(name_of(address)) from None
+            except UNREACHABLE as exc:
+                said.append(f"{name_of(address)}: {_short(exc)}")
+                continue
+            found = SlotMap.parsed(reply, address[0], found)
+            answered = answered or address
+            if found.covered:
+                break
+        if found is None or answered is None:
+            raise redis.ConnectionError(
+                f"no cluster node answered CLUSTER SLOTS: {'; '.join(said)}"
+            )
+        self.known = [answered, *(n for n in found.nodes if n != answered)]
+        self.replicas_of = found.replicas_of
+        return found.layout()
+
+    def _candidates(self) -> list[Address]:
+        return list(dict.fromkeys([*self.known, self.seed]))
+
+    def _client(self, address: Address) -> redis.Redis:
+        with self.lock:
+            if self.closed:
+                raise redis.ConnectionError("the slot map's source is closed")
+            if address not in self.clients:
+                self.clients[address] = self.connection.client(address)
+            return self.clients[address]
 
     def close(self) -> None:
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        with self.lock:
+            self.closed = True
+            clients, self.clients = list(self.clients.values()), {}
+        for client in clients:
+            client.close()
+
+
+@dataclass
+class SlotMap:
+    """One or more CLUSTER SLOTS replies merged: each slot's nodes, primary first, as the first
+    reply that named the slot said them."""
+
+    slots: dict[int, tuple[Address, ...]]
+
+    @classmethod
+    def parsed(cls, reply: object, host: str, before: SlotMap | None = None) -> SlotMap:
+        """A reply (read from a node at `host`: an empty host is that node's), merged into the
+        slots `before` left uncovered."""
+        slots = dict(before.slots) if before is not None else {}
+        for first, last, *nodes in reply if isinstance(reply, list) else []:
+            owners = tuple(_node_address(node, host) for node in nodes)
+            for slot in range(int(first), int(last) + 1):
+                slots.setdefault(slot, owners)
+        return cls(slots)
+
+    @property
+    def covered(self) -> bool:
+        return len(self.slots) == REDIS_CLUSTER_HASH_SLOTS
+
+    @property
+    def nodes(self) -> list[Address]:
+        """Every node named, primaries first."""
+        primaries = [owners[0] for owners in self.slots.values()]
+        replicas = [n for owners in self.slots.values() for n in owners[1:]]
+        return list(dict.fromkeys([*primaries, *replicas]))
+
+    @property
+    def replicas_of(self) -> dict[str, tuple[Address, ...]]:
+        """Each primary's replicas, as listed after it (a failed primary's until one takes
+        over; a failed replica is not listed)."""
+        return {name_of(owners[0]): tuple(owners[1:]) for owners in self.slots.values()}
+
+    def layout(self) -> Layout:
+        owners: list[str | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+        primaries: dict[str, Address | None] = {}
+        for slot, nodes in self.slots.items():
+            name = name_of(nodes[0])
+            owners[slot] = name
+            primaries[name] = nodes[0]
+        return Layout(dict(sorted(primaries.items())), tuple(owners))
+
+
+def _node_address(node: object, host: str) -> Address:
+    """A node of a CLUSTER SLOTS entry ([ip, port, id, ...]) as (host, port)."""
+    assert isinstance(node, list), node
+    ip = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
+    return (ip or host, int(node[1]))
 
 
 class SentinelPrimary:
@@ -150,6 +243,9 @@ class SentinelPrimary:
     def read(self) -> Layout:
         try:
             host, port = self.sentinel.discover_master(self.master)  # type: ignore[no-untyped-call]
+        except redis.exceptions.NoPermissionError as exc:  # the Sentinels' own ACL: their user
+            sentinels = ", ".join(name_of(a) for a in self.connection.topology.sentinels)
+            raise denied(exc, DEFAULT_USER, where=sentinels) from None
         except (MasterNotFoundError, redis.ResponseError):
             raise self.diagnosis() from None
         address = (str(host), int(port))
@@ -225,7 +321,11 @@ def source_of(connection: Connection) -> Source:
 
 def primary_client(connection: Connection, key: str) -> redis.Redis:
     """A client of the primary that holds `key` now: for once and inspect."""
-    layout = source_of(connection).read()
+    source = source_of(connection)
+    try:
+        layout = source.read()
+    finally:
+        source.close()
     name = layout.owner(slot_of(key))
     if name is None:
         raise redis.ConnectionError(f"no primary serves the slot of {key} now: try again")

@@ -47,12 +47,8 @@ class MapSource:
     def _replicas(self, layout: Layout) -> dict[str, tuple[Address, ...]]:
         """Each primary's replicas: the Cluster's slot map lists them after their primary (a
         primary that died is listed until one takes over), Sentinel names the primary's."""
-        if isinstance(self.source, ClusterSlots) and self.source.cluster is not None:
-            found: dict[str, tuple[Address, ...]] = {}
-            for primary, *replicas in self.source.cluster.nodes_manager.slots_cache.values():
-                name = name_of((primary.host, int(primary.port)))
-                found[name] = tuple((n.host, int(n.port)) for n in replicas)
-            return found
+        if isinstance(self.source, ClusterSlots):
+            return dict(self.source.replicas_of)
         if isinstance(self.source, SentinelPrimary):
             named = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
             return {name: tuple((str(h), int(p)) for h, p in named) for name in layout.primaries}

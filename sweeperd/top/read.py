@@ -21,6 +21,7 @@ from redis.exceptions import (
 from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.counts import COUNTS, counts_of, queue_counts
+from sweeperd.server.denied import denial, user_of
 from sweeperd.server.serverinfo import parse_info, server_ms, verb_in
 
 # A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`).
@@ -176,6 +177,12 @@ class NodeReader:
             error=error,
         )
 
+    def _said(self, exc: redis.RedisError) -> str:
+        """A row's refusal: a command the user lacks named with the rule that grants it."""
+        if isinstance(exc, NoPermissionError):
+            return denial(str(exc), user_of(self.client))
+        return said(exc)
+
     def _row(self, queue: str, replies: Sequence[object], server_ms: int, now: float) -> QueueRow:
         """One queue's replies: the expired count, then the five counts when it is shown."""
         redirect = next((r for r in replies if isinstance(r, (AskError, TryAgainError))), None)
@@ -188,7 +195,7 @@ class NodeReader:
             self.node,
             read[0] if isinstance(read[0], int) else None,
             state=ERROR if refused else OK,
-            error=None if refused is None else said(refused),
+            error=None if refused is None else self._said(refused),
             as_of=now,
         )
         if len(read) == 1:

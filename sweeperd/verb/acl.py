@@ -1,42 +1,118 @@
-"""The least privileges sweeperd needs, as ACL SETUSER lines, and the command a refusal names."""
+"""The least privileges each sweeperd command needs, on each topology, as one ACL SETUSER line;
+and the command a refusal inside the sweep script names."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from sweeperd.constants import VERB
+from sweeperd.constants import COMMANDS, DEFAULT_PREFIX_ROOT, ONCE, RUN, TOP, VERB
+from sweeperd.server.scan import glob_escape
 
-# What sweeperd sends itself: the epoch (INFO), whether the verb is loaded (COMMAND INFO, for
-# auto and inspect), the sweep script loaded and sent.
-CALLER = ("info", "command|info", "script|load", "evalsha")
+SWEEPS = (RUN, ONCE)  # the commands that write: the others' keys are read-only (%R~)
+EXECUTORS = ("native", "script")
+
+# What every command sends: the run_id, the role, whether the server is a Cluster node or is
+# loading (INFO).
+EPOCH = ("info",)
+# Whether the verb is loaded (COMMAND INFO): auto's and native's choice; inspect and top show it.
+VERB_KNOWN = ("command|info",)
+# The sweep script, loaded and sent (and the replicas' heartbeat script).
+SCRIPTS = ("script|load", "evalsha")
 # The reads of sweep.lua, the accounting around the verb (zrangebyscore: the ids the verb will
-# take first, to name its ghosts), and of `inspect`. Left out on purpose:
-# %R~* with sort_ro and object|encoding, which let the sweep read a call's lease epochs in one
-# SORT_RO instead of one HGET per recovered id (sweep.lua says when); the result is the same.
+# take first, to name its ghosts), and of `once` around it. Left out on purpose: %R~* with
+# sort_ro and object|encoding, which let the sweep read a call's lease epochs in one SORT_RO
+# instead of one HGET per recovered id (sweep.lua says when); the result is the same.
 ACCOUNTING = ("time", "zcard", "zcount", "zrange", "zrangebyscore", "hget")
 NATIVE = (VERB.lower(),)  # the verb itself, called from the sweep script
 # The Lua port's reads and writes (stalled_check.lua).
 PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "zadd", "hincrby")
-# Replicas sharing the queues (--shard on, the default): the heartbeat script on
+# Replicas sharing the queues (run --shard on, the default): the heartbeat script on
 # <root>:sweeperd:{members}, and leaving it on SIGTERM.
 SHARING = ("time", "zremrangebyscore", "zadd", "zrange", "pexpireat", "zrem")
-DISCOVER = ("scan",)  # --discover: SCAN for <root>:{*}:active
+DISCOVER = ("scan",)  # run --discover, and top without a queue: SCAN for <root>:{*}:<set>
 # once --dry-run reads what the verb would, after an EXISTS that a migrating slot refuses
 DRY_RUN = ("exists", "type", "zrangebyscore", "hgetall")
+COUNTS = ("zcount", "zcard", "zrange", "hget")  # a queue's counts, as inspect and top read them
+MEMBERS = ("zrangebyscore",)  # top: the replicas' live members
+# --cluster: the slot map (CLUSTER SLOTS: primaries and replicas), for every command.
+CLUSTER_MAP = ("cluster|slots",)
+# --cluster, run and once: the failed primaries of a Cluster down, and where a migrating slot
+# goes (CLUSTER NODES).
+CLUSTER_NODES = ("cluster|nodes",)
+ASKING = ("asking",)  # once --cluster: the leases still due where a migrating slot's key is now
+SELECT = ("select",)  # a URL's db other than 0: every connection selects it
 
 SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
 NAMED = re.compile(r"run the '([^']+)' command|\(([A-Za-z.|]+)\)$")  # Redis >= 7.2, sweep.lua
 COMMAND_LITERAL = re.compile(r"""\(\s*'([A-Za-z.]+)'""")  # redis.call('HGET', ... / call('INFO'
 
 
-def commands_for(
-    executor: str, *, sharing: bool = True, discover: bool = False, dry_run: bool = False
-) -> list[str]:
-    """Every command `run`, `once` and `inspect` send with `executor` (native or script)."""
-    wanted = [*CALLER, *ACCOUNTING, *(NATIVE if executor == "native" else PORT)]
-    wanted += SHARING if sharing else ()
-    wanted += [*(DISCOVER if discover else ()), *(DRY_RUN if dry_run else ())]
+@dataclass(frozen=True)
+class Uses:
+    """What a user will run: the commands, and the options that change what they send."""
+
+    commands: tuple[str, ...] = COMMANDS
+    executors: tuple[str, ...] = EXECUTORS  # --executor auto: either, as each server has the verb
+    cluster: bool = False
+    sharing: bool = True  # run --shard on
+    discover: bool = False  # run --discover
+    scans: bool = True  # top without a queue named: it finds them by SCAN
+    select: bool = False  # the URL's db is not 0
+    root: str = DEFAULT_PREFIX_ROOT
+
+    @property
+    def writes(self) -> bool:
+        return any(command in SWEEPS for command in self.commands)
+
+
+def _sent_by(command: str, uses: Uses) -> list[str]:
+    """The commands one sweeperd command sends, beyond INFO and the topology's own."""
+    native, port = "native" in uses.executors, "script" in uses.executors
+    if command in SWEEPS:
+        sent = [*(VERB_KNOWN if native else ()), *SCRIPTS, *ACCOUNTING]
+        sent += [*(NATIVE if native else ()), *(PORT if port else ())]
+        sent += CLUSTER_NODES if uses.cluster else ()
+    else:
+        sent = [*VERB_KNOWN, *COUNTS]
+    if command == RUN:
+        sent += [*(SHARING if uses.sharing else ()), *(DISCOVER if uses.discover else ())]
+    if command == ONCE:
+        sent += [*DRY_RUN, *(ASKING if uses.cluster else ())]
+    if command == TOP:
+        sent += [*MEMBERS, *(DISCOVER if uses.scans else ())]
+    return sent
+
+
+def commands_for(uses: Uses) -> list[str]:
+    """Every command `uses.commands` send with those options, each once, in a fixed order."""
+    wanted = [*EPOCH, *(SELECT if uses.select else ()), *(CLUSTER_MAP if uses.cluster else ())]
+    for command in COMMANDS:
+        if command in uses.commands:
+            wanted += _sent_by(command, uses)
     return list(dict.fromkeys(wanted))
+
+
+def keys_for(uses: Uses) -> str:
+    """The key pattern: every key under the root, read-only for a user that never sweeps."""
+    return f"{'' if uses.writes else '%R'}~{glob_escape(uses.root)}:*"
+
+
+def setuser_line(user: str, uses: Uses, password: str = "<password>") -> str:
+    """The one ACL SETUSER line that makes `user` able to do exactly what `uses` says."""
+    grants = " ".join(f"+{command}" for command in commands_for(uses))
+    return f"ACL SETUSER {user} reset on >{password} {keys_for(uses)} {grants}"
+
+
+def commands_named(text: str, where: str) -> tuple[str, ...]:
+    """The sweeperd commands a --for value names (commas or spaces between), each known."""
+    names = [name for name in re.split(r"[\s,]+", text) if name]
+    unknown = [name for name in names if name not in COMMANDS]
+    if unknown or not names:
+        raise ValueError(
+            f"{where} takes {', '.join(COMMANDS)} (commas or spaces between), not {text!r}"
+        )
+    return tuple(dict.fromkeys(names))
 
 
 def refused_command(text: str, script_source: str, *, pcall_refusal: str = VERB) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.reasons import REDIRECTS, Reason, SweepError
+from sweeperd.server.denied import may_not_run
 from sweeperd.verb.acl import refused_command
 from sweeperd.verb.executors import Executor
 
@@ -162,14 +163,12 @@ def result_of(call: Call, raw: object) -> CallResult:
         return CallResult(call, SweepError.of(exc), depths)
 
 
-def named(result: CallResult, executor: Executor) -> CallResult:
-    """An ACL refusal inside the sweep script says which command the user lacks."""
+def named(result: CallResult, executor: Executor, user: str) -> CallResult:
+    """An ACL refusal of the sweep, or inside it, says which command `user` lacks and how to
+    grant it."""
     error = result.reply
     if not (isinstance(error, SweepError) and error.reason is Reason.NOPERM):
         return result
     command = refused_command(error.message, executor.script.source)
-    message = (
-        f"the ACL user may not run {command}, which the sweep calls ({error.message}): grant it "
-        f"with ACL SETUSER <user> +{command.lower()} (docs/security.md#the-acl-user)"
-    )
+    message = may_not_run(user, command, error.message, why=", which the sweep calls")
     return CallResult(result.call, SweepError(Reason.NOPERM, message), result.depths)

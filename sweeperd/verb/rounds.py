@@ -9,6 +9,7 @@ import redis
 from redis.connection import Connection
 
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.denied import user_of
 from sweeperd.verb.executors import Executor
 from sweeperd.verb.replies import Call, CallResult, named, result_of
 
@@ -110,8 +111,10 @@ def sweep_round(
         resent = _send(client, executor, [calls[i] for i in again], packed)
         for i, reply in zip(again, resent, strict=True):
             replies[i] = reply
+    user = user_of(client)
     return [
-        named(result_of(call, reply), executor) for call, reply in zip(calls, replies, strict=True)
+        named(result_of(call, reply), executor, user)
+        for call, reply in zip(calls, replies, strict=True)
     ]
 
 
@@ -143,7 +146,7 @@ class InFlight:
         if _lost(raw):
             self.executor.prepare(self.client)
             return sweep_round(self.client, self.executor, [self.call])[0]
-        return named(result_of(self.call, raw), self.executor)
+        return named(result_of(self.call, raw), self.executor, user_of(self.client))
 
     def reply(self) -> object:
         """The call's reply as read, or the error it got; a connection failure raises."""

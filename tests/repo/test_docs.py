@@ -20,11 +20,12 @@ import yaml
 from sweeperd.cli.app import app
 from sweeperd.cli.inputs import one_queue, settings_of
 from sweeperd.cli.reply import Reply
-from sweeperd.config.options import INSPECT, ONCE, RUN, TOP
+from sweeperd.commands import privileges
 from sweeperd.config.webconfig import TLS_KEYS, TOP_KEYS
+from sweeperd.constants import ACL, INSPECT, ONCE, RUN, TOP
 from sweeperd.top.view import options_of
 from tests.support.doc_pages import PAGES, README, Block, anchors, blocks, links, shown_files
-from tests.support.helpers import setuser_line
+from tests.support.invoke import sweeperd
 from tests.support.paths import REPO
 
 LANGS = {
@@ -141,6 +142,10 @@ def accepted(args: list[str], tmp_path: Path) -> None:
     elif name == TOP:
         settings_of(ctx, reply, discover="1")
         options_of(ctx.params, False)
+    elif name == ACL:
+        privileges.user_named(ctx.params["acl_user"])
+        privileges.commands_for(ctx.params["acl_for"])
+        settings_of(ctx, reply, needs_queue=False)
 
 
 @pytest.fixture
@@ -223,16 +228,34 @@ class TestBlocks:
             for line in block.text.splitlines():
                 assert isinstance(json.loads(line), dict), block.where
 
-    def test_acl_lines_are_the_codes(self) -> None:
-        """Every ACL SETUSER line shown is one setuser_line makes, for one executor."""
-        made = {setuser_line("native"), setuser_line("script")}
-        shown = [
-            (block.where, line)
-            for block in blocks()
-            for line in block.text.splitlines()
-            if line.startswith("ACL SETUSER")
-        ]
-        assert {line for _, line in shown} == made, shown
+    def test_acl_lines_are_the_commands_output(self) -> None:
+        """Every ACL SETUSER line shown is what a `sweeperd acl` line of the sh block right
+        before it prints, in their order, and every `sweeperd acl` line shown is followed so."""
+        shown = printed = 0
+        for page in PAGES:
+            found = blocks((page,))
+            for before, block in zip([None, *found], found, strict=False):
+                lines = [line for line in block.text.splitlines() if line.startswith("ACL ")]
+                if not lines:
+                    continue
+                assert before is not None and before.lang == "sh", block.where
+                runs = [words for _, words in commands(before) if words[:2] == ["sweeperd", "acl"]]
+                assert lines == [acl_output(words[1:]) for words in runs], block.where
+                shown += len(lines)
+            printed += sum(
+                words[:2] == ["sweeperd", "acl"]
+                for block in found
+                if block.lang == "sh"
+                for _, words in commands(block)
+            )
+        assert shown == printed >= 4
+
+
+def acl_output(args: list[str]) -> str:
+    """What `sweeperd ARGS` prints, once it exited 0."""
+    ran = sweeperd(*args)
+    assert ran.code == 0, ran.err
+    return ran.out.rstrip("\n")
 
 
 class TestLinks:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sweeperd.config.options import OPTIONS, RUN
+from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import build_settings
+from sweeperd.constants import RUN
 from tests.support.doc_pages import PAGES
 from tests.support.paths import REPO
 from tests.support.shipped import (

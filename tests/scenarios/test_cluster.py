@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from sweeperd.commands.inspect import census_on
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.connection import Connection, Topology
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
 from tests.support.invoke import sweeperd
@@ -356,6 +358,21 @@ class TestOnce:
         assert done.code == 0, done.err
         assert sorted(done.json()["recovered"]) == sorted(i.decode() for i in ids)
         assert keyspace(fresh, queue)["active"] == 0
+
+    def test_inspect_reads_a_slot_where_its_move_points(self, fresh: Cluster) -> None:
+        """A read sent to a primary the slot has left (MOVED: a failover or a reshard since the
+        map was read) is read where the MOVED points, once: the counts, not the library's
+        MOVED text."""
+        by_primary = spread(fresh, 1)
+        [holder_port, other_port, *_] = by_primary
+        [queue] = by_primary[holder_port]
+        seed(fresh, queue, 3, PAST_MS)
+        connection = Connection.checked(
+            f"redis://127.0.0.1:{other_port}/0", None, 2.0, topology=Topology(cluster=True)
+        )
+        with connection.client(("127.0.0.1", other_port)) as elsewhere:
+            seen = census_on(connection, elsewhere, QueueKeys(queue))
+        assert (seen.active, seen.expired, seen.pending) == (3, 3, 0)
 
     def test_top_reads_every_primary(self, fresh: Cluster) -> None:
         """top --cluster, given one node, shows a server row per primary and each queue's

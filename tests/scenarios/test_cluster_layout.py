@@ -150,4 +150,4 @@ class TestStop:
         stopper.join(10)
         assert not (reader.is_alive() or stopper.is_alive())
         assert raised == []
-        assert source.cluster is None
+        assert source.closed and source.clients == {}

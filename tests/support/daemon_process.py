@@ -54,10 +54,18 @@ class DaemonProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DaemonProcess:
+        return self.spawn().started()
+
+    def spawn(self) -> DaemonProcess:
+        """The process started, not waited for (several daemons start side by side)."""
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env
             )
+        return self
+
+    def started(self) -> DaemonProcess:
+        """Once it serves /healthz; it must not have exited."""
         wait_until(lambda: self.get("/healthz")[0] == 200 or self.exited(), what="/healthz")
         assert not self.exited(), self.log_text()
         return self
@@ -115,10 +123,10 @@ class DaemonProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def events(self, name: str) -> list[dict[str, object]]:
-        """The JSON log lines whose event is `name`."""
+    def events(self, name: str, since: int = 0) -> list[dict[str, object]]:
+        """The JSON log lines whose event is `name` (from character `since` of the log on)."""
         found = []
-        for line in self.log_text().splitlines():
+        for line in self.log_text()[since:].splitlines():
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:

@@ -87,7 +87,7 @@ def links(page: Path) -> list[tuple[int, str]]:
 
 
 def options_table() -> str:
-    """The Markdown table of every option of run, once, inspect and top, from OPTIONS."""
+    """The Markdown table of every option of run, once, inspect, top and acl, from OPTIONS."""
     rows = [
         "| flag | env | TOML key | default | commands | meaning |",
         "|---|---|---|---|---|---|",

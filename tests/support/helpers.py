@@ -10,7 +10,7 @@ import redis
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ownership import owner
-from sweeperd.verb import acl
+from tests.support.invoke import sweeperd
 
 PAST_MS = 1_000_000  # a deadline long gone: 1970, a thousand seconds in
 FUTURE_OFFSET_MS = 3_600_000  # an hour ahead: not expired during any test
@@ -76,17 +76,9 @@ def owned_by(member: str, queues: Iterable[str], members: Collection[str]) -> li
     return [queue for queue in queues if owner(queue, members) == member]
 
 
-def setuser_line(
-    executor: str,
-    *,
-    root: str = "emq",
-    user: str = "sweeperd",
-    password: str = "<password>",
-    sharing: bool = True,
-    discover: bool = False,
-) -> str:
-    """The one ACL SETUSER line for a user that can do exactly what sweeperd does."""
-    grants = " ".join(
-        f"+{c}" for c in acl.commands_for(executor, sharing=sharing, discover=discover)
-    )
-    return f"ACL SETUSER {user} reset on >{password} ~{root}:* {grants}"
+def acl_line(*args: str, user: str = "sweeperd", password: str = "<password>") -> str:
+    """The ACL SETUSER line `sweeperd acl --user USER ARGS` prints, `password` in it."""
+    ran = sweeperd("acl", "--user", user, *args)
+    assert ran.code == 0, ran.err
+    [line] = ran.out.splitlines()
+    return line.replace(" ><password> ", f" >{password} ", 1)

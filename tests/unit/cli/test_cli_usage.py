@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sweeperd import __version__
-from sweeperd.config.options import ALL, OPTIONS
+from sweeperd.config.options import OPTIONS, WITH_ACL
 from tests.support.doc_pages import options_table
 from tests.support.invoke import PYTHON_M, Ran, sweeperd, sweeperd_many, sweeperd_process
 from tests.support.paths import REPO
@@ -90,7 +90,7 @@ class TestRunHelp:
 
     def test_defaults_from_the_table(self, helps: dict[str, Ran]) -> None:
         """Every default of the options table is shown, brackets and all, in each command's help."""
-        for command in ALL:
+        for command in WITH_ACL:
             text = flat(helps[command].out)
             for option in OPTIONS.values():
                 if command in option.commands and option.default_text:
@@ -106,7 +106,7 @@ class TestRunHelp:
 
     def test_every_option_has_its_env_var(self, helps: dict[str, Ran]) -> None:
         """Each command's help lists the env var of each of its options."""
-        for command in ALL:
+        for command in WITH_ACL:
             text = flat(helps[command].out)
             for option in OPTIONS.values():
                 if command in option.commands:
@@ -114,7 +114,7 @@ class TestRunHelp:
 
     def test_80_columns(self) -> None:
         """At 80 columns no help line is wider than the terminal."""
-        runs = sweeperd_many(["--help"], *([c, "--help"] for c in ALL), env={"COLUMNS": "80"})
+        runs = sweeperd_many(["--help"], *([c, "--help"] for c in WITH_ACL), env={"COLUMNS": "80"})
         for ran in runs:
             assert ran.code == 0
             assert max(len(line) for line in ran.out.splitlines()) <= 80

@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 from sweeperd.config.settings import QueueSettings, build_settings
 from sweeperd.daemon.membership import MembershipStore
 from sweeperd.daemon.sharing import Sharing
+from sweeperd.fleet.node import BACKOFF_FIRST_S
 from sweeperd.keyspace import members_key
 from sweeperd.server.connection import connect
 from tests.support.helpers import owned_by, server_ms
@@ -116,6 +117,23 @@ class TestSharing:
         assert lost["others"] == [] and "no other member was live" in lost["hint"]
         assert sharing.seen() == 0
         assert "its heartbeat expired unanswered" in sharing.describe()
+
+    def test_an_unreachable_heartbeat_leaves_the_sweeps_their_own_backoff(self, url: str) -> None:
+        """A heartbeat that cannot reach the server marks it down but holds no sweep back: the
+        node's next sweep is tried (and its failure counted) at once, however often the
+        heartbeat fails meanwhile; the backoff is the sweeps' own."""
+        sharing = make_sharing(url, "r1")
+        sharing.refresh(0.0)
+        dead = connect(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
+        sharing.store = MembershipStore(dead, "emq", "r1", TTL_S)
+        node = sharing.node
+        assert node is not None
+        for beat in range(1, 10):
+            sharing.refresh(beat / 10)
+            assert (node.up, node.may_try(beat / 10)) == (False, True), beat
+        node.failed(1.0, ConnectionError("refused"))  # the sweep's own failure: it backs off
+        sharing.refresh(1.1)
+        assert (node.may_try(1.1), node.retry_at) == (False, 1.0 + BACKOFF_FIRST_S)
 
     def test_a_refused_heartbeat_sweeps_every_queue(self, url: str, r: redis.Redis) -> None:
         """The server refusing the heartbeat (here a WRONGTYPE key) leaves no queue unswept."""

@@ -15,7 +15,7 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import connect
 from sweeperd.verb.scripts import SWEEP_SCRIPT
 from sweeperd.verb.sizing import CallSizer
-from tests.support.helpers import run_id
+from tests.support.helpers import acl_line, run_id
 from tests.support.servers import RedisServer
 
 
@@ -132,3 +132,27 @@ class TestEpochWatch:
             assert refused.value.reason is Reason.NO_VERB
         assert sample(node, "sweeperd_server_restarts_total", node="n:1") == 1
         assert node.up is True
+
+    @pytest.mark.parametrize(
+        ("lacked", "shown"), [("info", "INFO"), ("command|info", "COMMAND INFO")]
+    )
+    def test_a_look_the_user_may_not_make_is_noperm_with_its_rule(
+        self, r: redis.Redis, redis_server: RedisServer, lacked: str, shown: str
+    ) -> None:
+        """A user without INFO (the epoch) or COMMAND INFO (auto's choice): every look fails
+        with reason noperm, naming the node, the command and the rule that grants it."""
+        line = acl_line("--for", "run", user="lookout", password="pw")
+        r.execute_command(*line.replace(f" +{lacked} ", " ").split())  # type: ignore[no-untyped-call]
+        try:
+            url = f"redis://lookout:pw@127.0.0.1:{redis_server.port}/0"
+            with pytest.raises(SweepError) as refused:
+                make_node(url).look(1.0)
+        finally:
+            r.acl_deluser("lookout")
+        assert refused.value.reason is Reason.NOPERM
+        assert refused.value.message.startswith(
+            f"n:1: the ACL user lookout may not run {shown} ("
+        ), refused.value.message
+        assert refused.value.message.endswith(
+            f"grant it with ACL SETUSER lookout +{lacked} (docs/security.md#the-acl-user)"
+        )

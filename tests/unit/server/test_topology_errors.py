@@ -18,7 +18,7 @@ from sweeperd.keyspace import QueueKeys, members_key
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 from tests.support.invoke import Ran, sweeperd
-from tests.support.servers import RedisServer, free_port
+from tests.support.servers import RedisServer, free_port, server_binary
 from tests.support.topologies import Cluster, free_bus_port, info, write_leases
 
 Q = QueueKeys("q")
@@ -252,6 +252,38 @@ class TestSentinel:
             "give Sentinel addresses in --sentinel, or drop it"
         )
 
+    def test_a_sentinel_that_refuses_the_user_is_noperm(
+        self, redis_server: RedisServer, tmp_path: Path, server_kind: str
+    ) -> None:
+        """A Sentinel whose ACL refuses SENTINEL MASTERS: exit 1, reason noperm, the command and
+        the rule for the Sentinels' user named (never "sees it down")."""
+        port = free_port()
+        conf = tmp_path / "sentinel.conf"
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+            f"sentinel monitor m 127.0.0.1 {redis_server.port} 1\n"
+        )
+        sentinel = subprocess.Popen([server_binary(server_kind), str(conf), "--sentinel"])
+        try:
+            with redis.Redis(port=port, socket_timeout=5) as c:
+                wait_until(lambda: c.ping(), what="the Sentinel")
+                c.execute_command("ACL", "SETUSER", "default", "-sentinel|masters")
+            args = ["--sentinel", f"127.0.0.1:{port}", "--sentinel-master", "m", "-q", "q"]
+            ran = sweeperd("inspect", *args, "--json")
+        finally:
+            sentinel.terminate()
+            sentinel.wait()
+        said = (
+            "User default has no permissions to run the 'sentinel|masters' command"
+            if server_kind == "valkey"
+            else "this user has no permissions to run the 'sentinel|masters' command"
+        )
+        assert one_line(ran, 1) == (
+            f"127.0.0.1:{port}: the ACL user default may not run SENTINEL MASTERS ({said}): "
+            "grant it with ACL SETUSER default +sentinel|masters (docs/security.md#the-acl-user)"
+        )
+        assert json.loads(ran.out)["error"]["reason"] == "noperm"
+
     def test_unreachable(self) -> None:
         """No Sentinel answers: one short line naming each address and why."""
         ports = [free_port(), free_port()]
@@ -301,7 +333,8 @@ class TestLoading:
         loading_start(server)
 
     def test_once_says_loading(self, tmp_path: Path, server_kind: str) -> None:
-        """once while the server loads: exit 3, reason loading (not reply_lost), one line."""
+        """once while the server loads: exit 3, reason loading (not reply_lost), one line
+        naming the server, what it said, that nothing was written, and to run it again."""
         server = RedisServer(tmp_path / "server", kind=server_kind).start()
         try:
             self.restart_loading(server)
@@ -310,7 +343,11 @@ class TestLoading:
             error = json.loads(ran.out)["error"]
             assert error["reason"] == "loading"
             name = "Valkey" if server_kind == "valkey" else "Redis"  # each names itself
-            assert error["message"].startswith(f"LOADING {name} is loading the dataset in memory")
+            assert error["message"] == (
+                f"127.0.0.1:{server.port} is loading its dataset (LOADING {name} is loading the "
+                "dataset in memory): refused, nothing written, what is due unreadable; run it "
+                "again once it has loaded"
+            )
         finally:
             server.stop()
 

@@ -18,7 +18,7 @@ from sweeperd.verb.executors import NATIVE, SCRIPT, Executor
 from sweeperd.verb.replies import Call, SweepReply
 from sweeperd.verb.rounds import sweep_round
 from sweeperd.verb.scripts import STALLED_CHECK
-from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, now_ms, run_id, setuser_line
+from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, acl_line, dump_all, now_ms, run_id
 from tests.support.servers import RedisServer
 from tests.support.targets import Target
 from tests.support.topologies import free_bus_port, wait_for
@@ -250,7 +250,7 @@ def as_user(on: Target) -> Iterator[Callable[[str], redis.Redis]]:
 
 
 def least_privilege(executor: Executor) -> str:
-    return setuser_line(executor.name, user=USER, password=PASSWORD)
+    return acl_line("--executor", executor.name, user=USER, password=PASSWORD)
 
 
 class TestEpochsPerId:
