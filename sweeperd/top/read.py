@@ -46,7 +46,7 @@ CODES = (  # the error codes redis-py takes off the errors it has a class for
 )
 
 
-def said(exc: redis.RedisError) -> str:
+def error_text(exc: redis.RedisError) -> str:
     """An error as the server said it, its code in front."""
     code = next((code for kind, code in CODES if isinstance(exc, kind)), None)
     return f"{code} {exc}" if code else str(exc)
@@ -142,7 +142,7 @@ class NodeReader:
         info = parse_info(replies[0])
         self.offset_ms = server_ms(info) - now * 1000
         down = next((r for r in replies if isinstance(r, ClusterDownError)), None)
-        server = self._server(info, replies[1], None if down is None else said(down))
+        server = self._server(info, replies[1], None if down is None else error_text(down))
         if down is not None:  # said once, on the server's line
             stale = [QueueRow(q, self.node, None, state=STALE) for q in queues]
             return NodeRead(server, stale, failure=down)
@@ -159,7 +159,7 @@ class NodeReader:
             return NodeRead(server, rows)
         members = replies[-1]
         if isinstance(members, redis.RedisError):
-            return NodeRead(server, rows, members_error=said(members))
+            return NodeRead(server, rows, members_error=error_text(members))
         return NodeRead(server, rows, tuple(sorted(m.decode(errors="replace") for m in members)))
 
     def _server(
@@ -181,7 +181,7 @@ class NodeReader:
         """A row's refusal: a command the user lacks named with the rule that grants it."""
         if isinstance(exc, NoPermissionError):
             return denial(str(exc), user_of(self.client))
-        return said(exc)
+        return error_text(exc)
 
     def _row(self, queue: str, replies: Sequence[object], server_ms: int, now: float) -> QueueRow:
         """One queue's replies: the expired count, then the five counts when it is shown."""
@@ -220,4 +220,4 @@ def _where(exc: redis.RedisError) -> str:
     if isinstance(exc, AskError):
         host, port = exc.node_addr
         return f"slot {exc.slot_id} {_moving(exc)} to {host}:{port}"
-    return said(exc)
+    return error_text(exc)

@@ -26,7 +26,7 @@ from sweeperd.top.read import (
     NodeReader,
     QueueRow,
     ServerRow,
-    said,
+    error_text,
 )
 from sweeperd.top.standins import Standins
 
@@ -119,7 +119,7 @@ class Top:
                 self._find()
             except redis.RedisError as exc:
                 failures.append(Unread(None, exc))
-                self._unreadable(said(exc))
+                self._unreadable(error_text(exc))
         members_at = self._members_node()
         standins: list[ServerRow] = []
         for node, reader in self.readers.items():
@@ -201,7 +201,7 @@ class Top:
 
     def _down(self, reader: NodeReader, exc: redis.RedisError) -> NodeRead:
         """A server that cannot be read: its line says why, its queues keep their last rows."""
-        server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=said(exc))
+        server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=error_text(exc))
         stale = [
             QueueRow(q, reader.node, None, state=STALE) for q in self.routes.get(reader.node, [])
         ]
@@ -276,7 +276,7 @@ class Top:
         except redis.RedisError as exc:
             replicated = self.standins.scan(replicas)
             if replicated is None:
-                self.unlisted[name] = said(exc)
+                self.unlisted[name] = error_text(exc)
                 return
             found = replicated
         self.queues |= found
