@@ -76,21 +76,29 @@ class Depths:
     pending: int
     dead: int
     failed: int | None  # the metrics:failed count; None when it is not an integer
-    oldest_expired_ms: float | None  # deadline of the oldest lease due now; None when none
+    earliest_ms: float | None  # the earliest deadline left in active, due or not; None: none
     server_us: int = 0  # how long the call ran on the server, in microseconds
+    delay_ms: float | None = None  # how long after its deadline the call took its oldest lease
+
+    @property
+    def oldest_expired_ms(self) -> float | None:
+        """The deadline of the oldest lease due now; None when none is."""
+        earliest = self.earliest_ms
+        return earliest if earliest is not None and earliest <= self.now_ms else None
 
     @property
     def oldest_expired_age_s(self) -> float:
         """How long the oldest expired lease has been overdue; a -inf deadline counts from 1970."""
-        if self.oldest_expired_ms is None:
+        oldest = self.oldest_expired_ms
+        if oldest is None:
             return 0.0
-        return (self.now_ms - max(self.oldest_expired_ms, 0.0)) / 1000
+        return (self.now_ms - max(oldest, 0.0)) / 1000
 
     @classmethod
     def parse(cls, raw: object) -> Depths | None:
-        if not (isinstance(raw, list) and len(raw) == 9):
+        if not (isinstance(raw, list) and len(raw) == 10):
             return None
-        run_id, now_ms, expired, active, pending, dead, failed, oldest, server_us = raw
+        run_id, now_ms, expired, active, pending, dead, failed, earliest, server_us, delay = raw
         if not (
             isinstance(expired, int)
             and isinstance(active, int)
@@ -106,9 +114,15 @@ class Depths:
             pending,
             dead,
             string2ll(failed) if isinstance(failed, bytes) else 0,
-            float(oldest) if isinstance(oldest, bytes) else None,
+            _score(earliest),
             server_us,
+            _score(delay),
         )
+
+
+def _score(raw: object) -> float | None:
+    """A number the sweep writes as text (a score as the server gives it: -inf, inf too)."""
+    return float(raw) if isinstance(raw, bytes) else None
 
 
 @dataclass(frozen=True, slots=True)
