@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import redis
@@ -19,6 +20,7 @@ class Census:
     active: int
     expired: int
     oldest_overdue_s: float | None  # how long the oldest expired lease has been overdue
+    next_due_s: float | None  # when the first lease not yet due falls due; None: none ever will
     pending: int
     dead: int
     failed: int | None  # the queue's metrics:failed count; None when it is not an integer
@@ -32,14 +34,16 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     info = read_server_info(client)
     pipe = client.pipeline(transaction=False)
     pipe.zcount(keys.active, "-inf", info.time_ms)
+    pipe.zrangebyscore(keys.active, f"({info.time_ms}", "+inf", start=0, num=1, withscores=True)
     queue_counts(pipe, keys)
-    expired, *replies = pipe.execute()
+    expired, upcoming, *replies = pipe.execute()
     counts = counts_of(replies, info.time_ms)
     return Census(
         queue=keys.queue,
         active=counts.active or 0,
         expired=expired,
         oldest_overdue_s=counts.oldest_overdue_s,
+        next_due_s=due_in_s(upcoming, info.time_ms),
         pending=counts.pending or 0,
         dead=counts.dead or 0,
         failed=counts.failed,
@@ -47,6 +51,14 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
         verb_available=has_verb(client),
         exists=counts.exists,
     )
+
+
+def due_in_s(upcoming: list[tuple[bytes, float]], now_ms: int) -> float | None:
+    """How soon the first lease not due at `now_ms` falls due; None when there is none, or its
+    deadline is +inf."""
+    if not upcoming or math.isinf(upcoming[0][1]):
+        return None
+    return (upcoming[0][1] - now_ms) / 1000
 
 
 def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
