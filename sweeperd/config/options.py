@@ -317,7 +317,8 @@ OPTIONS: dict[str, Option] = {
             "basic|full",
             (RUN,),
             "Series per queue: basic, what an operator needs (6, and one per failure reason "
-            "seen); full adds sweeps, ghosts, durations and set sizes per queue (22).",
+            "seen); full adds sweeps, ghosts, durations, recovery delays and set sizes per "
+            "queue (32).",
             QueueMetrics.BASIC.value,
             parse=coercers.choice_of(QueueMetrics),
         ),
