@@ -11,6 +11,8 @@ from bisect import bisect_left, bisect_right, insort
 GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
 FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
 WINDOW_S = 0.005  # queues due within this of the soonest are woken with it, in one round
+HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
+# interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
 
 
 def _at(wake: tuple[float, str]) -> float:
@@ -90,8 +92,10 @@ class Deadlines:
                 del self.wakes[queue]
             return woken
 
-    def __len__(self) -> int:
-        return len(self.wakes)
+    def waiting(self) -> int:
+        """How many queues have a wake armed."""
+        with self.lock:
+            return len(self.wakes)
 
     def _drop(self, queue: str) -> None:
         """Hold the lock."""

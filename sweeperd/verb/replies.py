@@ -144,6 +144,15 @@ class CallResult:
     def expired_left(self) -> int | None:
         return None if self.depths is None else self.depths.expired
 
+    @property
+    def due_next_ms(self) -> float | None:
+        """When the queue falls due next (the server's clock, ms), after a call that succeeded
+        and left nothing due; None after any other (a backlog's drain, a refusal)."""
+        depths = self.depths
+        if not isinstance(self.reply, SweepReply) or depths is None or depths.expired:
+            return None
+        return depths.earliest_ms
+
     def seconds(self, round_trip_s: float) -> float:
         """How long the call took on the server; its round trip where the server did not say."""
         if self.depths is None or self.depths.server_us <= 0:
