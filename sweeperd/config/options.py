@@ -26,6 +26,7 @@ from sweeperd.constants import (
     LogFormat,
     QueueMetrics,
     Shard,
+    SweepAt,
 )
 
 ENV_PREFIX = "SWEEPERD_"
@@ -267,6 +268,15 @@ OPTIONS: dict[str, Option] = {
             0.0,
             shown_default="0 (off)",
             parse=coercers.seconds_or_off,
+        ),
+        Option(
+            "sweep_at",
+            "deadline|interval",
+            (RUN,),
+            "deadline: each queue swept when its earliest lease falls due, and at its interval "
+            "at the latest; interval: at its interval only.",
+            SweepAt.DEADLINE.value,
+            parse=coercers.choice_of(SweepAt),
         ),
         Option(
             "shard",

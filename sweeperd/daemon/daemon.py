@@ -17,6 +17,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sweeperd import __version__
 from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.constants import SweepAt
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.health import HEARTBEAT_S, Health
 from sweeperd.daemon.http import MetricsServer, serve
@@ -25,6 +26,7 @@ from sweeperd.daemon.queueset import QueueSet
 from sweeperd.daemon.reload import in_effect, log_notes, restart_changes
 from sweeperd.daemon.schedule import Batch, Schedule
 from sweeperd.daemon.sharing import Sharing
+from sweeperd.daemon.wakes import Wakes
 from sweeperd.fleet.fleet import Fleet, Tuning
 from sweeperd.fleet.outcome import Outcome
 from sweeperd.logs import configure_logging
@@ -70,6 +72,8 @@ class Daemon:
             jitter=s.daemon.jitter,
             on_overrun=self.overrun,
         )
+        # Each queue at its deadline too: one job re-armed to the soonest wake of any primary.
+        self.wakes = Wakes(self.scheduler, self.wake, self.fleet.next_wake, clock=self.clock)
         self.sharing = Sharing.of(s, self.fleet.home)
         self.queues = QueueSet(
             s,
@@ -111,15 +115,24 @@ class Daemon:
             return
         self.fleet.sweep(batch)
 
+    def wake(self, now: float) -> None:
+        """The wakes' job: the queues due at their deadlines by `now`, swept."""
+        if self.stop_requested.is_set():
+            return
+        self.fleet.wake(now, self.queues.setting)
+
     def act(self, outcome: Outcome) -> None:
         """What the fleet found. A new run of a server, a new primary or slots that changed
         hands: every queue at once, on the primary that holds it now, so that its earlier
         leases go back now. A server loading its dataset: every queue again shortly, so that
-        the sweep that brings back the previous run's leases comes as soon as it has loaded."""
+        the sweep that brings back the previous run's leases comes as soon as it has loaded.
+        A queue falling due: the wakes' job runs then, if that is sooner."""
         if outcome.restarted:
             self.schedule.sweep_now()
         elif outcome.loading:
             self.schedule.sweep_soon(LOADING_RETRY_S)
+        if outcome.wake is not None:
+            self.wakes.soon(outcome.wake)
 
     def share(self) -> None:
         """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
@@ -147,7 +160,8 @@ class Daemon:
             )
 
     def add_jobs(self) -> None:
-        """The heartbeat, the membership, the discovery scan and one job per batch of queues."""
+        """The heartbeat, the membership, the discovery scan, one job per batch of queues and
+        the wakes' job."""
         self.scheduler.add_job(
             self.health.beat,
             "interval",
@@ -175,6 +189,8 @@ class Daemon:
                 coalesce=True,
                 next_run_time=datetime.now(UTC),
             )
+        if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
+            self.wakes.add()
         self.queues.apply()
 
     # The lifetime.
@@ -260,6 +276,7 @@ class Daemon:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
         self.notifier.stopping()
         self.sharing.leave()  # first: the others take its queues while its last calls finish
+        self.wakes.stop()  # a wakes' run waiting for the next deadline ends at once
         self.fleet.stop(STOP_TIMEOUT_S / 2)
         done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
         done.start()
@@ -273,7 +290,13 @@ class Daemon:
 
 def tuning(s: Settings) -> Tuning:
     """What every primary's node and drainer are built with (SIGHUP changes the last two)."""
-    return Tuning(s.prefix_root, s.executor, s.call_target_ms / 1000, s.drain_share)
+    return Tuning(
+        s.prefix_root,
+        s.executor,
+        s.call_target_ms / 1000,
+        s.drain_share,
+        at_deadlines=s.daemon.sweep_at is SweepAt.DEADLINE,
+    )
 
 
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:
