@@ -35,7 +35,7 @@ from tests.support.servers import MODULE_PATH, SERVER_KINDS, RedisServer
 
 # The daemon's arguments for each design: sweeps at the interval only (today's), and at each
 # queue's deadline; each other design's figures are compared with the baseline's.
-DESIGNS: dict[str, tuple[str, ...]] = {"interval": ()}
+DESIGNS = {"interval": ("--sweep-at", "interval"), "deadline": ("--sweep-at", "deadline")}
 BASELINE = "interval"
 START_S = 20.0  # from the seeding to the idle window: the daemon starts, sweeps every queue once
 SETTLE_S = 3.0  # after /readyz, before the idle window opens
