@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable
 
 GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
 FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
@@ -55,15 +56,22 @@ class Deadlines:
         the grace, and no sooner than the floor after the sweep; its earlier wake goes. No lease,
         a deadline further than `within_s` after the sweep (+inf too), or a clock not yet read:
         no wake, the queue's interval sweeps it (and reads its deadline again)."""
+        self.arm_round(swept_s, [(queue, earliest_ms, within_s)])
+
+    def arm_round(self, swept_s: float, swept: Iterable[tuple[str, float | None, float]]) -> None:
+        """A round's queues armed as arm() arms one (queue, earliest_ms, within_s), under one
+        lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
-            self._drop(queue)
-            offset = self.offset_ms
-            if earliest_ms is None or offset is None:
-                return
-            at = max((earliest_ms - offset) / 1000 + self.grace_s, swept_s + self.floor_s)
-            if at <= swept_s + within_s:
-                self.wakes[queue] = at
-                insort(self.order, (at, queue))
+            offset, wakes = self.offset_ms, self.wakes
+            for queue, earliest_ms, within_s in swept:
+                if queue in wakes:
+                    self._drop(queue)
+                if earliest_ms is None or offset is None:
+                    continue
+                at = max((earliest_ms - offset) / 1000 + self.grace_s, swept_s + self.floor_s)
+                if at <= swept_s + within_s:
+                    wakes[queue] = at
+                    insort(self.order, (at, queue))
 
     def forget(self, queue: str) -> None:
         """No wake for the queue: it is no longer swept here (another replica's, another

@@ -89,8 +89,9 @@ class Tick:
             return None
         if swept.clock is not None:
             deadlines.measured(*swept.clock)
-        for q, result in done:
-            deadlines.arm(q.name, result.due_next_ms, now, HORIZON_INTERVALS * q.interval)
+        deadlines.arm_round(
+            now, [(q.name, r.due_next_ms, HORIZON_INTERVALS * q.interval) for q, r in done]
+        )
         for q in held:
             deadlines.forget(q.name)
         return deadlines.next_wake()
