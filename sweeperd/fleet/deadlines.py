@@ -73,6 +73,17 @@ class Deadlines:
                     wakes[queue] = at
                     insort(self.order, (at, queue))
 
+    def deferred(self, queues: Iterable[str], now_s: float) -> None:
+        """Queues woken while a sweep of theirs was in flight (a tick holds them): woken again
+        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile. Their
+        wake may have been the one that sweep armed as it ended, and it must not be lost."""
+        with self.lock:
+            for queue in queues:
+                if queue not in self.wakes:
+                    at = now_s + self.floor_s
+                    self.wakes[queue] = at
+                    insort(self.order, (at, queue))
+
     def forget(self, queue: str) -> None:
         """No wake for the queue: it is no longer swept here (another replica's, another
         primary's, held by a migrating slot)."""

@@ -318,7 +318,7 @@ class Fleet:
                 if routes.owner(queue) == name and (q := owned(queue)) is not None
             ]
             if due:
-                self._dispatch(member, due, look=look)
+                self._dispatch(member, due, look=look, woken=True)
 
     def next_wake(self) -> float | None:
         """The soonest wake of any primary's queues (monotonic seconds); None when none waits."""
@@ -333,19 +333,34 @@ class Fleet:
             self.refresh()
 
     def _dispatch(
-        self, member: Member, queues: Sequence[QueueSettings], *, look: bool = True
+        self,
+        member: Member,
+        queues: Sequence[QueueSettings],
+        *,
+        look: bool = True,
+        woken: bool = False,
     ) -> None:
         """The member's tick of the queues: on this thread, or on the member's own."""
         if member.pool is None:
-            self._tick(member, queues, look)
+            self._tick(member, queues, look, woken)
             return
         with contextlib.suppress(RuntimeError):  # the primary was dropped meanwhile
-            member.pool.submit(self._tick, member, queues, look)
+            member.pool.submit(self._tick, member, queues, look, woken)
 
-    def _tick(self, member: Member, queues: Sequence[QueueSettings], look: bool = True) -> None:
+    def _tick(
+        self, member: Member, queues: Sequence[QueueSettings], look: bool, woken: bool
+    ) -> None:
         """The member's tick of the queues it holds no call for; a node down, or queues sent
-        elsewhere, make the layout read again (they go there at their next tick)."""
+        elsewhere, make the layout read again (they go there at their next tick). Queues
+        `woken` at their deadline that another tick holds are woken again a floor later: that
+        tick may have armed the very wake that woke them."""
         held = member.claim(queues)
+        if woken and member.deadlines is not None and len(held) < len(queues):
+            names = {q.name for q in held}
+            member.deadlines.deferred(
+                [q.name for q in queues if q.name not in names], self._clock()
+            )
+            self.tell(Outcome(wake=member.deadlines.next_wake()))
         if not held:
             return
         try:

@@ -126,3 +126,13 @@ class TestDue:
         for n in range(5):
             d.arm(f"q{n}", SERVER_MS + 1_000 * (5 - n), HOST_S, WITHIN_S)
         assert d.due(HOST_S + 60) == ["q4", "q3", "q2", "q1", "q0"]
+
+    def test_a_queue_woken_while_a_sweep_holds_it_is_deferred(self) -> None:
+        """Woken while another tick holds them, queues are woken again a floor later, unless
+        that tick armed them meanwhile (its wake stands)."""
+        d = deadlines()
+        d.arm("rearmed", SERVER_MS + 4_000, HOST_S, WITHIN_S)
+        d.deferred(["lost", "rearmed"], HOST_S + 1)
+        assert d.due(HOST_S + 1.009) == []
+        assert d.due(HOST_S + 1.010) == ["lost"]
+        assert d.next_wake() == pytest.approx(HOST_S + 4.002)
