@@ -126,7 +126,11 @@ class Daemon:
         hands: every queue at once, on the primary that holds it now, so that its earlier
         leases go back now. A server loading its dataset: every queue again shortly, so that
         the sweep that brings back the previous run's leases comes as soon as it has loaded.
-        A queue falling due: the wakes' job runs then, if that is sooner."""
+        A queue falling due: the wakes' job runs then, if that is sooner. Stopping, nothing:
+        the scheduler's shutdown holds its job store's lock while it waits for the sweeps'
+        threads, and a job changed from one of them would wait for that lock."""
+        if self.stop_requested.is_set():
+            return
         if outcome.restarted:
             self.schedule.sweep_now()
         elif outcome.loading:

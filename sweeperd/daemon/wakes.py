@@ -76,7 +76,8 @@ class Wakes:
                 self._arm(at)
 
     def stop(self) -> None:
-        """A run waiting ends; none sweeps again."""
+        """A run waiting ends; none sweeps again, and the job is not touched again (the
+        scheduler shuts down next)."""
         with self._changed:
             self._stopped = True
             self._changed.notify_all()
@@ -114,7 +115,11 @@ class Wakes:
             return not self._stopped
 
     def _arm(self, at: float | None) -> None:
-        """The job runs at `at` (monotonic), or is paused; hold the lock."""
+        """The job runs at `at` (monotonic), or is paused; hold the lock. Once stopped, the
+        scheduler is left alone: its shutdown holds its job store's lock while it waits for
+        this job's thread, which would wait for that lock."""
+        if self._stopped:
+            return
         self._at = at
         when = None if at is None else self._utc() + timedelta(seconds=at - self._clock())
         try:

@@ -104,6 +104,18 @@ class TestArming:
         rig.wakes.add()
         assert rig.next_run() == UTC0 + timedelta(seconds=3)
 
+    def test_stopped_it_leaves_the_scheduler_alone(self, rig: Rig) -> None:
+        """Once stopped (the scheduler shuts down next, holding its job store while it waits
+        for the jobs' threads), neither a wake told nor a run's end changes the job."""
+        assert rig.clock is not None
+        rig.wakes.soon(T0 + 5)
+        rig.wakes.stop()
+        rig.wakes.soon(T0 + 1)
+        rig.arm("q", 1)
+        rig.clock.now = T0 + 2
+        rig.run()
+        assert (rig.next_run(), rig.swept) == (UTC0 + timedelta(seconds=5), [])
+
 
 class TestRun:
     def test_a_run_sweeps_what_is_due_and_re_arms_to_the_next(self, rig: Rig) -> None:
