@@ -90,6 +90,13 @@ class Shard(StrEnum):
     OFF = "off"  # this replica sweeps every queue and joins no membership
 
 
+class SweepAt(StrEnum):
+    """--sweep-at: when a queue is swept (SPEC §8)."""
+
+    DEADLINE = "deadline"  # when its earliest lease falls due, and at its interval at the latest
+    INTERVAL = "interval"  # at its interval only
+
+
 class TopologyMode(StrEnum):
     """How the primaries are found: the URL's server, a Cluster's slot map, or Sentinel."""
 

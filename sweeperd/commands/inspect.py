@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import cast
 
@@ -24,6 +25,7 @@ class Census:
     active: int
     expired: int
     oldest_overdue_s: float | None  # how long the oldest expired lease has been overdue
+    next_due_s: float | None  # when the first lease not yet due falls due; None: none ever will
     pending: int
     dead: int
     failed: int | None  # the queue's metrics:failed count; None when it is not an integer
@@ -37,15 +39,21 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     info = read_server_info(client)
     pipe = client.pipeline(transaction=False)
     pipe.zcount(keys.active, "-inf", info.time_ms)
+    pipe.zrangebyscore(keys.active, f"({info.time_ms}", "+inf", start=0, num=1, withscores=True)
     queue_counts(pipe, keys)
-    reads = (Read("ZCOUNT", keys.active, SORTED_SET), *count_reads(keys))
-    expired, *replies = checked(pipe.execute(raise_on_error=False), reads)
+    reads = (
+        Read("ZCOUNT", keys.active, SORTED_SET),
+        Read("ZRANGEBYSCORE", keys.active, SORTED_SET),
+        *count_reads(keys),
+    )
+    expired, upcoming, *replies = checked(pipe.execute(raise_on_error=False), reads)
     counts = counts_of(replies, info.time_ms)
     return Census(
         queue=keys.queue,
         active=counts.active or 0,
         expired=cast(int, expired),  # a ZCOUNT the server did not refuse
         oldest_overdue_s=counts.oldest_overdue_s,
+        next_due_s=due_in_s(cast(list[tuple[bytes, float]], upcoming), info.time_ms),
         pending=counts.pending or 0,
         dead=counts.dead or 0,
         failed=counts.failed,
@@ -53,6 +61,14 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
         verb_available=has_verb(client),
         exists=counts.exists,
     )
+
+
+def due_in_s(upcoming: list[tuple[bytes, float]], now_ms: int) -> float | None:
+    """How soon the first lease not due at `now_ms` falls due; None when there is none, or its
+    deadline is +inf."""
+    if not upcoming or math.isinf(upcoming[0][1]):
+        return None
+    return (upcoming[0][1] - now_ms) / 1000
 
 
 def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:

@@ -84,12 +84,13 @@ def census_json(census: Census) -> str:
 
 def census_text(c: Census, keys: QueueKeys) -> str:
     overdue = "none" if c.oldest_overdue_s is None else f"{c.oldest_overdue_s:.1f}s"
+    due = "next due: none" if c.next_due_s is None else f"next due in {c.next_due_s:.1f}s"
     failed = "not an integer" if c.failed is None else str(c.failed)
     note = [] if c.exists else [f"note       {keys.absent()}"]
     return "\n".join(
         [
             f"queue      {c.queue}",
-            f"active     {c.active}  (expired now: {c.expired}, oldest overdue: {overdue})",
+            f"active     {c.active}  (expired now: {c.expired}, oldest overdue: {overdue}, {due})",
             f"pending    {c.pending}",
             f"dead       {c.dead}  (metrics:failed count: {failed})",
             f"server     run_id {c.run_id}",

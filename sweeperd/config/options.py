@@ -32,6 +32,7 @@ from sweeperd.constants import (
     LogFormat,
     QueueMetrics,
     Shard,
+    SweepAt,
 )
 
 ENV_PREFIX = "SWEEPERD_"
@@ -276,6 +277,15 @@ OPTIONS: dict[str, Option] = {
             parse=coercers.seconds_or_off,
         ),
         Option(
+            "sweep_at",
+            "deadline|interval",
+            (RUN,),
+            "deadline: each queue swept when its earliest lease falls due, and at its interval "
+            "at the latest; interval: at its interval only.",
+            SweepAt.DEADLINE.value,
+            parse=coercers.choice_of(SweepAt),
+        ),
+        Option(
             "shard",
             "on|off",
             (RUN, ACL),
@@ -324,7 +334,8 @@ OPTIONS: dict[str, Option] = {
             "basic|full",
             (RUN,),
             "Series per queue: basic, what an operator needs (6, and one per failure reason "
-            "seen); full adds sweeps, ghosts, durations and set sizes per queue (22).",
+            "seen); full adds sweeps, ghosts, durations, recovery delays and set sizes per "
+            "queue (32).",
             QueueMetrics.BASIC.value,
             parse=coercers.choice_of(QueueMetrics),
         ),

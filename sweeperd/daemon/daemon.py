@@ -17,6 +17,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sweeperd import __version__
 from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.constants import SweepAt
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.health import HEARTBEAT_S, Health
 from sweeperd.daemon.http import MetricsServer, serve
@@ -25,6 +26,7 @@ from sweeperd.daemon.queueset import QueueSet
 from sweeperd.daemon.reload import in_effect, log_notes, restart_changes
 from sweeperd.daemon.schedule import Batch, Schedule
 from sweeperd.daemon.sharing import Sharing
+from sweeperd.daemon.wakes import Wakes
 from sweeperd.fleet.fleet import Fleet, Tuning
 from sweeperd.fleet.outcome import Outcome
 from sweeperd.logs import configure_logging
@@ -35,7 +37,7 @@ log = structlog.get_logger("sweeperd.daemon")
 
 WORKERS = 4  # batches swept at once
 STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
-WAKE_S = 0.5  # the main thread's loop: signals, readiness, watchdog
+TURN_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
 
@@ -70,6 +72,8 @@ class Daemon:
             jitter=s.daemon.jitter,
             on_overrun=self.overrun,
         )
+        # Each queue at its deadline too: one job re-armed to the soonest wake of any primary.
+        self.wakes = Wakes(self.scheduler, self.wake, self.fleet.next_wake, clock=self.clock)
         self.sharing = Sharing.of(s, self.fleet.home, relocate=self.fleet.follow)
         self.queues = QueueSet(
             s,
@@ -99,7 +103,7 @@ class Daemon:
         )
         self.stop_requested = threading.Event()
         self.reload_requested = threading.Event()
-        self.wake = threading.Event()  # either signal: the main loop acts now, not at its next turn
+        self.signalled = threading.Event()  # either signal: the main loop acts now
         self.server: MetricsServer | None = None
         self.announced_ready = False
         self.overruns_logged_at: float | None = None
@@ -114,15 +118,28 @@ class Daemon:
             return
         self.fleet.sweep(batch)
 
+    def wake(self, now: float) -> None:
+        """The wakes' job: the queues due at their deadlines by `now`, swept."""
+        if self.stop_requested.is_set():
+            return
+        self.fleet.wake(now, self.queues.setting)
+
     def act(self, outcome: Outcome) -> None:
         """What the fleet found. A new run of a server, a new primary or slots that changed
         hands: every queue at once, on the primary that holds it now, so that its earlier
         leases go back now. A server loading its dataset: every queue again shortly, so that
-        the sweep that brings back the previous run's leases comes as soon as it has loaded."""
+        the sweep that brings back the previous run's leases comes as soon as it has loaded.
+        A queue falling due: the wakes' job runs then, if that is sooner. Stopping, nothing:
+        the scheduler's shutdown holds its job store's lock while it waits for the sweeps'
+        threads, and a job changed from one of them would wait for that lock."""
+        if self.stop_requested.is_set():
+            return
         if outcome.restarted:
             self.schedule.sweep_now()
         elif outcome.loading:
             self.schedule.sweep_soon(LOADING_RETRY_S)
+        if outcome.wake is not None:
+            self.wakes.soon(outcome.wake)
 
     def share(self) -> None:
         """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
@@ -150,7 +167,8 @@ class Daemon:
             )
 
     def add_jobs(self) -> None:
-        """The heartbeat, the membership, the discovery scan and one job per batch of queues."""
+        """The heartbeat, the membership, the discovery scan, one job per batch of queues and
+        the wakes' job."""
         # At once too: a reload adds every job anew, and reloads in a row must not starve it.
         self.scheduler.add_job(
             self.health.beat,
@@ -180,6 +198,8 @@ class Daemon:
                 coalesce=True,
                 next_run_time=datetime.now(UTC),
             )
+        if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
+            self.wakes.add()
         self.queues.apply()
 
     # The lifetime.
@@ -207,11 +227,11 @@ class Daemon:
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         self.stop_requested.set()
-        self.wake.set()
+        self.signalled.set()
 
     def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
         self.reload_requested.set()
-        self.wake.set()
+        self.signalled.set()
 
     def apply_reload(self) -> None:
         """SIGHUP: the config file again, framed for systemd by RELOADING=1 and READY=1 once
@@ -274,13 +294,14 @@ class Daemon:
             if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
-            self.wake.wait(WAKE_S)  # after a first turn at once: STATUS= from the start
-            self.wake.clear()  # what woke it is in the flags the next turn reads
+            self.signalled.wait(TURN_S)  # after a first turn at once: STATUS= from the start
+            self.signalled.clear()  # what woke it is in the flags the next turn reads
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
         self.notifier.stopping()
         self.sharing.leave()  # first: the others take its queues while its last calls finish
+        self.wakes.stop()  # a wakes' run waiting for the next deadline ends at once
         self.fleet.stop(STOP_TIMEOUT_S / 2)
         done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
         done.start()
@@ -294,7 +315,13 @@ class Daemon:
 
 def tuning(s: Settings) -> Tuning:
     """What every primary's node and drainer are built with (SIGHUP changes the last two)."""
-    return Tuning(s.prefix_root, s.executor, s.call_target_ms / 1000, s.drain_share)
+    return Tuning(
+        s.prefix_root,
+        s.executor,
+        s.call_target_ms / 1000,
+        s.drain_share,
+        at_deadlines=s.daemon.sweep_at is SweepAt.DEADLINE,
+    )
 
 
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:

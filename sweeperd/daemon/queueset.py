@@ -40,6 +40,7 @@ class QueueSet:
         self.clock = clock
         self.discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
         self.swept: set[str] = set()  # the queues this replica sweeps now
+        self._owned: dict[str, QueueSettings] = {}  # the same, by name, with their settings
         self.exported: set[str] = set()  # the queues with series: swept once, still known
         self.unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
         self.lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
@@ -69,6 +70,10 @@ class QueueSet:
         with self.lock:
             return self.sharing.owned(self.known())
 
+    def setting(self, name: str) -> QueueSettings | None:
+        """A queue's settings while this replica sweeps it; None when it does not."""
+        return self._owned.get(name)
+
     def apply(self) -> tuple[set[str], set[str]]:
         """Schedule the queues owned now. Every configured queue has its counters, at 0 from
         the start, owned or not (a replica that does not know yet what it owns, its server
@@ -92,6 +97,7 @@ class QueueSet:
             self.exported = (self.exported | names | configured) & {q.name for q in known}
             self.numbers.keep_queues(self.exported)
             self.swept = names
+            self._owned = {q.name: q for q in wanted}
             self.schedule.sync(wanted)
         return gained, lost
 

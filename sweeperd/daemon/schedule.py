@@ -103,9 +103,11 @@ class Schedule:
             if len(times) > 1:
                 self._missed.inc(len(times) - 1)
 
-    def overran(self, _event: object) -> None:
-        self._overruns.inc()
-        self._on_overrun()
+    def overran(self, event: JobSubmissionEvent) -> None:
+        """A batch still sweeping when it fell due again, skipped (no other job counts)."""
+        if event.job_id.startswith(JOB_PREFIX):
+            self._overruns.inc()
+            self._on_overrun()
 
     def retune(self, jitter: float) -> None:
         """SIGHUP's spread: the batches added from now on move by up to this fraction."""

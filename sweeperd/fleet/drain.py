@@ -13,6 +13,7 @@ import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
+from sweeperd.fleet.deadlines import HORIZON_INTERVALS, Deadlines
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
@@ -80,6 +81,7 @@ class Drainer:
         *,
         share: float,
         report: Callable[[Outcome], None] = lambda _outcome: None,
+        deadlines: Deadlines | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -87,6 +89,7 @@ class Drainer:
         self.ledger = ledger
         self.share = share  # SIGHUP changes it in place
         self._report = report  # what the schedule must answer: a restart, a queue sent away
+        self._deadlines = deadlines  # where a queue drained is woken next; None: off
         self._clock = clock
         self._wall_clock = wall_clock
         self._backlogs: OrderedDict[str, Backlog] = OrderedDict()
@@ -183,12 +186,14 @@ class Drainer:
         if result.redirect is not None:  # unrun: the queue's ticks go on, held or routed anew
             self.forget(name)
             self.ledger.hold(name, result.redirect)
+            if self._deadlines is not None:
+                self._deadlines.forget(name)
             if result.redirect is Reason.MOVED:
                 self._report(Outcome(moved=(name,)))
             return
         reply = self.ledger.record(name, result, self._wall_clock(), level=logging.DEBUG)
-        if result.depths is not None and result.depths.run_id != self.node.run_id:
-            self.restarted()
+        if result.depths is not None and self.node.noticed(result.depths.run_id):
+            self._report(RESTARTED)
         if reply is None:
             self.forget(name)
             return
@@ -203,15 +208,12 @@ class Drainer:
             return
         self.forget(name)
         log.info("drain_finished", **backlog.progress(now))
-
-    def restarted(self) -> None:
-        """The reply came from another run of the server: look at it (counted there)."""
-        try:
-            epoch = self.node.look(self._clock())
-        except (redis.RedisError, SweepError):
-            return  # the next tick looks again
-        if epoch.restarted:
-            self._report(RESTARTED)
+        if self._deadlines is not None:  # woken again when its next lease falls due
+            interval = backlog.queue.interval
+            self._deadlines.arm(
+                name, result.due_next_ms, sent.started, HORIZON_INTERVALS * interval
+            )
+            self._report(Outcome(wake=self._deadlines.next_wake()))
 
     def drop_all(self, why: str) -> None:
         with self._wake:

@@ -15,6 +15,7 @@ import structlog
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, TopologyMode
+from sweeperd.fleet.deadlines import Deadlines
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.holds import Holds
 from sweeperd.fleet.layoutwatch import LayoutWatch, slot_moves
@@ -48,14 +49,15 @@ RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a que
 
 @dataclass
 class Member:
-    """One primary: its node, its ledger, its drainer and ticks, and the queues its ticks hold
-    now."""
+    """One primary: its node, its ledger, its drainer and ticks, its queues' wakes at their
+    deadlines, and the queues its ticks hold now."""
 
     node: Node
     ledger: Ledger
     drainer: Drainer
     ticks: Tick
     pool: ThreadPoolExecutor | None  # None: the scheduler's thread runs the tick
+    deadlines: Deadlines | None = None  # None: queues swept at their interval only
     busy: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -79,6 +81,7 @@ class Tuning:
     executor: ExecutorChoice
     call_target_s: float
     drain_share: float
+    at_deadlines: bool = False  # each queue swept at its deadline too (a restart changes it)
 
 
 @dataclass(frozen=True)
@@ -200,13 +203,15 @@ class Fleet:
         )
         ledger = Ledger(self._metrics.numbers, name, self._holds)
         self._metrics.numbers.add_node(name)
-        drainer = Drainer(node, ledger, share=t.drain_share, report=self.tell)
+        deadlines = Deadlines() if t.at_deadlines else None
+        drainer = Drainer(node, ledger, share=t.drain_share, report=self.tell, deadlines=deadlines)
         pool = (
             ThreadPoolExecutor(WORKERS, thread_name_prefix=f"sweep-{name}")
             if self._fan_out
             else None
         )
-        made = Member(node, ledger, drainer, Tick(node, ledger, drainer, t.prefix_root), pool)
+        ticks = Tick(node, ledger, drainer, t.prefix_root, deadlines)
+        made = Member(node, ledger, drainer, ticks, pool, deadlines)
         if self._started:
             drainer.start()
         return made
@@ -256,12 +261,14 @@ class Fleet:
                 m.drainer.share = tuning.drain_share
 
     def forget(self, queue: str) -> None:
-        """A queue no longer swept leaves every drain and ledger."""
+        """A queue no longer swept leaves every drain, ledger and wake."""
         with self._lock:
             members = list(self._members.values())
         for m in members:
             m.drainer.forget(queue)
             m.ledger.forget(queue)
+            if m.deadlines is not None:
+                m.deadlines.forget(queue)
         self._nowhere.forget(queue)
         self._holds.forget(queue)
 
@@ -285,8 +292,7 @@ class Fleet:
         are not the topology the options name). Behind Sentinel the primary is asked for first:
         a demoted one may go on answering as a primary for seconds, and what it writes then is
         lost."""
-        if self.mode is TopologyMode.SENTINEL and self._watch.asked_before(SENTINEL_TICK_S):
-            self.refresh()
+        self._ask_sentinel()
         with self._lock:
             routes, wrong = self._routes, self.wrong
             routed, unrouted = routes.split(batch) if wrong is None else ({}, list(batch))
@@ -297,23 +303,75 @@ class Fleet:
             for q in unrouted:
                 self._nowhere.fail(q.name, error)
         for name, queues in routed.items():
-            member = members[name]
-            if member.pool is None:
-                self._tick(member, queues)
-                continue
-            try:
-                member.pool.submit(self._tick, member, queues)
-            except RuntimeError:  # the primary was dropped meanwhile
-                continue
+            self._dispatch(members[name], queues)
 
-    def _tick(self, member: Member, queues: Sequence[QueueSettings]) -> None:
+    def wake(self, now: float, owned: Callable[[str], QueueSettings | None]) -> None:
+        """A tick, on each primary, of its queues whose wake has come by `now` (monotonic) and
+        that it still serves: a queue that moved to another primary, or that this replica no
+        longer sweeps (`owned` gives a queue's settings, None then), is not woken here; its
+        sweeps where it lives now arm its wakes there. Its tick is one round trip, the replies'
+        run_id its epoch watch (behind Sentinel the epoch is read first, as every tick does)."""
+        self._ask_sentinel()
+        look = self.mode is TopologyMode.SENTINEL
+        with self._lock:
+            routes = self._routes
+            members = [(name, m, m.deadlines) for name, m in self._members.items()]
+        for name, member, deadlines in members:
+            if deadlines is None:
+                continue
+            due = [
+                q
+                for queue in deadlines.due(now)
+                if routes.owner(queue) == name and (q := owned(queue)) is not None
+            ]
+            if due:
+                self._dispatch(member, due, look=look, woken=True)
+
+    def next_wake(self) -> float | None:
+        """The soonest wake of any primary's queues (monotonic seconds); None when none waits."""
+        with self._lock:
+            found = [
+                m.deadlines.next_wake() for m in self._members.values() if m.deadlines is not None
+            ]
+        return min((at for at in found if at is not None), default=None)
+
+    def _ask_sentinel(self) -> None:
+        if self.mode is TopologyMode.SENTINEL and self._watch.asked_before(SENTINEL_TICK_S):
+            self.refresh()
+
+    def _dispatch(
+        self,
+        member: Member,
+        queues: Sequence[QueueSettings],
+        *,
+        look: bool = True,
+        woken: bool = False,
+    ) -> None:
+        """The member's tick of the queues: on this thread, or on the member's own."""
+        if member.pool is None:
+            self._tick(member, queues, look, woken)
+            return
+        with contextlib.suppress(RuntimeError):  # the primary was dropped meanwhile
+            member.pool.submit(self._tick, member, queues, look, woken)
+
+    def _tick(
+        self, member: Member, queues: Sequence[QueueSettings], look: bool, woken: bool
+    ) -> None:
         """The member's tick of the queues it holds no call for; a node down, or queues sent
-        elsewhere, make the layout read again (they go there at their next tick)."""
+        elsewhere, make the layout read again (they go there at their next tick). Queues
+        `woken` at their deadline that another tick holds are woken again a floor later: that
+        tick may have armed the very wake that woke them."""
         held = member.claim(queues)
+        if woken and member.deadlines is not None and len(held) < len(queues):
+            names = {q.name for q in held}
+            member.deadlines.deferred(
+                [q.name for q in queues if q.name not in names], self._clock()
+            )
+            self.tell(Outcome(wake=member.deadlines.next_wake()))
         if not held:
             return
         try:
-            outcome = member.ticks.run(held, self._clock())
+            outcome = member.ticks.run(held, self._clock(), look=look)
         finally:
             member.release(held)
         if member.node.up is False:

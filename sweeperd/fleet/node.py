@@ -45,11 +45,14 @@ class Epoch:
 @dataclass(frozen=True)
 class Swept:
     """A round's results (CLUSTERDOWN naming the failed nodes), whether the server was another
-    run of it than the last look saw, and how long the round took."""
+    run of it than the last look saw, how long the round took, and a reading of the server's
+    clock (ms since the Unix epoch) with when its reply came (our monotonic seconds): None
+    when no reply said."""
 
     results: list[CallResult]
     restarted: bool
     took_s: float
+    clock: tuple[int, float] | None = None
 
 
 class Node:
@@ -93,16 +96,30 @@ class Node:
         return f"Node({self.name!r}, up={self.up}, run_id={self.run_id!r})"
 
     # The calls.
-    def sweep(self, calls: Sequence[Call], now: float) -> Swept:
+    def sweep(self, calls: Sequence[Call], now: float, *, look: bool = True) -> Swept:
         """One round: the epoch looked at (a change of run_id is a restart, counted), then every
         call in one round trip; a call alone times the node's next sizes. Raises what the look
-        raises (the node down, loading, demoted, no verb) and a connection failure."""
-        epoch = self.look(now)
-        results = self.judged(sweep_round(self.client, epoch.executor, calls, self._packed))
-        took = self._clock() - now
+        raises (the node down, loading, demoted, no verb) and a connection failure.
+
+        Without `look` (a queue woken at its deadline: one round trip, not two) the round goes
+        out on the executor of the last look, and the epoch each reply carries is the watch: a
+        reply from another run of the server is looked at then (noticed)."""
+        epoch = self.look(now) if look or self._executor is None else None
+        read = self._clock()
+        executor = epoch.executor if epoch is not None else self._executor
+        assert executor is not None  # chosen by the look above, or an earlier one
+        results = self.judged(sweep_round(self.client, executor, calls, self._packed))
+        end = self._clock()
+        took = end - now
         if len(results) == 1 and isinstance(results[0].reply, SweepReply):
             self.observe(results[0].call.limit, results[0].reply.taken, results[0].seconds(took))
-        return Swept(results, epoch.restarted, took)
+        if epoch is not None:
+            return Swept(results, epoch.restarted, took, (epoch.info.time_ms, read))
+        depths = next((r.depths for r in results if r.depths is not None), None)
+        if depths is None:
+            return Swept(results, False, took)
+        self.answered(end)
+        return Swept(results, self.noticed(depths.run_id), took, (depths.now_ms, end))
 
     def send(self, call: Call) -> InFlight | None:
         """One call sent on a connection of its own, its reply read by result(); None while the
@@ -142,6 +159,17 @@ class Node:
         with self._lock:
             self.run_id, self.replid = previous.run_id, previous.replid
             self._predecessor = previous.name
+
+    def noticed(self, run_id: bytes) -> bool:
+        """A reply said the server's run_id: another run than the last look saw is looked at
+        (the restart counted there, the executor chosen again); whether it restarted. A look
+        that fails leaves it to the next tick."""
+        if run_id == self.run_id:
+            return False
+        try:
+            return self.look(self._clock()).restarted
+        except (redis.RedisError, SweepError):
+            return False
 
     def look(self, now: float) -> Epoch:
         """Read run_id, master_replid and the clock; a change of either is a restart or a

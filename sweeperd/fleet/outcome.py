@@ -12,9 +12,10 @@ class Outcome:
     restarted: bool = False  # a server restarted or failed over, or slots changed hands
     loading: bool = False  # a server is loading its dataset: its queues again soon
     moved: tuple[str, ...] = ()  # queues a node sent elsewhere: the layout is read again
+    wake: float | None = None  # a node's next queue due at its deadline (monotonic seconds)
 
     def __bool__(self) -> bool:
-        return self.restarted or self.loading or bool(self.moved)
+        return self.restarted or self.loading or bool(self.moved) or self.wake is not None
 
 
 NOTHING = Outcome()

@@ -11,15 +11,16 @@ import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
+from sweeperd.fleet.deadlines import HORIZON_INTERVALS, Deadlines
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
-from sweeperd.fleet.node import Node, NotPrimary
+from sweeperd.fleet.node import Node, NotPrimary, Swept
 from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
-from sweeperd.verb.replies import Call, SweepReply
+from sweeperd.verb.replies import Call, CallResult, SweepReply
 
 log = structlog.get_logger("sweeperd.tick")
 
@@ -33,19 +34,22 @@ class Tick:
     ledger: Ledger
     drainer: Drainer
     prefix_root: str
+    deadlines: Deadlines | None = None  # each queue's next wake at its deadline; None: off
     clock: Callable[[], float] = time.monotonic  # for how long a failed tick took
     wall_clock: Callable[[], float] = time.time
 
-    def run(self, batch: Sequence[QueueSettings], now: float) -> Outcome:
+    def run(self, batch: Sequence[QueueSettings], now: float, *, look: bool = True) -> Outcome:
         """The epoch, then one call per queue not already draining; a queue left with leases
         due drains on. A call a Cluster held (its slot migrating) or sent elsewhere is counted
         as held, not as a failure; the queues sent elsewhere (MOVED, or a primary demoted) are
-        the outcome's `moved`, for the topology to route again."""
+        the outcome's `moved`, for the topology to route again; each queue swept is woken again
+        at the earliest deadline its call read (the outcome's `wake`: the node's next). Without
+        `look`, the replies' run_id is the epoch watch (see Node.sweep)."""
         if not self.node.may_try(now):
             return NOTHING
         queues = [q for q in batch if not self.drainer.is_draining(q.name)]
         try:
-            swept = self.node.sweep(self.calls(queues), now)
+            swept = self.node.sweep(self.calls(queues), now, look=look)
         except NotPrimary:  # demoted: its queues' calls are held, to go to the new primary
             for q in queues:
                 self.ledger.hold(q.name, Reason.MOVED)
@@ -66,7 +70,31 @@ class Tick:
             if isinstance(result.reply, SweepReply) and result.expired_left:
                 self.drainer.add(q, result.call.keys, result.expired_left)
         moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
-        return Outcome(restarted=swept.restarted, moved=moved)
+        loading = any(_loading(r) for _, r in done)  # unlooked at, the calls said so themselves
+        wake = self.arm(swept, done, [q for q, _ in held], now)
+        return Outcome(restarted=swept.restarted, loading=loading, moved=moved, wake=wake)
+
+    def arm(
+        self,
+        swept: Swept,
+        done: Sequence[tuple[QueueSettings, CallResult]],
+        held: Sequence[QueueSettings],
+        now: float,
+    ) -> float | None:
+        """The server's clock against ours, then each queue's next wake at the deadline its
+        call read: none for a queue left draining (its drain arms it when done), refused, or
+        held by a migrating slot (it waits for its hold). The node's next wake; None when off."""
+        deadlines = self.deadlines
+        if deadlines is None:
+            return None
+        if swept.clock is not None:
+            deadlines.measured(*swept.clock)
+        deadlines.arm_round(
+            now, [(q.name, r.due_next_ms, HORIZON_INTERVALS * q.interval) for q, r in done]
+        )
+        for q in held:
+            deadlines.forget(q.name)
+        return deadlines.next_wake()
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
         """The node's call size shared out: the round stays about one call's target long."""
@@ -94,3 +122,7 @@ class Tick:
         self.ledger.fail_tick(names, error, duration_s=self.clock() - started)
         # Up, but not yet: its queues again soon, not after a backoff.
         return LOADING if error.reason is Reason.LOADING else NOTHING
+
+
+def _loading(result: CallResult) -> bool:
+    return isinstance(result.reply, SweepError) and result.reply.reason is Reason.LOADING

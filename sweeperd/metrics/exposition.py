@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -19,10 +20,9 @@ from prometheus_client.utils import floatToGoString
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING, QueueMetrics
 from sweeperd.metrics.families import COUNTER, FAMILIES, Described
-from sweeperd.metrics.numbers import DURATION_BUCKETS_S, Durations, SweepNumbers, Totals
+from sweeperd.metrics.numbers import Durations, SweepNumbers, Totals
 
 SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
-BOUNDS = (*(str(float(b)) for b in DURATION_BUCKETS_S), "+Inf")  # the `le` labels
 OPENMETRICS_EOF = b"# EOF\n"
 
 Row = tuple[str, tuple[str, ...], float]  # labels as written, their values, the value
@@ -49,7 +49,7 @@ class Family:
 
 @dataclass(frozen=True)
 class HistogramFamily:
-    """The sweep's one histogram family, a Durations per row."""
+    """One histogram family of the sweep's, a Durations per row."""
 
     about: Described
     labels: tuple[str, ...]
@@ -89,7 +89,7 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
         "sweeperd_oldest_expired_age_seconds",
         [(q.label, q.values, age) for q in queues if (age := q.oldest_expired_age) is not None],
     )
-    # Sweeps, ghosts and durations: the node's totals, or each queue's with full.
+    # Sweeps, ghosts, durations and delays: the node's totals, or each queue's with full.
     full = numbers.level is QueueMetrics.FULL
     owners: Sequence[Totals] = queues if full else nodes
     by = ("queue",) if full else ("node",)
@@ -99,6 +99,11 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
         FAMILIES["sweeperd_sweep_duration_seconds"],
         by,
         ((o.label, o.values, o.durations) for o in owners),
+    )
+    yield HistogramFamily(
+        FAMILIES["sweeperd_recovery_delay_seconds"],
+        by,
+        ((o.label, o.values, o.delays) for o in owners),
     )
     if not full:
         return
@@ -117,10 +122,16 @@ def _number(value: float) -> str:
     return str(value) if type(value) is int else str(floatToGoString(value))  # type: ignore[no-untyped-call]
 
 
+@cache
+def le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """A histogram's `le` label values, +Inf last."""
+    return (*(str(float(b)) for b in bounds), "+Inf")
+
+
 def cumulative(durations: Durations) -> list[tuple[str, int]]:
     """A histogram's buckets as exposition counts them: each with every one below it."""
     running, out = 0, []
-    for bound, count in zip(BOUNDS, list(durations.buckets), strict=True):
+    for bound, count in zip(le_labels(durations.bounds), list(durations.buckets), strict=True):
         running += count
         out.append((bound, running))
     return out

@@ -108,6 +108,13 @@ FAMILIES = _table(
         "node, or per queue with --queue-metrics full.",
         ("node",),
     ),
+    Described(
+        "sweeperd_recovery_delay_seconds",
+        HISTOGRAM,
+        "How long after its deadline each call took its oldest lease, on the server's clock: "
+        "how late expired leases come back; per node, or per queue with --queue-metrics full.",
+        ("node",),
+    ),
     # With --queue-metrics full only.
     Described(
         "sweeperd_queue_jobs",

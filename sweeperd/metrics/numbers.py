@@ -13,6 +13,9 @@ from sweeperd.verb.replies import CallResult, SweepReply
 
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds.
 DURATION_BUCKETS_S = (1e-3, 5e-3, 0.025, 0.1, 0.5, 2.5, 10.0)  # few: full has a set per queue
+# How long after its deadline a lease was taken: a round trip when swept at its deadline, up to
+# the interval when swept at its interval, longer while a backlog drains.
+DELAY_BUCKETS_S = (5e-3, 0.025, 0.05, 0.25, 1.0, 5.0, 60.0)
 
 
 def escaped(value: str) -> str:
@@ -21,12 +24,14 @@ def escaped(value: str) -> str:
 
 
 class Durations:
-    """A histogram's state: a count per bucket (the last one +Inf) and the sum."""
+    """A histogram's state: its buckets' upper bounds, a count per bucket (the last one +Inf)
+    and the sum."""
 
-    __slots__ = ("buckets", "total")
+    __slots__ = ("bounds", "buckets", "total")
 
-    def __init__(self) -> None:
-        self.buckets = [0] * (len(DURATION_BUCKETS_S) + 1)
+    def __init__(self, bounds: tuple[float, ...] = DURATION_BUCKETS_S) -> None:
+        self.bounds = bounds
+        self.buckets = [0] * (len(bounds) + 1)
         self.total = 0.0
 
     def observe(self, bucket: int, seconds: float, times: int = 1) -> None:
@@ -34,12 +39,16 @@ class Durations:
         self.buckets[bucket] += times
         self.total += seconds * times
 
+    def add(self, seconds: float) -> None:
+        """One observation of `seconds`."""
+        self.observe(bisect_left(self.bounds, seconds), seconds)
+
 
 class Totals:
-    """What a node and a queue both count (sweeps, ghosts, durations: per node at basic, per
-    queue at full), and how their samples are labelled."""
+    """What a node and a queue both count (sweeps, ghosts, durations, recovery delays: per node
+    at basic, per queue at full), and how their samples are labelled."""
 
-    __slots__ = ("durations", "ghosts", "label", "name", "sweeps", "values")
+    __slots__ = ("delays", "durations", "ghosts", "label", "name", "sweeps", "values")
 
     def __init__(self, label: str, name: str) -> None:
         self.name = name
@@ -48,6 +57,7 @@ class Totals:
         self.sweeps = 0
         self.ghosts = 0
         self.durations = Durations()
+        self.delays = Durations(DELAY_BUCKETS_S)
 
 
 class NodeSeries(Totals):
@@ -100,6 +110,10 @@ class QueueSeries(Totals):
         self.sweeps += 1
         node.sweeps += 1
         depths = result.depths
+        if depths is not None and depths.delay_ms is not None:  # the call took leases
+            delay_s = depths.delay_ms / 1000
+            self.delays.add(delay_s)
+            node.delays.add(delay_s)
         if depths is not None and self.owned:  # a call that outlived the ownership: unknown
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s

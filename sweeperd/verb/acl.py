@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sweeperd.constants import COMMANDS, DEFAULT_PREFIX_ROOT, ONCE, RUN, TOP, VERB
+from sweeperd.constants import COMMANDS, DEFAULT_PREFIX_ROOT, INSPECT, ONCE, RUN, TOP, VERB
 from sweeperd.server.scan import glob_escape
 
 SWEEPS = (RUN, ONCE)  # the commands that write: the others' keys are read-only (%R~)
@@ -35,6 +35,7 @@ DISCOVER = ("scan",)  # run --discover, and top without a queue: SCAN for <root>
 DRY_RUN = ("exists", "type", "zrangebyscore", "hgetall")
 COUNTS = ("zcount", "zcard", "zrange", "hget")  # a queue's counts, as inspect and top read them
 MEMBERS = ("zrangebyscore",)  # top: the replicas' live members
+NEXT_DUE = ("zrangebyscore",)  # inspect: the first lease not yet due
 # --cluster: the slot map (CLUSTER SLOTS: primaries and replicas), for every command.
 CLUSTER_MAP = ("cluster|slots",)
 # --cluster, run and once: the failed primaries of a Cluster down, and where a migrating slot
@@ -79,6 +80,8 @@ def _sent_by(command: str, uses: Uses) -> list[str]:
         sent += [*(SHARING if uses.sharing else ()), *(DISCOVER if uses.discover else ())]
     if command == ONCE:
         sent += [*DRY_RUN, *(ASKING if uses.cluster else ())]
+    if command == INSPECT:
+        sent += NEXT_DUE
     if command == TOP:
         sent += [*MEMBERS, *(DISCOVER if uses.scans else ())]
     return sent

@@ -77,21 +77,29 @@ class Depths:
     pending: int
     dead: int
     failed: int | None  # the metrics:failed count; None when it is not an integer
-    oldest_expired_ms: float | None  # deadline of the oldest lease due now; None when none
+    earliest_ms: float | None  # the earliest deadline left in active, due or not; None: none
     server_us: int = 0  # how long the call ran on the server, in microseconds
+    delay_ms: float | None = None  # how long after its deadline the call took its oldest lease
+
+    @property
+    def oldest_expired_ms(self) -> float | None:
+        """The deadline of the oldest lease due now; None when none is."""
+        earliest = self.earliest_ms
+        return earliest if earliest is not None and earliest <= self.now_ms else None
 
     @property
     def oldest_expired_age_s(self) -> float:
         """How long the oldest expired lease has been overdue; a -inf deadline counts from 1970."""
-        if self.oldest_expired_ms is None:
+        oldest = self.oldest_expired_ms
+        if oldest is None:
             return 0.0
-        return (self.now_ms - max(self.oldest_expired_ms, 0.0)) / 1000
+        return (self.now_ms - max(oldest, 0.0)) / 1000
 
     @classmethod
     def parse(cls, raw: object) -> Depths | None:
-        if not (isinstance(raw, list) and len(raw) == 9):
+        if not (isinstance(raw, list) and len(raw) == 10):
             return None
-        run_id, now_ms, expired, active, pending, dead, failed, oldest, server_us = raw
+        run_id, now_ms, expired, active, pending, dead, failed, earliest, server_us, delay = raw
         if not (
             isinstance(expired, int)
             and isinstance(active, int)
@@ -107,9 +115,15 @@ class Depths:
             pending,
             dead,
             string2ll(failed) if isinstance(failed, bytes) else 0,
-            float(oldest) if isinstance(oldest, bytes) else None,
+            _score(earliest),
             server_us,
+            _score(delay),
         )
+
+
+def _score(raw: object) -> float | None:
+    """A number the sweep writes as text (a score as the server gives it: -inf, inf too)."""
+    return float(raw) if isinstance(raw, bytes) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +144,15 @@ class CallResult:
     @property
     def expired_left(self) -> int | None:
         return None if self.depths is None else self.depths.expired
+
+    @property
+    def due_next_ms(self) -> float | None:
+        """When the queue falls due next (the server's clock, ms), after a call that succeeded
+        and left nothing due; None after any other (a backlog's drain, a refusal)."""
+        depths = self.depths
+        if not isinstance(self.reply, SweepReply) or depths is None or depths.expired:
+            return None
+        return depths.earliest_ms
 
     def seconds(self, round_trip_s: float) -> float:
         """How long the call took on the server; its round trip where the server did not say."""

@@ -71,10 +71,9 @@ def _send(
     A round is what redis-py's pipeline does (one write, the replies read in order, the
     connection's retry policy on a connection failure: none, as connection.connect sets it, so
     a sweep is never sent twice) without its per-command packing and bookkeeping, a third of a
-    tick's time: each queue's command is packed once.
+    tick's time: each queue's command is packed once (a call on its own too: a queue woken at
+    its deadline, round after round, costs a fifth less than redis-py packing it anew).
     """
-    if len(calls) == 1:  # a call on its own: a pipeline costs more than the command itself
-        return [InFlight(client, executor, calls[0]).reply()]
     commands = b"".join([packed(executor, call) for call in calls])
     pool = client.connection_pool
     connection = pool.get_connection()

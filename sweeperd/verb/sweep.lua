@@ -23,10 +23,13 @@
 --            of the selection's head, read before it, that neither list holds); when the call
 --            took more than `listed`, each list cut to its first `listed` ids and the three
 --            full counts after: {recovered, dead, exempt, ghosts, ghost_ids, #rec, #dead, #exempt}
---   stats    {run_id, now, expired, active, pending, dead, failed count, oldest deadline,
---            server time}: read after the verb; a count of a key of the wrong type is false,
---            and so is the oldest deadline when no lease is expired; the server time is the
---            microseconds this script ran
+--   stats    {run_id, now, expired, active, pending, dead, failed count, earliest deadline,
+--            server time, delay}: read after the verb; a count of a key of the wrong type is
+--            false; the earliest deadline is the lowest score left in active (due or not, as
+--            the server writes it; false when none is left), when the queue is due next; the
+--            server time is the microseconds this script ran; the delay is how long after its
+--            deadline the call took its oldest lease: ms as text (from 1970 for a deadline
+--            before it, -inf too), false when the call took none
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
 -- Exempt is judged by each recovered id's lease_epoch, which the verb never writes. Where a call
 -- may recover most of what it takes (max_stalled above 1), one SORT_RO reads the epochs of
@@ -144,11 +147,14 @@ local started_ms = string.format('%d', math.floor(started / 1000))
 local clock_started = cpu_clock and ran_us() or started
 local rows = ARGV[1] .. 'job:'
 local before = count('ZCARD', active)
-local epochs = epochs_by_rank(active, rows, ARGV[2], ARGV[3], started_ms)
+-- active's first lease {id, deadline} before the verb (false: none): the first the verb takes
+local earliest = before and before > 0 and call('ZRANGE', active, 0, 0, 'WITHSCORES')
+local due = earliest and tonumber(earliest[2]) <= math.floor(started / 1000)
+local epochs = due and epochs_by_rank(active, rows, ARGV[2], ARGV[3], started_ms)
 local listed = tonumber(ARGV[5])
 local head = {}  -- the first ids the verb will select: its ghosts among them are named
 local wanted = positive_limit(ARGV[3])
-if before and before > 0 and wanted then
+if due and wanted then
   -- the limit as given: as a Lua number, one from 1e17 on would be sent as 1e+17
   local n = (listed > 0 and listed < wanted) and string.format('%d', listed) or ARGV[3]
   head = call('ZRANGEBYSCORE', active, '-inf', started_ms, 'LIMIT', 0, n)
@@ -157,9 +163,10 @@ local verdict = verb({KEYS[1], KEYS[2], KEYS[3]}, {ARGV[1], ARGV[2], ARGV[3]})
 local run_id = string.match(call('INFO', 'server'), 'run_id:(%x+)')
 local now = math.floor(micros() / 1000)
 
+local taken = 0
 if not verdict['err'] then
   local recovered, died, exempt = verdict[1], verdict[2], {}
-  local taken = before - redis.call('ZCARD', active)
+  taken = before - redis.call('ZCARD', active)
   local by_rank = epochs and #recovered == taken and taken <= #epochs
   for i = 1, #recovered do
     local epoch
@@ -180,9 +187,14 @@ if not verdict['err'] then
 end
 
 local bound = ARGV[4] == '0' and now or ARGV[4]
-local oldest = false
-local first = read('ZRANGE', active, 0, 0, 'WITHSCORES')
-if first and first[1] and tonumber(first[2]) <= now then oldest = first[2] end
+local delay = false
+if taken > 0 then  -- never below 0: the verb's clock may have read a moment after `started`
+  local since = math.max(0, tonumber(earliest[2]))  -- a deadline before 1970 counts from 1970
+  delay = string.format('%.17g', math.max(0, started / 1000 - since))
+end
+-- a call that took nothing wrote nothing: active's first lease is still the one read before
+local left = earliest
+if taken > 0 then left = read('ZRANGE', active, 0, 0, 'WITHSCORES') end
 return {verdict, {
   run_id,
   now,
@@ -191,6 +203,7 @@ return {verdict, {
   count('ZCARD', KEYS[2]),
   count('ZCARD', KEYS[3]),
   count('HGET', KEYS[4], 'count'),
-  oldest,
+  left and left[2] or false,
   ran_us() - clock_started,
+  delay,
 }}

@@ -24,6 +24,10 @@ EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
 AFTER_MOVE_MS = 600_000  # leases due after the move: brought forward on the slot's new owner
 BULK = 20_000  # keys that only lengthen a slot's migration, so that sweeps overlap it
+MINUTE = ("--interval", "60")  # after FAST's: the interval explains no recovery in a test
+DEADLINE_IN_MS = 8_000  # leases seeded, the daemon started and the primary changed before this
+WOKEN_WITHIN_S = 45.0  # back sooner than this after the start: a wake, not the interval
+HOUR_MS = 3_600_000  # leases due this far on: only the test's ZADD makes them due
 
 
 def spread(cluster: Cluster, per_primary: int) -> dict[int, list[str]]:
@@ -170,7 +174,9 @@ class TestFailover:
     @pytest.mark.parametrize("executor", EXECUTORS)
     def test_kill_9_of_a_primary(self, fresh: Cluster, tmp_path: Path, executor: str) -> None:
         """kill -9 of a primary: its replica takes over and sweeps its queues within seconds,
-        every lease the dead primary granted back in pending exactly once, exempt."""
+        every lease the dead primary granted back in pending exactly once, exempt. The leases
+        are due an hour on (the dead primary never sweeps them, however late the kill comes)
+        and fall due on its replica once it has taken over."""
         by_primary = spread(fresh, 2)
         queues = [q for names in by_primary.values() for q in names]
         victim = fresh.owner(QueueKeys(queues[0]).active)
@@ -180,9 +186,15 @@ class TestFailover:
             for queue in queues:
                 d.wait_swept(queue)
             epoch = fresh.run_id(victim)
-            granted = {q: seed(fresh, q, 6, now_ms() + 300, epoch) for q in victims}
+            granted = {q: seed(fresh, q, 6, now_ms() + HOUR_MS, epoch) for q in victims}
             killed_at = time.time()
             fresh.kill(victim)
+            wait_until(
+                lambda: all(fresh.owner(QueueKeys(q).active) is replica for q in victims),
+                what="the replica to take over",
+            )
+            for queue in victims:
+                expire(fresh, queue)
             for queue in victims:
                 d.wait_value("sweeperd_recovered_total", 6, queue=queue)
             first = min(
@@ -255,6 +267,55 @@ class TestMigration:
         assert fresh.owner(QueueKeys(queue).active) is target
         seen = keyspace(fresh, queue)
         assert seen["pending"] == sorted(granted) and seen["active"] == 0
+
+
+class TestAtTheDeadline:
+    """Leases due within seconds on queues swept every minute, across a change of primary."""
+
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_failover_brings_leases_back_at_their_deadline(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """CLUSTER FAILOVER before the leases fall due: the new primary wakes for them at their
+        deadline (not a minute later), and they come back exempt."""
+        [queue, *_] = spread(fresh, 1)[fresh.primaries()[0].port]
+        primary = fresh.owner(QueueKeys(queue).active)
+        due_ms = now_ms() + DEADLINE_IN_MS
+        seed(fresh, queue, 3, due_ms, fresh.run_id(primary))
+        started = time.monotonic()
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue, *MINUTE) as d:
+            d.wait_swept(queue)
+            replica = fresh.replica_of(primary)
+            fresh.failover(replica)
+            d.wait_value("sweeperd_exempt_total", 3, queue=queue)
+            assert now_ms() >= due_ms and time.monotonic() - started < WOKEN_WITHIN_S
+            assert restarts(d, replica.node) == 1
+            assert d.stop() == 0
+
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_migrated_slot_brings_leases_back_at_their_deadline(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """A queue's slot migrated before its leases fall due: its target wakes for them at
+        their deadline, exempt; the source's wake for it sweeps nothing, and nothing fails."""
+        by_primary = spread(fresh, 1)
+        [source_port, target_port, *_] = by_primary
+        [queue] = by_primary[source_port]
+        source = next(s for s in fresh.servers if s.port == source_port)
+        target = next(s for s in fresh.servers if s.port == target_port)
+        due_ms = now_ms() + DEADLINE_IN_MS
+        seed(fresh, queue, 3, due_ms, fresh.run_id(source))
+        started = time.monotonic()
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue, *MINUTE) as d:
+            d.wait_swept(queue)
+            fresh.migrate(redis.crc.key_slot(QueueKeys(queue).active.encode()), source, target)
+            d.wait_value("sweeperd_exempt_total", 3, queue=queue)
+            assert now_ms() >= due_ms and time.monotonic() - started < WOKEN_WITHIN_S
+            assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
+            assert d.stop() == 0
+        assert (
+            keyspace(fresh, queue)["active"] == 0 and fresh.owner(QueueKeys(queue).active) is target
+        )
 
 
 def lease_over(

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, QueueMetrics
+from sweeperd.fleet.deadlines import Deadlines
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
@@ -41,7 +42,8 @@ def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> Queue
 
 class Rig:
     """A node, its metrics, ledger, drainer and ticks on the module server, time passed in (a
-    Clock, or time.monotonic where a thread runs); `size` is the node's first call size."""
+    Clock, or time.monotonic where a thread runs); `size` is the node's first call size; with
+    `wakes`, its queues' wakes at their deadlines (`deadlines`)."""
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class Rig:
         target_s: float = 0.002,
         size: int = FIRST_SIZE,
         clock: Callable[[], float] | None = None,
+        wakes: bool = False,
     ) -> None:
         self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
         self.clock = clock or Clock()
@@ -62,17 +65,25 @@ class Rig:
         )
         self.ledger = Ledger(self.metrics.numbers, "n:1")
         self.told: list[Outcome] = []  # what the drainer reported
+        self.deadlines = Deadlines() if wakes else None
         self.drainer = Drainer(
-            self.node, self.ledger, share=1.0, report=self.told.append, clock=self.clock
+            self.node,
+            self.ledger,
+            share=1.0,
+            report=self.told.append,
+            deadlines=self.deadlines,
+            clock=self.clock,
         )
-        self.ticks = Tick(self.node, self.ledger, self.drainer, "emq", clock=self.clock)
+        self.ticks = Tick(
+            self.node, self.ledger, self.drainer, "emq", self.deadlines, clock=self.clock
+        )
         self.node.look(self.clock())
 
-    def tick(self, *queues: QueueSettings) -> Outcome:
+    def tick(self, *queues: QueueSettings, look: bool = True) -> Outcome:
         """One tick of `queues`, their series added first as the daemon's queue set adds them."""
         for q in queues:
             self.metrics.numbers.add_queue(q.name)
-        return self.ticks.run(queues, self.clock())
+        return self.ticks.run(queues, self.clock(), look=look)
 
     def drain(self) -> int:
         """Steps until no queue is backlogged; the number of calls."""

@@ -41,7 +41,8 @@ class TestInspectJson:
     """`inspect --json`: one object with the queue's counts and the server's identity."""
 
     def test_fields(self, r: redis.Redis, redis_server: RedisServer) -> None:
-        """Every field is right, oldest_overdue_s within a few seconds, and nothing is written."""
+        """Every field is right, oldest_overdue_s and next_due_s within a few seconds, and
+        nothing is written."""
         populate(r)
         before = dump_all(r)
         ran = inspect(redis_server, "--json")
@@ -49,6 +50,8 @@ class TestInspectJson:
         body = ran.json()
         overdue = body.pop("oldest_overdue_s")
         assert OVERDUE_MS / 1000 <= overdue < OVERDUE_MS / 1000 + 10
+        due = body.pop("next_due_s")
+        assert FUTURE_OFFSET_MS / 1000 - 10 < due <= FUTURE_OFFSET_MS / 1000
         assert body == {
             "queue": "q",
             "active": 5,
@@ -83,6 +86,7 @@ class TestInspectJson:
             "active": 0,
             "expired": 0,
             "oldest_overdue_s": None,
+            "next_due_s": None,
             "pending": 0,
             "dead": 0,
             "failed": 0,
@@ -111,6 +115,18 @@ class TestInspectJson:
         assert body["expired"] == 1
         assert isinstance(body["oldest_overdue_s"], float)
 
+    def test_a_lease_that_never_falls_due(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A lease with a +inf deadline is no next due time (and still strict JSON); the next
+        finite one is."""
+        lease(r, Q, b"never", 0, attempts=1)
+        r.zadd(Q.active, {b"never": float("inf")})
+        ran = inspect(redis_server, "--json")
+        assert (ran.code, ran.err) == (0, "")
+        assert json.loads(ran.out, parse_constant=not_json)["next_due_s"] is None
+        lease(r, Q, b"soon", now_ms() + 60_000, attempts=1)
+        due = inspect(redis_server, "--json").json()["next_due_s"]
+        assert 50 < due <= 60
+
 
 class TestInspectText:
     """`inspect` without --json: the same facts, readable."""
@@ -124,6 +140,7 @@ class TestInspectText:
         lines = ran.out.splitlines()
         assert lines[0] == "queue      q"
         assert lines[1].startswith("active     5  (expired now: 3, oldest overdue: 9")
+        assert lines[1].endswith("s)") and ", next due in 3" in lines[1]
         assert lines[2:] == [
             "pending    4",
             "dead       1  (metrics:failed count: 7)",
@@ -136,7 +153,7 @@ class TestInspectText:
         """On a server without the module the summary points to the script executor."""
         ran = inspect(plain_server)
         assert (ran.code, ran.err) == (0, "")
-        assert "oldest overdue: none" in ran.out
+        assert "oldest overdue: none, next due: none)" in ran.out
         assert "verb       EMQ.STALLED.CHECK not loaded (script executor)" in ran.out.splitlines()
 
 

@@ -11,7 +11,14 @@ import pytest
 
 from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import ConfigError, DaemonSettings, QueueSettings, build_settings
-from sweeperd.constants import DEFAULT_LIMIT, ExecutorChoice, LogFormat, QueueMetrics, Shard
+from sweeperd.constants import (
+    DEFAULT_LIMIT,
+    ExecutorChoice,
+    LogFormat,
+    QueueMetrics,
+    Shard,
+    SweepAt,
+)
 from tests.support.built_settings import build, refusal
 
 DAEMON_KEYS = {f.name for f in fields(DaemonSettings)}
@@ -111,6 +118,23 @@ class TestDefaultsTable:
         assert refusal(tmp_path, 'queues = ["q"]\ndrain_budget = 10\n') == (
             "drain_budget was removed: a backlog is drained automatically (see call_target_ms "
             f"and drain_share); remove it from config file {tmp_path / 'sweeperd.toml'}"
+        )
+
+
+class TestSweepAt:
+    def test_at_the_deadline_by_default(self, tmp_path: Path) -> None:
+        """Queues are swept at their deadlines unless told otherwise; the file, a flag or an env
+        var says interval (in any case)."""
+        assert build(tmp_path, queues=["q"]).daemon.sweep_at is SweepAt.DEADLINE
+        assert build(tmp_path, 'sweep_at = "interval"\n', queues="q").daemon.sweep_at is (
+            SweepAt.INTERVAL
+        )
+        assert build(tmp_path, queues="q", sweep_at="Interval").daemon.sweep_at is SweepAt.INTERVAL
+
+    def test_another_word_is_refused(self, tmp_path: Path) -> None:
+        """Any word but the two is refused, naming them."""
+        assert refusal(tmp_path, queues="q", sweep_at="poll").endswith(
+            "one of deadline, interval, not 'poll'"
         )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
@@ -67,13 +68,15 @@ class TestOverruns:
         self, daemon: Daemon, clock: Clock
     ) -> None:
         """Three overruns in a minute: three counted, one sweep_overrun line; a minute on,
-        the next one is logged again."""
+        the next one is logged again. Another job skipped (the wakes' job) is no overrun."""
+        batch = JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, "sweep:5s:0", "default", [])
         with capture_logs() as logs:
             for _ in range(3):
-                daemon.schedule.overran(None)  # what the scheduler's event calls
+                daemon.schedule.overran(batch)  # what the scheduler's event calls
                 clock.now += 1
             clock.now += OVERRUN_LOG_S
-            daemon.schedule.overran(None)
+            daemon.schedule.overran(batch)
+            daemon.schedule.overran(JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, "wake", "", []))
         assert value(daemon, "sweeperd_schedule_overruns_total") == 4
         assert [e["event"] for e in logs] == ["sweep_overrun", "sweep_overrun"]
 

@@ -1,13 +1,16 @@
-"""The fleet's primaries as layouts come and go, and its routing of queues to them: a pure
-function of the layout and the key root, tested without threads."""
+"""The fleet's primaries as layouts come and go, its routing of queues to them (a pure function
+of the layout and the key root, tested without threads), and its wakes of queues at their
+deadlines, only where they are still served."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from sweeperd.config.settings import QueueSettings
+from sweeperd.constants import QueueMetrics
 from sweeperd.daemon.daemon import tuning
 from sweeperd.fleet.fleet import RETIRED_TTL_S, Fleet
 from sweeperd.fleet.outcome import Outcome
@@ -17,6 +20,7 @@ from sweeperd.metrics.registry import Metrics
 from sweeperd.server.topology import Layout, slot_of
 from tests.support.clock import Clock
 from tests.support.daemon_inprocess import settings_for
+from tests.support.helpers import lease, server_ms
 from tests.support.servers import RedisServer
 
 B = "10.0.0.2:6379"
@@ -100,3 +104,60 @@ class TestRoutes:
         nobody = Routes(Layout({"a:1": ("a", 1)}, (None,) * 16384), Slots("emq"), {"a:1"})
         assert nobody.split([queue("q1")]) == ({}, [queue("q1")])
         assert Routes(None, Slots("emq"), {"a:1"}).owners(["q1", "q2"]) == {None}
+
+
+class TestWakes:
+    def fleet(self, server: RedisServer) -> tuple[Fleet, Metrics]:
+        """A fleet with deadline wakes, its one primary the server, series per queue."""
+        settings = settings_for(server.url)
+        metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
+        wakes = replace(tuning(settings), at_deadlines=True)
+        made = Fleet(settings.connection, metrics, wakes, report=lambda _: None)
+        made.apply(Layout({server.node: ("127.0.0.1", server.port)}))
+        return made, metrics
+
+    def sweeps(self, metrics: Metrics, queue: str) -> float | None:
+        return metrics.registry.get_sample_value("sweeperd_sweeps_total", {"queue": queue})
+
+    def test_only_a_queue_still_swept_here_is_woken(self, server_kind: str, tmp_path: Path) -> None:
+        """Two queues armed by a sweep: the one forgotten (another replica's now) has no wake
+        left, the one the replica no longer owns is not swept at its wake, the other is."""
+        with RedisServer(tmp_path, kind=server_kind) as server, server.client() as r:
+            fleet, metrics = self.fleet(server)
+            for name in ("a", "b", "c"):
+                metrics.numbers.add_queue(name)
+                lease(r, QueueKeys(name), b"j", server_ms(r) + 3_000, attempts="1")
+            fleet.sweep([queue("a"), queue("b"), queue("c")])
+            at = fleet.next_wake()
+            assert at is not None
+            fleet.forget("b")
+            fleet.wake(at + 5, lambda name: queue(name) if name == "a" else None)
+            assert [self.sweeps(metrics, n) for n in ("a", "b", "c")] == [2, 1, 1]
+            fleet.stop(0.1)
+
+    def test_a_queue_whose_slot_moved_is_not_woken_on_its_old_primary(
+        self, server_kind: str, tmp_path: Path
+    ) -> None:
+        """A queue armed on one primary, then its slot served by another: its wake there sweeps
+        nothing (nor fails: the new primary arms its own wakes when it sweeps it)."""
+        with RedisServer(tmp_path, kind=server_kind) as server, server.client() as r:
+            fleet, metrics = self.fleet(server)
+            metrics.numbers.add_queue("a")
+            lease(r, QueueKeys("a"), b"j", server_ms(r) + 3_000, attempts="1")
+            fleet.sweep([queue("a")])
+            at = fleet.next_wake()
+            assert at is not None
+            moved = slot_of(QueueKeys("a").active)
+            owners = tuple(B if slot == moved else server.node for slot in range(16384))
+            fleet.apply(
+                Layout({server.node: ("127.0.0.1", server.port), B: ("10.0.0.2", 6379)}, owners)
+            )
+            fleet.wake(at + 5, queue)
+            assert self.sweeps(metrics, "a") == 1
+            assert (
+                metrics.registry.get_sample_value(
+                    "sweeperd_sweep_failures_total", {"queue": "a", "reason": "connection"}
+                )
+                is None
+            )
+            fleet.stop(0.1)

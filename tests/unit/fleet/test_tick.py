@@ -1,17 +1,23 @@
-"""A scheduled tick on a real server: failures of every kind counted, logged once per change."""
+"""A scheduled tick on a real server: failures of every kind counted, logged once per change;
+each queue woken again at the deadline its call read, time passed in."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import redis
 from structlog.testing import capture_logs
 
+from sweeperd.fleet.deadlines import GRACE_S, Deadlines
 from sweeperd.fleet.node import Node
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import connect
-from tests.support.helpers import lease
-from tests.support.node_rig import Rig, queue
+from tests.support.helpers import lease, server_ms
+from tests.support.node_rig import Rig, queue, seed
 from tests.support.servers import RedisServer
+
+A, B = QueueKeys("a"), QueueKeys("b")
 
 
 class TestTickFailures:
@@ -82,3 +88,98 @@ class TestTickGhosts:
         assert swept["a"]["ghost_ids"] == ["lost-1", "lost-2"]
         assert swept["b"]["log_level"] == "info" and "ghost_ids" not in swept["b"]
         assert rig.value("sweeperd_ghosts_removed_total", queue="a") == 2  # full: per queue
+
+
+def calls(r: redis.Redis, command: str) -> int:
+    """How many times the server ran `command` (INFO commandstats)."""
+    found = r.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(found.get("calls", 0)) if isinstance(found, dict) else 0
+
+
+def armed(deadlines: Deadlines | None) -> Deadlines:
+    assert deadlines is not None
+    return deadlines
+
+
+class TestTickWakes:
+    def test_each_queue_is_woken_at_the_deadline_its_call_read(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A tick reads the server's clock and arms each queue at the earliest deadline its call
+        left, plus the grace: the outcome's wake is the soonest; a queue with nothing left has
+        none, and neither has one whose deadline is past the horizon (two intervals)."""
+        rig = Rig(redis_server.url, wakes=True)
+        deadlines = armed(rig.deadlines)
+        due_ms = server_ms(r) + 4_000
+        lease(r, A, b"soon", due_ms, attempts="1")
+        lease(r, A, b"later", due_ms + 1_000, attempts="1")
+        lease(r, QueueKeys("far"), b"j", due_ms + 10_001, attempts="1")
+        outcome = rig.tick(queue("a"), queue("b"), queue("far"))
+        host = deadlines.host_s(due_ms)
+        assert host is not None and outcome.wake == host + GRACE_S
+        assert deadlines.waiting() == 1
+        assert deadlines.due(host + GRACE_S) == ["a"]
+
+    def test_a_queue_left_draining_is_woken_when_its_drain_ends(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A backlog is the drain's: no wake while it drains; its last call arms the queue at
+        the deadline it left, and says so."""
+        rig = Rig(redis_server.url, size=10, wakes=True)
+        deadlines = armed(rig.deadlines)
+        seed(r, A, 50)
+        due_ms = server_ms(r) + 4_000
+        lease(r, A, b"live", due_ms, attempts="1")
+        outcome = rig.tick(queue("a", limit=10))
+        assert (outcome.wake, deadlines.waiting()) == (None, 0)
+        assert rig.drain() > 0 and r.zcard(A.active) == 1
+        host = deadlines.host_s(due_ms)
+        assert host is not None
+        assert [o.wake for o in rig.told] == [host + GRACE_S]
+        assert deadlines.due(host + GRACE_S) == ["a"]
+
+    def test_a_refused_call_is_not_woken(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """A call the verb refuses (a lane row due) drops the queue's wake: waking it again at
+        the floor would only be refused again; its interval tries again."""
+        rig = Rig(redis_server.url, wakes=True)
+        deadlines = armed(rig.deadlines)
+        lease(r, A, b"j", server_ms(r) + 3_000, attempts="1")
+        assert rig.tick(queue("a")).wake is not None
+        lease(r, A, b"lane", attempts="1", group="g")
+        assert rig.tick(queue("a")).wake is None
+        assert deadlines.waiting() == 0
+
+    def test_a_wake_round_is_one_round_trip(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Without a look the round sends the calls alone (the one INFO is the sweep script's
+        own, where a look adds another), reads the server's clock off their replies and arms
+        the queue as a tick does."""
+        rig = Rig(redis_server.url, wakes=True)
+        deadlines = armed(rig.deadlines)
+        due_ms = server_ms(r) + 3_000
+        lease(r, A, b"j", due_ms, attempts="1")
+        r.config_resetstat()
+        rig.tick(queue("a"))
+        assert (calls(r, "info"), calls(r, "evalsha")) == (2, 1)
+        r.config_resetstat()
+        outcome = rig.tick(queue("a"), look=False)
+        assert (calls(r, "info"), calls(r, "evalsha")) == (1, 1)
+        host = deadlines.host_s(due_ms)
+        assert host is not None and outcome.wake == host + GRACE_S
+        assert not outcome.restarted
+
+    def test_a_wake_round_sees_a_restart_in_its_replies(
+        self, server_kind: str, tmp_path: Path
+    ) -> None:
+        """A server restarted since the last look: the reply's run_id is another run's, the node
+        looks again (the restart counted once) and the outcome says restarted."""
+        with RedisServer(tmp_path, kind=server_kind) as server:
+            rig = Rig(server.url, wakes=True)
+            before = rig.node.run_id
+            server.restart()
+            rig.node.client.connection_pool.disconnect()
+            outcome = rig.tick(queue("a"), look=False)
+            assert outcome.restarted and rig.node.restarts == 1
+            assert rig.node.run_id not in (None, before)
+            assert not rig.tick(queue("a"), look=False).restarted

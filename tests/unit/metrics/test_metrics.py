@@ -44,8 +44,9 @@ def depths(
     expired: int = 0,
     oldest_ms: float | None = None,
     now_ms: int = 10_000,
+    delay_ms: float | None = None,
 ) -> Depths:
-    return Depths(b"r", now_ms, expired, active, pending, dead, failed, oldest_ms)
+    return Depths(b"r", now_ms, expired, active, pending, dead, failed, oldest_ms, 0, delay_ms)
 
 
 def result(answer: SweepReply | Reason, after: Depths | None = None) -> CallResult:
@@ -90,7 +91,7 @@ def without_created(found: Samples) -> Samples:
 def swept(m: Metrics, queue: str = "q") -> None:
     """Every kind of event once for the queue: a reply, a failure, a tick, its numbers."""
     m.numbers.add_queue(queue)
-    after = depths(active=1, pending=2, dead=3, failed=4, expired=5, oldest_ms=2_500)
+    after = depths(active=1, pending=2, dead=3, failed=4, expired=5, oldest_ms=2_500, delay_ms=40)
     m.numbers.record(
         NODE, queue, result(reply(recovered=2, dead=1, exempt=1, ghosts=3), after), 1.7e9
     )
@@ -233,6 +234,35 @@ class TestRecord:
         assert value(m, "sweeperd_sweep_duration_seconds_sum", node=NODE) == pytest.approx(0.005)
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="a") is None
 
+    def test_recovery_delay_basic(self, m: Metrics) -> None:
+        """At the basic level each call that took leases is one observation of its delay in
+        the node's histogram, ticks and lone calls alike; a call that took none is none."""
+        m.numbers.record(NODE, "a", result(reply(recovered=1), depths(delay_ms=30)), 1.0)
+        calls = [
+            result(reply(recovered=1), depths(delay_ms=2)),
+            result(reply(), depths()),
+            result(Reason.LANE, depths()),
+        ]
+        m.numbers.record_round(NODE, ["b", "c", "d"], calls, 1.0, duration_s=0.001)
+        delay = "sweeperd_recovery_delay_seconds"
+        assert value(m, f"{delay}_count", node=NODE) == 2
+        assert value(m, f"{delay}_bucket", node=NODE, le="0.005") == 1
+        assert value(m, f"{delay}_bucket", node=NODE, le="0.025") == 1
+        assert value(m, f"{delay}_bucket", node=NODE, le="0.05") == 2
+        assert value(m, f"{delay}_bucket", node=NODE, le="+Inf") == 2
+        assert value(m, f"{delay}_sum", node=NODE) == pytest.approx(0.032)
+        assert value(m, f"{delay}_count", queue="a") is None
+
+    def test_recovery_delay_full(self, full: Metrics) -> None:
+        """At the full level each queue has its own delays; an hour late is past every bucket."""
+        full.numbers.add_queue("a")
+        full.numbers.record(NODE, "a", result(reply(recovered=1), depths(delay_ms=3.6e6)), 1.0)
+        delay = "sweeperd_recovery_delay_seconds"
+        assert value(full, f"{delay}_bucket", queue="a", le="60.0") == 0
+        assert value(full, f"{delay}_bucket", queue="a", le="+Inf") == 1
+        assert value(full, f"{delay}_sum", queue="a") == 3600
+        assert value(full, f"{delay}_count", node=NODE) is None
+
     def test_state_of_the_nodes(self, m: Metrics) -> None:
         """Each node's up, restarts and run_id with its executor are read from the nodes at
         scrape time; a node not yet answered has no up, one retired keeps its restarts."""
@@ -283,18 +313,18 @@ class TestLevels:
         assert per_queue(m) == 7
 
     def test_full_series_per_queue(self, full: Metrics) -> None:
-        """full: 22 series per queue once a call read it, one more per failure reason seen;
-        15 before (the counters and the histogram)."""
+        """full: 32 series per queue once a call read it, one more per failure reason seen;
+        25 before (the counters and the two histograms)."""
         full.numbers.add_queue("q")
-        assert per_queue(full) == 15
+        assert per_queue(full) == 25
         full.numbers.record(NODE, "q", result(reply(), depths()), 1.0)
-        assert per_queue(full) == 22
+        assert per_queue(full) == 32
         full.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
-        assert per_queue(full) == 23
+        assert per_queue(full) == 33
 
     def test_basic_series_per_node(self, m: Metrics) -> None:
-        """basic: the node has 12 series for what full keeps per queue (sweeps, ghosts and
-        the duration histogram), however many queues it has."""
+        """basic: the node has 22 series for what full keeps per queue (sweeps, ghosts, the
+        duration and the recovery delay histograms), however many queues it has."""
         for queue in ("a", "b", "c"):
             swept(m, queue)
         by_node = [s for s in samples(m.registry.collect()) if ("node", NODE) in s[1]]
@@ -302,8 +332,9 @@ class TestLevels:
             "sweeperd_sweeps_total",
             "sweeperd_ghosts_removed_total",
             "sweeperd_sweep_duration_seconds_count",
+            "sweeperd_recovery_delay_seconds_count",
         }
-        assert len([s for s in by_node if not s[0].startswith("sweeperd_redis_")]) == 12
+        assert len([s for s in by_node if not s[0].startswith("sweeperd_redis_")]) == 22
 
     def test_full_has_no_node_totals(self, full: Metrics) -> None:
         """full: sweeps, ghosts and durations are per queue only (sums stay exact)."""
@@ -485,5 +516,5 @@ class TestExposition:
             for metric in every_kind(full).registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 24
+        assert len(helps) == 25
         assert all(len(text) > 20 for text in helps.values())

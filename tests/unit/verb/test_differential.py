@@ -363,9 +363,15 @@ DIFFERENTIAL = settings(  # as many examples as the profile says (tests/conftest
 )
 
 
+# A property's bound grows with its examples (2,000 in CI, where two cores run six workers).
+EXAMPLE_BOUND_S = 0.25
+PROPERTY_TIMEOUT_S = max(120.0, DIFFERENTIAL.max_examples * EXAMPLE_BOUND_S)
+
+
 class TestThreeWay:
     """The model's verdict, the module's and the Lua port's, call by call."""
 
+    @pytest.mark.timeout(PROPERTY_TIMEOUT_S)
     @DIFFERENTIAL
     @given(scenario=scenarios())
     def test_model_module_and_lua_agree(self, harness: Harness, scenario: Scenario) -> None:

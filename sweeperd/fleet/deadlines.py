@@ -1,0 +1,123 @@
+"""When each queue of one primary falls due next, on the host's monotonic clock: the earliest
+lease deadline its last sweep read (ms, the server's clock) turned into host time through the
+server-host clock offset, plus a grace, and never sooner than a floor after that sweep; queues
+falling due within a few milliseconds of each other are woken together."""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable
+
+GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
+FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
+WINDOW_S = 0.005  # queues due within this of the soonest are woken with it, in one round
+HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
+# interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
+
+
+def _at(wake: tuple[float, str]) -> float:
+    return wake[0]
+
+
+class Deadlines:
+    """The next wake of each queue of one primary, and the server's clock against ours.
+
+    A queue has one wake at most: the one its last sweep armed. Safe to use from any thread.
+    """
+
+    def __init__(
+        self, *, grace_s: float = GRACE_S, floor_s: float = FLOOR_S, window_s: float = WINDOW_S
+    ) -> None:
+        self.grace_s = grace_s
+        self.floor_s = floor_s
+        self.window_s = window_s
+        self.offset_ms: float | None = None  # the server's clock minus ours (monotonic), in ms
+        self.wakes: dict[str, float] = {}  # queue -> when it is woken, monotonic seconds
+        self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
+        self.lock = threading.Lock()
+
+    def measured(self, server_ms: float, host_s: float) -> None:
+        """The server's clock read `server_ms` (ms since the Unix epoch) in a reply read at
+        `host_s` (monotonic seconds). The reading was taken before the reply came, so a deadline
+        turned into our time by it comes no earlier than it does on the server."""
+        with self.lock:
+            self.offset_ms = server_ms - host_s * 1000
+
+    def host_s(self, server_ms: float) -> float | None:
+        """A time of the server's clock (ms since the Unix epoch) as ours (monotonic seconds);
+        None before the clock was read."""
+        offset = self.offset_ms
+        return None if offset is None else (server_ms - offset) / 1000
+
+    def arm(self, queue: str, earliest_ms: float | None, swept_s: float, within_s: float) -> None:
+        """A sweep of `queue` at `swept_s` (monotonic) read `earliest_ms` as the earliest
+        deadline left in its active set (None: no lease left). The queue is woken then, plus
+        the grace, and no sooner than the floor after the sweep; its earlier wake goes. No lease,
+        a deadline further than `within_s` after the sweep (+inf too), or a clock not yet read:
+        no wake, the queue's interval sweeps it (and reads its deadline again)."""
+        self.arm_round(swept_s, [(queue, earliest_ms, within_s)])
+
+    def arm_round(self, swept_s: float, swept: Iterable[tuple[str, float | None, float]]) -> None:
+        """A round's queues armed as arm() arms one (queue, earliest_ms, within_s), under one
+        lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
+        with self.lock:
+            offset, wakes = self.offset_ms, self.wakes
+            for queue, earliest_ms, within_s in swept:
+                if queue in wakes:
+                    self._drop(queue)
+                if earliest_ms is None or offset is None:
+                    continue
+                at = max((earliest_ms - offset) / 1000 + self.grace_s, swept_s + self.floor_s)
+                if at <= swept_s + within_s:
+                    wakes[queue] = at
+                    insort(self.order, (at, queue))
+
+    def deferred(self, queues: Iterable[str], now_s: float) -> None:
+        """Queues woken while a sweep of theirs was in flight (a tick holds them): woken again
+        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile. Their
+        wake may have been the one that sweep armed as it ended, and it must not be lost."""
+        with self.lock:
+            for queue in queues:
+                if queue not in self.wakes:
+                    at = now_s + self.floor_s
+                    self.wakes[queue] = at
+                    insort(self.order, (at, queue))
+
+    def forget(self, queue: str) -> None:
+        """No wake for the queue: it is no longer swept here (another replica's, another
+        primary's, held by a migrating slot)."""
+        with self.lock:
+            self._drop(queue)
+
+    def next_wake(self) -> float | None:
+        """When to wake next (monotonic): the latest wake within the window of the soonest, so
+        that the queues falling due together go in one round and none goes before its time;
+        None when no queue waits."""
+        with self.lock:
+            if not self.order:
+                return None
+            last = bisect_right(self.order, self.order[0][0] + self.window_s, key=_at)
+            return self.order[last - 1][0]
+
+    def due(self, now_s: float) -> list[str]:
+        """The queues whose wake has come by `now_s` (monotonic), soonest first; their wakes
+        are spent (the sweep that follows arms the next)."""
+        with self.lock:
+            come = bisect_right(self.order, now_s, key=_at)
+            woken = [queue for _, queue in self.order[:come]]
+            del self.order[:come]
+            for queue in woken:
+                del self.wakes[queue]
+            return woken
+
+    def waiting(self) -> int:
+        """How many queues have a wake armed."""
+        with self.lock:
+            return len(self.wakes)
+
+    def _drop(self, queue: str) -> None:
+        """Hold the lock."""
+        at = self.wakes.pop(queue, None)
+        if at is not None:
+            del self.order[bisect_left(self.order, (at, queue))]
