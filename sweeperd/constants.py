@@ -91,7 +91,7 @@ class Shard(StrEnum):
 
 
 class SweepAt(StrEnum):
-    """--sweep-at: when a queue is swept (SPEC §8)."""
+    """--sweep-at: when a queue is swept: at its deadline (and its interval), or its interval."""
 
     DEADLINE = "deadline"  # when its earliest lease falls due, and at its interval at the latest
     INTERVAL = "interval"  # at its interval only

@@ -114,7 +114,8 @@ def with_grafana_values(expr: str) -> str:
 UNIT_SECONDS = {"s": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60}
 UNIT_SECONDS |= {"minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
 DURATION = re.compile(r"(\d+(?:\.\d+)?) ?(seconds?|s|minutes?|min|m|hours?|h)\b")
-SECONDS_THRESHOLD = re.compile(r"_seconds\b.*>\s*(\d+(?:\.\d+)?)\s*$")  # `… age_seconds > 300`
+# What a seconds quantity must pass: `… age_seconds > 300`, a seconds histogram's quantile `> 1`.
+SECONDS_THRESHOLD = re.compile(r"_seconds(?:_bucket)?\b.*>\s*(\d+(?:\.\d+)?)\s*$")
 
 
 def durations(text: str) -> set[float]:
