@@ -120,8 +120,9 @@ def cluster(
 
 @pytest.fixture
 def fresh(cluster: Cluster) -> Cluster:
-    """The module's cluster settled and empty."""
-    cluster.settle()
+    """The module's cluster whole (a node an earlier test left down is back), settled and
+    empty."""
+    cluster.heal()
     cluster.flush()
     return cluster
 

@@ -32,7 +32,7 @@ def fresh(cluster: Cluster) -> Cluster:
     """The cluster settled, empty, no slot left open by an earlier test (conftest's `fresh`
     with the open slots closed first)."""
     stabilize(cluster)
-    cluster.settle()
+    cluster.heal()
     cluster.flush()
     return cluster
 

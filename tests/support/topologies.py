@@ -184,15 +184,18 @@ class Cluster(Started):
                     return False
         return len(primaries) == len(self.servers) // (1 + self.replicas)
 
-    def settle(self) -> None:
-        """Every node running (one a failed test left killed or stopped is started or resumed:
-        it rejoins as a replica) and the cluster settled."""
+    def heal(self) -> None:
+        """Every node running again (one a failed test left killed or stopped is started or
+        resumed: it rejoins as a replica), then settled."""
         for server in self.servers:
             if server.process is None or server.process.poll() is not None:
                 server.process = None
                 server.start()
             else:
                 os.kill(server.process.pid, signal.SIGCONT)
+        self.settle()
+
+    def settle(self) -> None:
         wait_for(self.settled, "the cluster to settle")
 
     def seed_url(self, server: RedisServer | None = None) -> str:

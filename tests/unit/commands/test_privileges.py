@@ -16,7 +16,8 @@ from tests.support.servers import RedisServer, free_port
 HEAD = "ACL SETUSER u reset on ><password>"
 SWEEP = "+script|load +evalsha +time +zcard +zcount +zrange +zrangebyscore +hget"
 PORT = "+type +hmget +exists +zremrangebyrank +hset +zadd +hincrby"
-READS = "+command|info +zcount +zcard +zrange +hget"
+READS = "+command|info +zcount +zcard +zrange +hget"  # a queue's counts
+INSPECT = f"{READS} +zrangebyscore"  # and the first lease not yet due
 # (the options given, the line printed): read as a table
 LINES = [
     (
@@ -39,9 +40,9 @@ LINES = [
     ),
     (
         ["--for", "inspect", "--prefix-root", "jobs*[1]", "--redis-url", "redis://h:1/2"],
-        f"{HEAD} %R~jobs\\*\\[1\\]:* +info +select {READS}",
+        f"{HEAD} %R~jobs\\*\\[1\\]:* +info +select {INSPECT}",
     ),
-    (["--for", "inspect inspect,,"], f"{HEAD} %R~emq:* +info {READS}"),
+    (["--for", "inspect inspect,,"], f"{HEAD} %R~emq:* +info {INSPECT}"),
 ]
 
 
@@ -65,13 +66,13 @@ class TestLine:
         assert "+scan" not in rules and "+hmget" not in rules  # queues named; no Lua port
         env = {"SWEEPERD_ACL_USER": "u", "SWEEPERD_ACL_FOR": "inspect", "SWEEPERD_CLUSTER": "1"}
         ran = sweeperd("acl", env=env)
-        assert ran.out == f"{HEAD} %R~emq:* +info +cluster|slots {READS}\n", ran.err
+        assert ran.out == f"{HEAD} %R~emq:* +info +cluster|slots {INSPECT}\n", ran.err
 
     def test_it_reaches_no_server(self) -> None:
         """A URL where nothing listens changes nothing: the line is made from the options."""
         url = f"redis://u:secret@127.0.0.1:{free_port()}/0"
         ran = sweeperd("acl", "--user", "u", "--for", "inspect", "--redis-url", url)
-        assert (ran.code, ran.out) == (0, f"{HEAD} %R~emq:* +info {READS}\n")
+        assert (ran.code, ran.out) == (0, f"{HEAD} %R~emq:* +info {INSPECT}\n")
 
 
 class TestRefusals:
