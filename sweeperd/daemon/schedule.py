@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
+from math import floor
 
 from apscheduler.events import (
     EVENT_JOB_MAX_INSTANCES,
@@ -50,6 +52,38 @@ def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dic
         for n in range(0, len(members), size):
             batches[f"{JOB_PREFIX}{interval:g}s:{n // size}"] = members[n : n + size]
     return batches
+
+
+def phases(batches: dict[str, Batch]) -> dict[str, float]:
+    """Where in its interval each batch runs, as a share of it: an interval's batches spread
+    evenly over it, so that their sweeps come as a steady stream, not as one burst an interval
+    (a burst of thousands of calls holds back every wake at a deadline that falls in it)."""
+    counts: dict[float, int] = {}
+    for batch in batches.values():
+        counts[batch[0].interval] = counts.get(batch[0].interval, 0) + 1
+    seen: dict[float, int] = {}
+    spread = {}
+    for job_id, batch in batches.items():  # an interval's batches in their order
+        interval = batch[0].interval
+        n = seen[interval] = seen.get(interval, -1) + 1
+        spread[job_id] = n / counts[interval]
+    return spread
+
+
+class OnGrid(IntervalTrigger):  # type: ignore[misc]
+    """An interval trigger whose runs stay on their grid (start_date + k intervals), each one
+    moved later by up to the jitter: a run off the grid (the first, at once; a restart's) or a
+    jittered one does not shift the runs after it, so batches spread over an interval stay so."""
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        if previous_fire_time is None:
+            return super().get_next_fire_time(None, now)  # type: ignore[no-any-return]
+        start, step = self.start_date.timestamp(), self.interval_length
+        after = start + step * (floor((previous_fire_time.timestamp() - start) / step) + 1)
+        moved = random.uniform(0, self.jitter) if self.jitter else 0.0
+        return datetime.fromtimestamp(after + moved, tz=self.timezone)
 
 
 def utc_now() -> datetime:
@@ -116,18 +150,25 @@ class Schedule:
     def sync(self, queues: Sequence[QueueSettings]) -> None:
         """Add the batches that are new, drop the vanished, let the rest keep their timers."""
         planned = plan_batches(queues)
+        spread = phases(planned)
         with self._lock:
             for job_id in self._batches.keys() - planned.keys():
                 self._scheduler.remove_job(job_id)
             for job_id, batch in planned.items():
                 if job_id not in self._batches:
-                    self._add(job_id, batch[0].interval)
+                    self._add(job_id, batch[0].interval, spread[job_id])
             self._batches = planned
 
-    def _add(self, job_id: str, interval: float) -> None:
+    def _add(self, job_id: str, interval: float, phase: float) -> None:
+        """The batch's job: its first run at once, the next ones `phase` of an interval on."""
+        now = self._clock()
         self._scheduler.add_job(
             self._run,
-            IntervalTrigger(seconds=interval, jitter=self._jitter * interval or None),
+            OnGrid(
+                seconds=interval,
+                start_date=now + timedelta(seconds=phase * interval),
+                jitter=self._jitter * interval or None,
+            ),
             args=[job_id],
             id=job_id,
             name=job_id,
@@ -135,7 +176,7 @@ class Schedule:
             coalesce=False,  # missed runs collapse into one in RunOnce, listed in the event
             misfire_grace_time=None,  # a late run still runs
             executor=SWEEPS,
-            next_run_time=self._clock(),
+            next_run_time=now,
         )
 
     def _run(self, job_id: str) -> None:

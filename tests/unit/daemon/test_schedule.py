@@ -13,7 +13,16 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.daemon.schedule import SWEEPS, Batch, RunOnce, Schedule, plan_batches, utc_now
+from sweeperd.daemon.schedule import (
+    SWEEPS,
+    Batch,
+    OnGrid,
+    RunOnce,
+    Schedule,
+    phases,
+    plan_batches,
+    utc_now,
+)
 
 
 def queue(name: str, interval: float = 1.0) -> QueueSettings:
@@ -38,6 +47,69 @@ class TestPlanBatches:
     def test_no_queue_no_batch(self) -> None:
         """An empty queue list plans nothing."""
         assert plan_batches([]) == {}
+
+
+class TestPhases:
+    def test_an_intervals_batches_spread_over_it(self) -> None:
+        """Five batches of one interval run a fifth of it apart; another interval's batches
+        spread over theirs on their own."""
+        queues = [queue(f"q{n:03}") for n in range(9)] + [queue(f"s{n}", 30.0) for n in range(4)]
+        spread = phases(plan_batches(queues, size=2))
+        assert spread == {
+            "sweep:1s:0": 0.0,
+            "sweep:1s:1": 0.2,
+            "sweep:1s:2": 0.4,
+            "sweep:1s:3": 0.6,
+            "sweep:1s:4": 0.8,
+            "sweep:30s:0": 0.0,
+            "sweep:30s:1": 0.5,
+        }
+
+    def test_the_jobs_run_at_once_then_on_their_phase(self) -> None:
+        """Every batch's first run is now; the next ones fall at its phase of the interval."""
+        at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+        schedule, scheduler, _, _ = make(clock=lambda: at)
+        schedule.sync([QueueSettings(f"q{n:04}", 10.0, 1, 100) for n in range(800)])
+        jobs = sorted(scheduler.get_jobs(), key=lambda job: job.id)
+        assert [job.next_run_time for job in jobs] == [at] * 4
+        after = [job.trigger.get_next_fire_time(at, at) for job in jobs]
+        assert after == [at + timedelta(seconds=s) for s in (10.0, 2.5, 5.0, 7.5)]
+
+
+class TestOnGrid:
+    START = datetime(2026, 12, 1, 12, 0, 3, tzinfo=UTC)
+
+    def grid(self, jitter: float | None = None) -> OnGrid:
+        return OnGrid(seconds=10, start_date=self.START, jitter=jitter)
+
+    def test_a_run_off_the_grid_goes_back_to_it(self) -> None:
+        """After a run at once (before the start) or at a restart's odd time, the next run is
+        the grid's next point, not an interval after it."""
+        trigger = self.grid()
+        assert trigger.get_next_fire_time(self.START - timedelta(seconds=2), self.START) == (
+            self.START
+        )
+        odd = self.START + timedelta(seconds=14.5)
+        assert trigger.get_next_fire_time(odd, odd) == self.START + timedelta(seconds=20)
+
+    def test_the_jitter_moves_one_run_and_never_the_grid(self) -> None:
+        """Each run falls within the jitter after its grid point, whatever the jitter moved the
+        run before: runs do not drift later and later."""
+        trigger, previous = self.grid(jitter=2.0), self.START
+        for k in range(1, 50):
+            previous = trigger.get_next_fire_time(previous, previous)
+            point = self.START + timedelta(seconds=10 * k)
+            assert point <= previous <= point + timedelta(seconds=2)
+
+    def test_missed_runs_are_the_grids_points(self) -> None:
+        """A scheduler that woke 35 s late lists the grid's points it slept through."""
+        trigger, first = self.grid(), self.START
+        woke = first + timedelta(seconds=35)
+        missed, at = [], first
+        while at <= woke:
+            missed.append(at)
+            at = trigger.get_next_fire_time(at, woke)
+        assert missed == [first + timedelta(seconds=s) for s in (0, 10, 20, 30)]
 
 
 def make(
