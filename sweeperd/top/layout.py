@@ -50,8 +50,8 @@ class MapSource:
         if isinstance(self.source, ClusterSlots):
             return dict(self.source.replicas_of)
         if isinstance(self.source, SentinelPrimary):
-            named = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
-            return {name: tuple((str(h), int(p)) for h, p in named) for name in layout.primaries}
+            replicas = self.source.replicas()
+            return {name: replicas for name in layout.primaries}
         return {}
 
     def close(self) -> None:
