@@ -164,7 +164,7 @@ def run_demo(
         metrics = Metrics(version=__version__, level=settings.daemon.queue_metrics)
         daemon = Daemon(settings, lambda: settings, metrics=metrics)
         daemon.start()
-        address = f"http://{HOST}:{daemon.server.port if daemon.server else metrics_port}"
+        address = f"http://{HOST}:{daemon.metrics_port or metrics_port}"
         lease_billing(client, read_server_info(client))
         say(
             f"sweeping every second; billing's {BILLING} leases due in 2 to 6 s; "
@@ -177,7 +177,6 @@ def run_demo(
                 say(line)
             say(f"metrics were served at {address}/metrics")
         finally:
-            daemon.stop_requested.set()
             daemon.stop()
     if missing is not None:
         raise NotShown(missing)

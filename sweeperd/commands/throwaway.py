@@ -126,50 +126,50 @@ class ThrowawayServer:
     there is one; a context manager that stops it."""
 
     def __init__(self, workdir: Path, binary: str, module: Path | None, port: int = 0) -> None:
-        self.workdir = workdir
-        self.binary = binary
-        self.port = port or free_port()
-        self.argv = [binary, "--port", str(self.port), "--bind", HOST, "--dir", str(workdir)]
-        self.argv += ["--save", "", "--appendonly", "yes", "--logfile", str(self.log)]
+        self._workdir = workdir
+        self._binary = binary
+        self._port = port or free_port()
+        self._argv = [binary, "--port", str(self._port), "--bind", HOST, "--dir", str(workdir)]
+        self._argv += ["--save", "", "--appendonly", "yes", "--logfile", str(self.log)]
         if module is not None:
-            self.argv += ["--loadmodule", str(module)]
-        self.process: subprocess.Popen[bytes] | None = None
+            self._argv += ["--loadmodule", str(module)]
+        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{HOST}:{self.port}/0"
+        return f"redis://{HOST}:{self._port}/0"
 
     @property
     def log(self) -> Path:
-        return self.workdir / "server.log"
+        return self._workdir / "server.log"
 
     def start(self) -> ThrowawayServer:
         """Starts it and returns once it answers; ServerFailed says why it did not."""
-        process = self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL)
+        process = self._process = subprocess.Popen(self._argv, stdout=subprocess.DEVNULL)
         try:
             wait_for(self.url, process)
         except ServerFailed as exc:
             self.stop()
             tail = log_tail(self.log)
-            raise ServerFailed(f"{self.binary} {exc}; its log ends: {tail}") from None
+            raise ServerFailed(f"{self._binary} {exc}; its log ends: {tail}") from None
         return self
 
     def exited(self) -> int | None:
         """The exit code, once the process has ended by itself (or None while it runs)."""
-        return None if self.process is None else self.process.poll()
+        return None if self._process is None else self._process.poll()
 
     def stop(self) -> None:
         """SIGTERM (the AOF is written out), SIGKILL past the stop timeout; done if it ended."""
-        if self.process is None:
+        if self._process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
+        if self._process.poll() is None:
+            self._process.terminate()
         try:
-            self.process.wait(STOP_TIMEOUT_S)
+            self._process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+            self._process.kill()
+            self._process.wait()
+        self._process = None
 
     def restart(self) -> None:
         """Stopped (or waited for, when a SHUTDOWN ended it) and started again."""

@@ -73,7 +73,7 @@ class Daemon:
             on_overrun=self.overrun,
         )
         # Each queue at its deadline too: one job re-armed to the soonest wake of any primary.
-        self.wakes = Wakes(self.scheduler, self.wake, self.fleet.next_wake, clock=self.clock)
+        self._wakes = Wakes(self.scheduler, self.wake, self.fleet.next_wake, clock=self.clock)
         self.sharing = Sharing.of(s, self.fleet.home, relocate=self.fleet.follow)
         self.queues = QueueSet(
             s,
@@ -83,7 +83,7 @@ class Daemon:
             forget=self.fleet.forget,
             clock=self.clock,
         )
-        self.discovery = Discovery(
+        self._discovery = Discovery(
             self.fleet.nodes, s.prefix_root, doubt=self.fleet.doubt, clock=self.clock
         )
         self.health = Health(
@@ -96,17 +96,17 @@ class Daemon:
                 nodes=self.fleet.states,
                 ready=self.health.ready,
                 members=self.sharing.seen,
-                owned=lambda: len(self.queues.swept),
+                owned=lambda: len(self.queues.sweeping()),
                 known=self.queues.known_count,
                 ownership_changes=lambda: self.sharing.changes,
             )
         )
-        self.stop_requested = threading.Event()
-        self.reload_requested = threading.Event()
-        self.signalled = threading.Event()  # either signal: the main loop acts now
-        self.server: MetricsServer | None = None
-        self.announced_ready = False
-        self.overruns_logged_at: float | None = None
+        self._stop_requested = threading.Event()
+        self._reload_requested = threading.Event()
+        self._signalled = threading.Event()  # either signal: the main loop acts now
+        self._server: MetricsServer | None = None
+        self._announced_ready = False
+        self._overruns_logged_at: float | None = None
         # Overruns are counted and logged below, at most once a minute, not once per batch;
         # a batch's missed runs are counted, and no job's is said in APScheduler's words.
         logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
@@ -114,13 +114,13 @@ class Daemon:
 
     # What the scheduler's jobs run.
     def sweep(self, batch: Batch) -> None:
-        if self.stop_requested.is_set():
+        if self._stop_requested.is_set():
             return
         self.fleet.sweep(batch)
 
     def wake(self, now: float) -> None:
         """The wakes' job: the queues due at their deadlines by `now`, swept."""
-        if self.stop_requested.is_set():
+        if self._stop_requested.is_set():
             return
         self.fleet.wake(now, self.queues.setting)
 
@@ -132,34 +132,34 @@ class Daemon:
         A queue falling due: the wakes' job runs then, if that is sooner. Stopping, nothing:
         the scheduler's shutdown holds its job store's lock while it waits for the sweeps'
         threads, and a job changed from one of them would wait for that lock."""
-        if self.stop_requested.is_set():
+        if self._stop_requested.is_set():
             return
         if outcome.restarted:
             self.schedule.sweep_now()
         elif outcome.loading:
             self.schedule.sweep_soon(LOADING_RETRY_S)
         if outcome.wake is not None:
-            self.wakes.soon(outcome.wake)
+            self._wakes.soon(outcome.wake)
 
     def share(self) -> None:
         """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
         if not self.sharing.refresh(self.clock()):
             return
-        had = bool(self.queues.swept)
+        had = bool(self.queues.sweeping())
         gained, lost = self.queues.apply()
-        self.sharing.moved(len(gained), len(lost), len(self.queues.swept))
+        self.sharing.moved(len(gained), len(lost), len(self.queues.sweeping()))
         if had and (gained or lost):
             self.schedule.sweep_once(self.queues.owned())
 
     def discover(self) -> None:
         """The discovery job: SCAN every primary, the queues found kept (see QueueSet.found)."""
-        self.queues.found(self.discovery.scan())
+        self.queues.found(self._discovery.scan())
 
     def overrun(self) -> None:
         """A batch skipped, still sweeping (counted by the schedule): logged once a minute."""
         now = self.clock()
-        if self.overruns_logged_at is None or now - self.overruns_logged_at >= OVERRUN_LOG_S:
-            self.overruns_logged_at = now
+        if self._overruns_logged_at is None or now - self._overruns_logged_at >= OVERRUN_LOG_S:
+            self._overruns_logged_at = now
             log.warning(
                 "sweep_overrun",
                 hint="a batch was still sweeping when it fell due again: raise --interval, "
@@ -199,7 +199,7 @@ class Daemon:
                 next_run_time=datetime.now(UTC),
             )
         if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
-            self.wakes.add()
+            self._wakes.add()
         self.queues.apply()
 
     # The lifetime.
@@ -209,7 +209,7 @@ class Daemon:
         s, d = self.settings, self.settings.daemon
         self.fleet.start()
         health = self.health
-        self.server = serve(
+        self._server = serve(
             d.metrics_host,
             d.metrics_port,
             self.metrics.registry,
@@ -226,20 +226,20 @@ class Daemon:
 
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
-        self.stop_requested.set()
-        self.signalled.set()
+        self._stop_requested.set()
+        self._signalled.set()
 
     def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
-        self.reload_requested.set()
-        self.signalled.set()
+        self._reload_requested.set()
+        self._signalled.set()
 
     def apply_reload(self) -> None:
         """SIGHUP: the config file again, framed for systemd by RELOADING=1 and READY=1 once
         ready (before, a READY=1 would say the start is done)."""
-        self.reload_requested.clear()
+        self._reload_requested.clear()
         # At once: systemd 252 holds `systemctl reload` until the READY=1 only when this comes
         # before ExecReload='s kill has exited; later, the unit is still `reloading` till then.
-        framed = self.announced_ready and self.notifier.reloading()
+        framed = self._announced_ready and self.notifier.reloading()
         try:
             self.reread()
         finally:
@@ -278,13 +278,13 @@ class Daemon:
         watchdog = self.notifier.watchdog_interval_s
         last_watchdog = 0.0
         status = ""
-        while not self.stop_requested.is_set():
-            if self.reload_requested.is_set():
+        while not self._stop_requested.is_set():
+            if self._reload_requested.is_set():
                 self.apply_reload()
             ready = self.health.ready()
-            if ready and not self.announced_ready:
+            if ready and not self._announced_ready:
                 self.notifier.ready()
-                self.announced_ready = True
+                self._announced_ready = True
                 log.info("ready", nodes=self.health.node_names())
             now_status = self.health.status_text(ready)
             if now_status != status:
@@ -294,22 +294,28 @@ class Daemon:
             if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
-            self.signalled.wait(TURN_S)  # after a first turn at once: STATUS= from the start
-            self.signalled.clear()  # what woke it is in the flags the next turn reads
+            self._signalled.wait(TURN_S)  # after a first turn at once: STATUS= from the start
+            self._signalled.clear()  # what woke it is in the flags the next turn reads
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics is served on, once started."""
+        return None if self._server is None else self._server.port
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
+        self._stop_requested.set()  # first: a sweep in flight changes no job from now on
         self.notifier.stopping()
         self.sharing.leave()  # first: the others take its queues while its last calls finish
-        self.wakes.stop()  # a wakes' run waiting for the next deadline ends at once
+        self._wakes.stop()  # a wakes' run waiting for the next deadline ends at once
         self.fleet.stop(STOP_TIMEOUT_S / 2)
         done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
         done.start()
         done.join(STOP_TIMEOUT_S)
         if done.is_alive():
             log.warning("stop_timeout", waited_s=STOP_TIMEOUT_S)
-        if self.server is not None:
-            self.server.close()
+        if self._server is not None:
+            self._server.close()
         log.info("stopped")
 
 

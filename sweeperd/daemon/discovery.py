@@ -28,27 +28,27 @@ class Discovery:
         doubt: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.nodes = nodes
-        self.root = root
-        self.doubt = doubt  # a primary unreachable: the layout may have moved
-        self.clock = clock
-        self.found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
+        self._nodes = nodes
+        self._root = root
+        self._doubt = doubt  # a primary unreachable: the layout may have moved
+        self._clock = clock
+        self._found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
 
     def scan(self) -> set[str]:
         """The queues every primary holds, as far as their last scans tell."""
-        nodes = self.nodes()
+        nodes = self._nodes()
         for node in nodes:
             self.scan_on(node)
         names = {node.name for node in nodes}
-        self.found_on = {name: found for name, found in self.found_on.items() if name in names}
-        return set().union(*self.found_on.values())
+        self._found_on = {name: found for name, found in self._found_on.items() if name in names}
+        return set().union(*self._found_on.values())
 
     def scan_on(self, node: Node) -> None:
         try:
-            self.found_on[node.name] = find_queues(node.client, self.root)
+            self._found_on[node.name] = find_queues(node.client, self._root)
         except UNREACHABLE as exc:
             node.unreachable(exc)  # logged once per change, as the sweeps do
-            self.doubt()
+            self._doubt()
             return
         except redis.exceptions.NoPermissionError as exc:  # said with the rule to add
             log.warning(
@@ -58,4 +58,4 @@ class Discovery:
         except redis.RedisError as exc:  # a failed scan keeps the last list
             log.warning("discovery_failed", node=node.name, error=str(exc))
             return
-        node.answered(self.clock())
+        node.answered(self._clock())

@@ -27,27 +27,27 @@ class Health:
         settings: Callable[[], Settings],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.scheduler = scheduler
-        self.schedule = schedule
-        self.fleet = fleet
-        self.settings = settings  # the running ones: a SIGHUP may change the intervals
-        self.clock = clock
-        self.heartbeat = clock()
+        self._scheduler = scheduler
+        self._schedule = schedule
+        self._fleet = fleet
+        self._settings = settings  # the running ones: a SIGHUP may change the intervals
+        self._clock = clock
+        self._heartbeat = clock()
 
     def beat(self) -> None:
         """The heartbeat job: the scheduler runs jobs."""
-        self.heartbeat = self.clock()
+        self._heartbeat = self._clock()
 
     def healthy(self) -> bool:
         """The scheduler is alive: its heartbeat job ran lately."""
-        return self.scheduler.running and self.clock() - self.heartbeat <= 5 * HEARTBEAT_S
+        return self._scheduler.running and self._clock() - self._heartbeat <= 5 * HEARTBEAT_S
 
     def ready(self) -> bool:
         """Every primary that owns a swept queue (every primary, while none is swept) answered
         within the last three intervals, and the servers are the topology the options name."""
-        s = self.settings()
-        interval = self.schedule.shortest_interval() or max(s.interval, s.daemon.discover)
-        now, nodes = self.clock(), self.fleet.holding(self.schedule.queue_names())
+        s = self._settings()
+        interval = self._schedule.shortest_interval() or max(s.interval, s.daemon.discover)
+        now, nodes = self._clock(), self._fleet.holding(self._schedule.queue_names())
         return bool(nodes) and all(
             n.answered_within(now, READY_INTERVALS * interval) for n in nodes or ()
         )
@@ -55,12 +55,12 @@ class Health:
     def status_text(self, ready: bool) -> str:
         """What systemctl status shows: what the daemon sweeps, or what it waits for."""
         if ready:
-            return f"sweeping {len(self.schedule.queue_names())} queues on {self.node_names()}"
+            return f"sweeping {len(self._schedule.queue_names())} queues on {self.node_names()}"
         return f"waiting for {self.node_names()} to answer"
 
     def node_names(self) -> str:
         """The primaries swept now, or where they are asked for while none is known."""
-        names = [n.name for n in self.fleet.nodes()]
+        names = [n.name for n in self._fleet.nodes()]
         if names:
             return ", ".join(names)
-        return self.settings().connection.node
+        return self._settings().connection.node

@@ -43,16 +43,16 @@ class MembershipStore:
     """
 
     def __init__(self, client: redis.Redis, root: str, member_id: str, ttl_s: float) -> None:
-        self.client = client
-        self.key = members_key(root)
-        self.member_id = member_id
-        self.ttl_ms = max(1, round(ttl_s * 1000))
-        self.script = client.register_script(HEARTBEAT_LUA)
+        self._client = client
+        self._key = members_key(root)
+        self._member_id = member_id
+        self._ttl_ms = max(1, round(ttl_s * 1000))
+        self._script = client.register_script(HEARTBEAT_LUA)
 
     def beat(self) -> View:
         """Renew this member's deadline, drop the expired members, read the live ones."""
         now, flat = cast(
-            list[object], self.script(keys=[self.key], args=[self.member_id, self.ttl_ms])
+            list[object], self._script(keys=[self._key], args=[self._member_id, self._ttl_ms])
         )
         pairs = cast(list[bytes], flat)
         deadlines = {
@@ -63,4 +63,4 @@ class MembershipStore:
 
     def leave(self) -> None:
         """Remove this member at once, so its queues move without waiting for its deadline."""
-        self.client.zrem(self.key, self.member_id)
+        self._client.zrem(self._key, self._member_id)

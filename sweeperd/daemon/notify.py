@@ -36,7 +36,7 @@ class Notifier:
     """Datagrams to $NOTIFY_SOCKET; with no socket every call is a no-op, and none raises."""
 
     def __init__(self, address: str | bytes | None, watchdog_interval_s: float | None) -> None:
-        self.address = address
+        self._address = address
         self.watchdog_interval_s = watchdog_interval_s
         self._socket: socket.socket | None = None
         self._lock = threading.Lock()
@@ -49,13 +49,13 @@ class Notifier:
 
     def send(self, message: str) -> bool:
         """Send one notification; False (logged at debug) when there is no socket or it failed."""
-        if self.address is None:
+        if self._address is None:
             return False
         try:
             with self._lock:
                 if self._socket is None:
                     self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._socket.sendto(message.encode(), self.address)
+                self._socket.sendto(message.encode(), self._address)
         except OSError as exc:
             log.debug("notify_failed", message=message, error=str(exc))
             return False

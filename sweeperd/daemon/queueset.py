@@ -32,43 +32,48 @@ class QueueSet:
         forget: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings = settings  # reconfigure() replaces it (SIGHUP)
-        self.sharing = sharing
-        self.numbers = numbers
-        self.schedule = schedule
-        self.forget = forget  # a queue owned no more leaves the drains and ledgers
-        self.clock = clock
-        self.discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
-        self.swept: set[str] = set()  # the queues this replica sweeps now
+        self._settings = settings  # reconfigure() replaces it (SIGHUP)
+        self._sharing = sharing
+        self._numbers = numbers
+        self._schedule = schedule
+        self._forget = forget  # a queue owned no more leaves the drains and ledgers
+        self._clock = clock
+        self._discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
+        self._swept: set[str] = set()  # the queues this replica sweeps now
         self._owned: dict[str, QueueSettings] = {}  # the same, by name, with their settings
-        self.exported: set[str] = set()  # the queues with series: swept once, still known
-        self.unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
-        self.lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
+        self._exported: set[str] = set()  # the queues with series: swept once, still known
+        self._unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
+        self._lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
 
     def reconfigure(self, settings: Settings) -> None:
         """SIGHUP's settings: the configured queues and their own values from the next apply."""
-        with self.lock:
-            self.settings = settings
+        with self._lock:
+            self._settings = settings
 
     def known(self) -> list[QueueSettings]:
         """Every queue this replica knows: the configured, then those a scan found within the
         last DISCOVERED_TTL_S. Call with the lock held."""
-        settings = self.settings  # one reading: SIGHUP may replace it
+        settings = self._settings  # one reading: SIGHUP may replace it
         named = {q.name for q in settings.queues}
-        found = sorted(self.discovered.keys() - named)
+        found = sorted(self._discovered.keys() - named)
         return [*settings.queues, *(settings.for_queue(n) for n in found)]
 
     def known_count(self) -> int:
         """How many queues this replica knows, for the series that says it (counted, not
         listed: a scrape need not build and sort them)."""
-        with self.lock:
-            named = {q.name for q in self.settings.queues}
-            return len(named) + len(self.discovered.keys() - named)
+        with self._lock:
+            named = {q.name for q in self._settings.queues}
+            return len(named) + len(self._discovered.keys() - named)
 
     def owned(self) -> list[QueueSettings]:
         """The known queues this replica owns now: the ones it sweeps."""
-        with self.lock:
-            return self.sharing.owned(self.known())
+        with self._lock:
+            return self._sharing.owned(self.known())
+
+    def sweeping(self) -> frozenset[str]:
+        """The queues this replica sweeps now (no lock: apply() replaces the set, never changes
+        it, and a scrape reads it)."""
+        return frozenset(self._swept)
 
     def setting(self, name: str) -> QueueSettings | None:
         """A queue's settings while this replica sweeps it; None when it does not."""
@@ -81,37 +86,37 @@ class QueueSet:
         more keeps its counters and its last success, and loses the gauges only its owner can
         keep true; a queue no longer known loses every series. Returns the names gained and
         lost."""
-        with self.lock:
+        with self._lock:
             known = self.known()
-            wanted = self.sharing.owned(known)
+            wanted = self._sharing.owned(known)
             names = {q.name for q in wanted}
-            configured = {q.name for q in self.settings.queues}
-            gained, lost = names - self.swept, self.swept - names
+            configured = {q.name for q in self._settings.queues}
+            gained, lost = names - self._swept, self._swept - names
             for name in gained:
-                self.numbers.add_queue(name)
+                self._numbers.add_queue(name)
             for name in lost:
-                self.numbers.disown_queue(name)
-                self.forget(name)
+                self._numbers.disown_queue(name)
+                self._forget(name)
             for name in configured - names:
-                self.numbers.add_queue(name, owned=False)
-            self.exported = (self.exported | names | configured) & {q.name for q in known}
-            self.numbers.keep_queues(self.exported)
-            self.swept = names
+                self._numbers.add_queue(name, owned=False)
+            self._exported = (self._exported | names | configured) & {q.name for q in known}
+            self._numbers.keep_queues(self._exported)
+            self._swept = names
             self._owned = {q.name: q for q in wanted}
-            self.schedule.sync(wanted)
+            self._schedule.sync(wanted)
         return gained, lost
 
     def found(self, found: set[str]) -> None:
         """What a scan of every primary found now. A queue is swept (and keeps its series)
         until no scan has found it for DISCOVERED_TTL_S: a drained queue's active set is gone
         until its next lease, and its counters must not go with it."""
-        now = self.clock()
-        with self.lock:  # apply() reads them from the membership's and SIGHUP's threads
-            added = found - self.discovered.keys()
-            self.discovered.update(dict.fromkeys(found, now))
-            dropped = {q for q, seen in self.discovered.items() if now - seen > DISCOVERED_TTL_S}
+        now = self._clock()
+        with self._lock:  # apply() reads them from the membership's and SIGHUP's threads
+            added = found - self._discovered.keys()
+            self._discovered.update(dict.fromkeys(found, now))
+            dropped = {q for q, seen in self._discovered.items() if now - seen > DISCOVERED_TTL_S}
             for queue in dropped:
-                del self.discovered[queue]
+                del self._discovered[queue]
         if added or dropped:
             log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
             self.apply()
@@ -120,9 +125,9 @@ class QueueSet:
     def unmatched_tables(self, found: set[str]) -> None:
         """A table no list names is kept for a queue a scan finds (see unlisted_tables): one
         that the scan did not find may be a typo of a listed queue's name, said once."""
-        for name in self.settings.unlisted_tables:
-            if name not in found and name not in self.unmatched:
-                self.unmatched.add(name)
+        for name in self._settings.unlisted_tables:
+            if name not in found and name not in self._unmatched:
+                self._unmatched.add(name)
                 log.warning(
                     "queue_table_unmatched",
                     queue=name,

@@ -48,7 +48,7 @@ class Sharing:
     """What this replica owns follows from `members`: None = every queue (sharing off, or
     refused by the server), an empty set = none (no heartbeat answered yet), else the queues
     rendezvous hashing gives it among the members it saw last. A member whose entry expired
-    unrenewed (`view` None) keeps that share: the others take it over too, and an overlap is
+    unrenewed (no view left) keeps that share: the others take it over too, and an overlap is
     harmless where a gap is not (in a Cluster the members key's primary may be the only one
     out of reach)."""
 
@@ -61,13 +61,16 @@ class Sharing:
     relocate: Callable[[], object] | None = None  # the layout read again now (a MOVED)
     root: str = DEFAULT_PREFIX_ROOT
     members: frozenset[str] | None = frozenset()
-    view: View | None = None  # the last heartbeat's answer
-    alive_until: float | None = None  # monotonic: this member's entry outlives no answer past it
-    refused: str | None = None  # the server's refusal of the heartbeat, while it lasts
-    unanswered: str | None = None  # why the server cannot serve the heartbeat now, said once
-    left: bool = False  # it left (SIGTERM): no heartbeat may bring it back
     changes: int = 0  # times the queues it owns changed with the members it sees
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _view: View | None = field(default=None, init=False)  # the last heartbeat's answer
+    # monotonic: this member's entry outlives no answer past it
+    _alive_until: float | None = field(default=None, init=False)
+    # the server's refusal of the heartbeat, while it lasts
+    _refused: str | None = field(default=None, init=False)
+    # why the server cannot serve the heartbeat now, said once
+    _unanswered: str | None = field(default=None, init=False)
+    _left: bool = field(default=False, init=False)  # it left (SIGTERM): no heartbeat brings it back
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
     def of(
@@ -109,8 +112,8 @@ class Sharing:
 
     def refresh(self, now: float) -> bool:
         """One heartbeat at monotonic `now`; True when what this replica owns may change."""
-        with self.lock:  # a heartbeat in flight never lands after the leave
-            if not self.on or self.left:
+        with self._lock:  # a heartbeat in flight never lands after the leave
+            if not self.on or self._left:
                 return False
             before = self.members
             store, node = self.located(), self.node
@@ -155,7 +158,7 @@ class Sharing:
         """The server cannot serve the heartbeat now (the Cluster is down, the key's slot
         migrates or moved): no answer, not a refusal; it keeps its share meanwhile."""
         error = str(exc)
-        if self.unanswered != error:
+        if self._unanswered != error:
             log.warning(
                 "membership_unanswered",
                 member=self.member_id,
@@ -165,14 +168,14 @@ class Sharing:
                 "sweeping its share meanwhile, and the others take it over too if it stays "
                 "unanswered past its heartbeat's time to live",
             )
-        self.unanswered = error
+        self._unanswered = error
         self.lapse(now)
 
     def joined(self, view: View, now: float) -> None:
-        if self.refused is not None or self.unanswered is not None:
+        if self._refused is not None or self._unanswered is not None:
             log.info("membership_restored", member=self.member_id)
-            self.refused = self.unanswered = None
-        self.view, self.alive_until = view, now + self.ttl_s
+            self._refused = self._unanswered = None
+        self._view, self._alive_until = view, now + self.ttl_s
         old = self.members or frozenset()
         if view.members != old:
             joined, left = sorted(view.members - old), sorted(old - view.members)
@@ -190,8 +193,8 @@ class Sharing:
     def lapse(self, now: float) -> None:
         """No answer: once this member's own deadline passed it is no member for the others,
         who take its queues; it goes on sweeping its last share where the server answers."""
-        view = self.view
-        if view is not None and self.alive_until is not None and now >= self.alive_until:
+        view = self._view
+        if view is not None and self._alive_until is not None and now >= self._alive_until:
             others = sorted(view.members - {self.member_id})
             log.warning(
                 "membership_lost",
@@ -205,12 +208,12 @@ class Sharing:
                 )
                 + "; it keeps sweeping its share where the server answers",
             )
-            self.view = None
+            self._view = None
 
     def refuse(self, exc: redis.RedisError) -> None:
         """A heartbeat refused: sweep every queue rather than leave any unswept."""
         error, reason = str(exc), reason_of(exc)
-        if self.refused != error:
+        if self._refused != error:
             hint = REFUSAL_HINTS.get(reason)
             log.warning(
                 "membership_refused",
@@ -221,7 +224,7 @@ class Sharing:
                 if hint
                 else f"the server refused the heartbeat; {SWEPT_MEANWHILE}",
             )
-        self.refused, self.members, self.view = error, EVERY_QUEUE, None
+        self._refused, self.members, self._view = error, EVERY_QUEUE, None
 
     def owns(self, queue: str) -> bool:
         members = self.members
@@ -239,15 +242,15 @@ class Sharing:
 
     def seen(self) -> int:
         """The live members this replica sees, itself included; 0 when it is not one."""
-        view = self.view
+        view = self._view
         return len(view.members) if view is not None else 0
 
     def leave(self) -> None:
         """SIGTERM: the entry removed now, so the others take the queues without waiting."""
-        with self.lock:
-            if not self.on or self.left:
+        with self._lock:
+            if not self.on or self._left:
                 return
-            self.left = True
+            self._left = True
             store = self.located()
             if store is None:
                 return
@@ -262,9 +265,9 @@ class Sharing:
         """The member list, for the landing page."""
         if not self.on:
             return "sharing off: this replica sweeps every queue"
-        if self.refused is not None:
-            return f"sharing refused ({self.refused}): this replica sweeps every queue"
-        view = self.view
+        if self._refused is not None:
+            return f"sharing refused ({self._refused}): this replica sweeps every queue"
+        view = self._view
         if view is None and self.members:
             return (
                 f"{self.member_id} is not a member now (its heartbeat expired unanswered): "

@@ -121,13 +121,13 @@ class ClusterSlots:
     client's start sends: the least ACL user has CLUSTER SLOTS only)."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.seed = address_of(connection)
-        self.known: list[Address] = []  # every node the last map named, primaries first
-        self.replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
-        self.clients: dict[Address, redis.Redis] = {}
-        self.lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
-        self.closed = False
+        self._connection = connection
+        self._seed = address_of(connection)
+        self._known: list[Address] = []  # every node the last map named, primaries first
+        self._replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
+        self._clients: dict[Address, redis.Redis] = {}
+        self._lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
+        self._closed = False
 
     def read(self) -> Layout:
         """The primaries and slot owners now; a node that refuses CLUSTER SLOTS to the user
@@ -157,25 +157,30 @@ class ClusterSlots:
             raise redis.ConnectionError(
                 f"no cluster node answered CLUSTER SLOTS: {'; '.join(said)}"
             )
-        self.known = [answered, *(n for n in found.nodes if n != answered)]
-        self.replicas_of = found.replicas_of
+        self._known = [answered, *(n for n in found.nodes if n != answered)]
+        self._replicas_of = found.replicas_of
         return found.layout()
 
+    @property
+    def replicas_of(self) -> dict[str, tuple[Address, ...]]:
+        """Each primary's replicas, as the last map read lists them."""
+        return self._replicas_of
+
     def _candidates(self) -> list[Address]:
-        return list(dict.fromkeys([*self.known, self.seed]))
+        return list(dict.fromkeys([*self._known, self._seed]))
 
     def _client(self, address: Address) -> redis.Redis:
-        with self.lock:
-            if self.closed:
+        with self._lock:
+            if self._closed:
                 raise redis.ConnectionError("the slot map's source is closed")
-            if address not in self.clients:
-                self.clients[address] = self.connection.client(address)
-            return self.clients[address]
+            if address not in self._clients:
+                self._clients[address] = self._connection.client(address)
+            return self._clients[address]
 
     def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            clients, self.clients = list(self.clients.values()), {}
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.close()
 
@@ -236,23 +241,28 @@ class SentinelPrimary:
     """The primary Sentinel names now (asked again at every read)."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.master = connection.topology.sentinel_master or ""
-        self.sentinel: Sentinel = connection.sentinel()
+        self._connection = connection
+        self._master = connection.topology.sentinel_master or ""
+        self._sentinel: Sentinel = connection.sentinel()
 
     def read(self) -> Layout:
         try:
-            host, port = self.sentinel.discover_master(self.master)  # type: ignore[no-untyped-call]
+            host, port = self._sentinel.discover_master(self._master)  # type: ignore[no-untyped-call]
         except redis.exceptions.NoPermissionError as exc:  # the Sentinels' own ACL: their user
-            sentinels = ", ".join(name_of(a) for a in self.connection.topology.sentinels)
+            sentinels = ", ".join(name_of(a) for a in self._connection.topology.sentinels)
             raise denied(exc, DEFAULT_USER, where=sentinels) from None
         except (MasterNotFoundError, redis.ResponseError):
             raise self.diagnosis() from None
         address = (str(host), int(port))
         return Layout({name_of(address): address})
 
+    def replicas(self) -> tuple[Address, ...]:
+        """The primary's replicas, as the Sentinels name them now."""
+        named = self._sentinel.discover_slaves(self._master)  # type: ignore[no-untyped-call]
+        return tuple((str(host), int(port)) for host, port in named)
+
     def close(self) -> None:
-        for client in self.sentinel.sentinels:
+        for client in self._sentinel.sentinels:
             client.close()
 
     def diagnosis(self) -> Exception:
@@ -260,21 +270,21 @@ class SentinelPrimary:
         Sentinel is a wrong topology; otherwise the Sentinels cannot be reached or do not know
         the primary (a connection failure)."""
         said, plain = [], []
-        for address in self.connection.topology.sentinels:
+        for address in self._connection.topology.sentinels:
             name = name_of(address)
             try:
-                with self.connection.sentinel_client(address) as client:
+                with self._connection.sentinel_client(address) as client:
                     mode = client.info("server").get("redis_mode")
                     if mode != "sentinel":
                         plain.append(name)
                         continue
                     known = client.execute_command(
-                        "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master
+                        "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self._master
                     )
                 said.append(
-                    f"{name} does not know {self.master!r}"
+                    f"{name} does not know {self._master!r}"
                     if known is None
-                    else f"{name} sees {self.master!r} down"
+                    else f"{name} sees {self._master!r} down"
                 )
             except UNREACHABLE as exc:
                 said.append(f"{name}: {_short(exc)}")
@@ -286,7 +296,7 @@ class SentinelPrimary:
                 f"{', '.join(plain)} {'is' if len(plain) == 1 else 'are'} not a Sentinel (a "
                 "Redis server answers there): give Sentinel addresses in --sentinel, or drop it",
             )
-        return NoPrimary(f"no Sentinel named a primary for {self.master!r}: {'; '.join(said)}")
+        return NoPrimary(f"no Sentinel named a primary for {self._master!r}: {'; '.join(said)}")
 
 
 def _short(exc: BaseException) -> str:

@@ -37,23 +37,23 @@ class MapSource:
     """The layout read as the daemon reads it (topology.source_of), with the replicas."""
 
     def __init__(self, connection: Connection) -> None:
-        self.source = source_of(connection)
+        self._source = source_of(connection)
 
     def read(self) -> Map:
         """The primaries and slot owners now; a failure to read them is a redis.RedisError."""
-        layout = self.source.read()
+        layout = self._source.read()
         return Map(layout, self._replicas(layout))
 
     def _replicas(self, layout: Layout) -> dict[str, tuple[Address, ...]]:
         """Each primary's replicas: the Cluster's slot map lists them after their primary (a
         primary that died is listed until one takes over), Sentinel names the primary's."""
-        if isinstance(self.source, ClusterSlots):
-            return dict(self.source.replicas_of)
-        if isinstance(self.source, SentinelPrimary):
-            named = self.source.sentinel.discover_slaves(self.source.master)  # type: ignore[no-untyped-call]
-            return {name: tuple((str(h), int(p)) for h, p in named) for name in layout.primaries}
+        if isinstance(self._source, ClusterSlots):
+            return dict(self._source.replicas_of)
+        if isinstance(self._source, SentinelPrimary):
+            replicas = self._source.replicas()
+            return {name: replicas for name in layout.primaries}
         return {}
 
     def close(self) -> None:
-        if isinstance(self.source, ClusterSlots):
-            self.source.close()
+        if isinstance(self._source, ClusterSlots):
+            self._source.close()

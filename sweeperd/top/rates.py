@@ -20,15 +20,15 @@ class RateWindow:
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self.reads: dict[str, tuple[object, deque[Sample]]] = {}
+        self._reads: dict[str, tuple[object, deque[Sample]]] = {}
 
     def add(self, queue: str, source: object, sample: Sample) -> tuple[float | None, float | None]:
         """Record a read of `queue` from `source` (a server process: another one starts the
         rates again); its recovered and dead rates per second, None for the first read."""
-        kept = self.reads.get(queue)
+        kept = self._reads.get(queue)
         if kept is None or kept[0] != source:
             kept = (source, deque())
-            self.reads[queue] = kept
+            self._reads[queue] = kept
         reads = kept[1]
         while len(reads) > 1 and reads[1].at <= sample.at - self.window_s:
             reads.popleft()

@@ -4,7 +4,7 @@ refusal kept for the row it belongs to."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import redis
 from redis.exceptions import (
@@ -112,18 +112,19 @@ class NodeReader:
     client: redis.Redis
     root: str
     first_run_id: str = ""
-    offset_ms: float | None = None  # the server's clock minus ours, as the last read saw it
     readonly: bool = False  # a Cluster replica: READONLY first, or it redirects every read
+    # the server's clock minus ours, as the last read saw it
+    _offset_ms: float | None = field(default=None, init=False)
 
     def read(
         self, queues: Sequence[str], detail: set[str], now: float, members_key: str | None = None
     ) -> NodeRead:
         """INFO, COMMAND INFO, a ZCOUNT of expired leases per queue, the counts of the queues in
         `detail` and the live members: one round trip of reads. An unreachable server raises."""
-        if self.offset_ms is None:  # once, at the start: the server's clock bounds "expired"
+        if self._offset_ms is None:  # once, at the start: the server's clock bounds "expired"
             raw = self.client.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
-            self.offset_ms = server_ms(parse_info(raw)) - now * 1000
-        due = int(now * 1000 + self.offset_ms)
+            self._offset_ms = server_ms(parse_info(raw)) - now * 1000
+        due = int(now * 1000 + self._offset_ms)
         shown = [q for q in queues if q in detail]
         pipe = self.client.pipeline(transaction=False)
         if self.readonly:
@@ -140,7 +141,7 @@ class NodeReader:
         if isinstance(replies[0], redis.RedisError):
             raise replies[0]
         info = parse_info(replies[0])
-        self.offset_ms = server_ms(info) - now * 1000
+        self._offset_ms = server_ms(info) - now * 1000
         down = next((r for r in replies if isinstance(r, ClusterDownError)), None)
         server = self._server(info, replies[1], None if down is None else error_text(down))
         if down is not None:  # said once, on the server's line

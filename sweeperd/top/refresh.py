@@ -78,43 +78,47 @@ class Top:
         clock: Clock,
         window: float = DEFAULT_TOP_RATE_WINDOW_S,
     ) -> None:
-        self.connection = connection
-        self.root = root
-        self.discover = not queues  # no queue given: those found on each primary
-        self.queues: set[str] = set(queues)  # every queue the view has known: they stay
-        self.rows = rows
-        self.clock = clock
-        self.rates = RateWindow(window)
-        self.source: MapSource | None = None
-        self.map: Map | None = None  # the layout as last read
-        self.remap = True  # read the layout before the next read: it may have changed
-        self.routes: dict[str | None, list[str]] = {}  # primary -> its queues; None: no primary
-        self.readers: dict[str, NodeReader] = {}
-        self.standins = Standins(connection, root)
-        self.searched: set[str] = set()  # the primaries discovery has looked at
-        self.unlisted: dict[str, str] = {}  # primary -> why discovery could not list its queues
-        self.servers: dict[str, ServerRow] = {}  # every server shown, in the order first seen
-        self.first_run_ids: dict[str, str] = {}
-        self.last: dict[str, QueueRow] = {}
-        self.members: tuple[str, ...] = ()
-        self.seen: dict[str, int] = {}  # member -> its place in the order first seen
-        self.detail: set[str] | None = None  # the queues shown last time: read in detail now
+        self._connection = connection
+        self._root = root
+        self._discover = not queues  # no queue given: those found on each primary
+        self._queues: set[str] = set(queues)  # every queue the view has known: they stay
+        self._rows = rows
+        self._clock = clock
+        self._rates = RateWindow(window)
+        self._source: MapSource | None = None
+        self._map: Map | None = None  # the layout as last read
+        self._remap = True  # read the layout before the next read: it may have changed
+        self._routes: dict[str | None, list[str]] = {}  # primary -> its queues; None: no primary
+        self._readers: dict[str, NodeReader] = {}
+        self._standins = Standins(connection, root)
+        self._searched: set[str] = set()  # the primaries discovery has looked at
+        self._unlisted: dict[str, str] = {}  # primary -> why discovery could not list its queues
+        self._servers: dict[str, ServerRow] = {}  # every server shown, in the order first seen
+        self._first_run_ids: dict[str, str] = {}
+        self._last: dict[str, QueueRow] = {}
+        self._members: tuple[str, ...] = ()
+        self._seen: dict[str, int] = {}  # member -> its place in the order first seen
+        self._detail: set[str] | None = None  # the queues shown last time: read in detail now
+
+    def resize(self, rows: int) -> None:
+        """The refreshes from now on show at most `rows` queues (the terminal was resized)."""
+        self._rows = rows
 
     def refresh(self) -> Screen:
         """One read of every primary: one round trip each (two on the first refresh, whose
         first pass finds which queues to show), and the layout first when it may have changed."""
-        if self.detail is None:
-            self.detail = {row.queue for row in self._read_all(set()).rows}
-        screen = self._read_all(self.detail)
-        self.detail = {row.queue for row in screen.rows}
+        if self._detail is None:
+            self._detail = {row.queue for row in self._read_all(set()).rows}
+        screen = self._read_all(self._detail)
+        self._detail = {row.queue for row in screen.rows}
         return screen
 
     def _read_all(self, detail: set[str]) -> Screen:
-        now = self.clock()
+        now = self._clock()
         failures: list[Unread] = []
         members_error = None
         rows: list[QueueRow] = []
-        if self.remap:
+        if self._remap:
             try:
                 self._find()
             except redis.RedisError as exc:
@@ -122,36 +126,36 @@ class Top:
                 self._unreadable(error_text(exc))
         members_at = self._members_node()
         standins: list[ServerRow] = []
-        for node, reader in self.readers.items():
-            wanted = members_key(self.root) if node == members_at else None
+        for node, reader in self._readers.items():
+            wanted = members_key(self._root) if node == members_at else None
             read, standin = self._read(node, reader, detail, now, wanted)
             if read.failure is not None:
                 failures.append(Unread(self._address(node), read.failure))
-            self.servers[node] = replace(read.server, scan_error=self.unlisted.get(node))
+            self._servers[node] = replace(read.server, scan_error=self._unlisted.get(node))
             if standin is not None:
                 standins.append(standin.server)
                 read = standin
             if wanted is not None and read.failure is None:
-                self.members = read.members or ()
+                self._members = read.members or ()
                 members_error = read.members_error
             rows += (self._row(row, read.server.run_id, now) for row in read.rows)
         self._stand_in(standins)
         rows += self._orphans()
-        self.remap = bool(failures) or self._layout_may_have_changed(rows)
-        shown = tuple(replace(r, owner=owner(r.queue, self.members)) for r in rows)
-        for member in self.members:
-            self.seen.setdefault(member, len(self.seen))
+        self._remap = bool(failures) or self._layout_may_have_changed(rows)
+        shown = tuple(replace(r, owner=owner(r.queue, self._members)) for r in rows)
+        for member in self._members:
+            self._seen.setdefault(member, len(self._seen))
         return Screen(
             now,
-            tuple(self.servers.values()),
+            tuple(self._servers.values()),
             self._top(shown),
             len(shown),
             tuple(failures),
-            self.members,
+            self._members,
             members_error,
-            self.rates.window_s,
+            self._rates.window_s,
             sum(1 for row in shown if row.state not in READ),
-            dict(self.seen),
+            dict(self._seen),
         )
 
     def _read(
@@ -159,29 +163,29 @@ class Top:
     ) -> tuple[NodeRead, NodeRead | None]:
         """A primary's read, and a replica's in its place when it cannot be reached (or is
         loading, or hangs)."""
-        queues = self.routes.get(node, [])
+        queues = self._routes.get(node, [])
         try:
             read = reader.read(queues, detail, now, wanted)
         except redis.RedisError as exc:
             read = self._down(reader, exc)
         if not isinstance(read.failure, UNREACHABLE):
             return read, None
-        replicas = self.map.replicas_of.get(node, ()) if self.map is not None else ()
-        return read, self.standins.read(node, replicas, queues, detail, now, wanted)
+        replicas = self._map.replicas_of.get(node, ()) if self._map is not None else ()
+        return read, self._standins.read(node, replicas, queues, detail, now, wanted)
 
     def _stand_in(self, standins: Iterable[ServerRow]) -> None:
         """The lines of the replicas read in place of their primary, after the primaries' (the
         numbers of those stay when a replica is no longer read); the others' dropped."""
         lines = {server.node: server for server in standins}
-        for name, server in list(self.servers.items()):
+        for name, server in list(self._servers.items()):
             if server.reads_for is not None and name not in lines:
-                del self.servers[name]
-        self.servers.update(lines)
-        self.standins.release()
+                del self._servers[name]
+        self._servers.update(lines)
+        self._standins.release()
 
     def _address(self, node: str) -> Address | None:
         """Where a primary is (None: the URL's own server)."""
-        return None if self.map is None else self.map.layout.primaries.get(node)
+        return None if self._map is None else self._map.layout.primaries.get(node)
 
     def _row(self, read: QueueRow, run_id: str, now: float) -> QueueRow:
         """A read row with its rates, or the last numbers when it could not be read now."""
@@ -190,123 +194,125 @@ class Top:
         row = read
         if read.pending is not None:
             sample = Sample(now, read.pending, read.failed)
-            recovered, dead = self.rates.add(read.queue, (read.node, run_id), sample)
+            recovered, dead = self._rates.add(read.queue, (read.node, run_id), sample)
             row = replace(read, recovered_per_s=recovered, dead_per_s=dead)
-        self.last[read.queue] = row
+        self._last[read.queue] = row
         return row
 
     def _kept(self, queue: str, node: str | None, state: str, error: str | None) -> QueueRow:
-        before = self.last.get(queue) or QueueRow(queue, node or "", None)
+        before = self._last.get(queue) or QueueRow(queue, node or "", None)
         return replace(before, node=node or before.node, state=state, error=error)
 
     def _down(self, reader: NodeReader, exc: redis.RedisError) -> NodeRead:
         """A server that cannot be read: its line says why, its queues keep their last rows."""
         server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=error_text(exc))
         stale = [
-            QueueRow(q, reader.node, None, state=STALE) for q in self.routes.get(reader.node, [])
+            QueueRow(q, reader.node, None, state=STALE) for q in self._routes.get(reader.node, [])
         ]
         return NodeRead(server, stale, failure=exc)
 
     def _unreadable(self, error: str) -> None:
         """No layout to read by: the URL's server (or each one known) says why."""
-        if not self.readers:
-            for node in self.servers or [self.connection.node]:
-                self.servers[node] = ServerRow(node, error=error)
+        if not self._readers:
+            for node in self._servers or [self._connection.node]:
+                self._servers[node] = ServerRow(node, error=error)
 
     def _orphans(self) -> list[QueueRow]:
         """The queues no primary serves: their slot's owner is being chosen, or no layout was
         ever read (the URL's server says why)."""
-        if self.map is None:
-            return [self._kept(q, None, STALE, None) for q in sorted(self.queues)]
+        if self._map is None:
+            return [self._kept(q, None, STALE, None) for q in sorted(self._queues)]
         return [
             self._kept(q, None, STALE, "no primary serves its slot")
-            for q in self.routes.get(None, [])
+            for q in self._routes.get(None, [])
         ]
 
     def _layout_may_have_changed(self, rows: Iterable[QueueRow]) -> bool:
         """A slot moved, a primary demoted, or a gone server's line shown: read the layout."""
-        standalone = self.connection.topology.mode is TopologyMode.STANDALONE
+        standalone = self._connection.topology.mode is TopologyMode.STANDALONE
         return (
             any(row.state == MOVED for row in rows)
-            or (not standalone and any(s.role not in ("", "master") for s in self.servers.values()))
-            or any(s.replaced for s in self.servers.values())
-            or bool(self.routes.get(None))
+            or (
+                not standalone and any(s.role not in ("", "master") for s in self._servers.values())
+            )
+            or any(s.replaced for s in self._servers.values())
+            or bool(self._routes.get(None))
         )
 
     def _top(self, rows: Iterable[QueueRow]) -> tuple[QueueRow, ...]:
         """Most expired first; a row whose expired count is unknown first of all."""
         ranked = sorted(rows, key=lambda r: (r.expired is not None, -(r.expired or 0), r.queue))
-        return tuple(ranked[: self.rows])
+        return tuple(ranked[: self._rows])
 
     def _members_node(self) -> str | None:
         """The primary that holds the replicas' members key."""
-        if self.map is None:
+        if self._map is None:
             return None
-        return self.map.layout.owner(slot_of(members_key(self.root)))
+        return self._map.layout.owner(slot_of(members_key(self._root)))
 
     def _find(self) -> None:
         """The layout now: a reader per primary, the queues each one serves, the lines of the
         servers that left it."""
-        if self.source is None:
-            self.source = MapSource(self.connection)
-        found = self.source.read()
-        self._readers(found)
+        if self._source is None:
+            self._source = MapSource(self._connection)
+        found = self._source.read()
+        self._add_readers(found)
         self._forget(found)
-        self.routes = {}
-        for queue in sorted(self.queues):
-            at = found.layout.owner(slot_of(QueueKeys(queue, self.root).active))
-            self.routes.setdefault(at, []).append(queue)
-        self.map = found
-        self.remap = False
+        self._routes = {}
+        for queue in sorted(self._queues):
+            at = found.layout.owner(slot_of(QueueKeys(queue, self._root).active))
+            self._routes.setdefault(at, []).append(queue)
+        self._map = found
+        self._remap = False
 
-    def _readers(self, found: Map) -> None:
+    def _add_readers(self, found: Map) -> None:
         """A reader for each primary new to the view, and its queues discovered."""
         for name, address in found.layout.primaries.items():
-            if name not in self.readers:
-                self.readers[name] = NodeReader(name, self.connection.client(address), self.root)
-                self.readers[name].first_run_id = self.first_run_ids.get(name, "")
-            if self.discover and name not in self.searched:
+            if name not in self._readers:
+                client, was = self._connection.client(address), self._first_run_ids.get(name, "")
+                self._readers[name] = NodeReader(name, client, self._root, first_run_id=was)
+            if self._discover and name not in self._searched:
                 self._search(name, found.replicas_of.get(name, ()))
 
     def _search(self, name: str, replicas: Iterable[Address]) -> None:
         """A primary's queues, found by SCAN there, or on a replica of it when it cannot be
         scanned; why neither could be is said on its line (tried again at the next layout)."""
         try:
-            found = find_queues(self.readers[name].client, self.root, QUEUE_SETS)
+            found = find_queues(self._readers[name].client, self._root, QUEUE_SETS)
         except redis.RedisError as exc:
-            replicated = self.standins.scan(replicas)
+            replicated = self._standins.scan(replicas)
             if replicated is None:
-                self.unlisted[name] = error_text(exc)
+                self._unlisted[name] = error_text(exc)
                 return
             found = replicated
-        self.queues |= found
-        self.searched.add(name)
-        self.unlisted.pop(name, None)
+        self._queues |= found
+        self._searched.add(name)
+        self._unlisted.pop(name, None)
 
     def _forget(self, found: Map) -> None:
         """The servers that are primaries no more: their readers closed, their lines dropped,
         but for one unreachable and nowhere in the layout (replaced), until it is back."""
         primaries = found.layout.primaries
-        for name in [n for n in self.readers if n not in primaries]:
-            reader = self.readers.pop(name)
+        for name in [n for n in self._readers if n not in primaries]:
+            reader = self._readers.pop(name)
             reader.client.close()
-            self.first_run_ids[name] = reader.first_run_id
-            self.unlisted.pop(name, None)
-        for name, server in list(self.servers.items()):
+            self._first_run_ids[name] = reader.first_run_id
+            self._unlisted.pop(name, None)
+        for name, server in list(self._servers.items()):
             if name in primaries or server.reads_for is not None:
                 continue
             if server.error is not None and name not in found.replicas:
-                self.servers[name] = replace(server, replaced=True, scan_error=None)
+                self._servers[name] = replace(server, replaced=True, scan_error=None)
             else:
-                del self.servers[name]
+                del self._servers[name]
 
     def close(self) -> None:
-        for reader in self.readers.values():
+        for reader in self._readers.values():
             reader.client.close()
-        self.readers = {}
-        self.standins.close()
-        if self.source is not None:
-            self.source.close()
+        self._readers = {}
+        self._standins.close()
+        if self._source is not None:
+            self._source.close()
 
 
 def wall_clock() -> float:

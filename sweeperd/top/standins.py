@@ -20,10 +20,10 @@ class Standins:
     """A reader per replica asked for, kept while its primary cannot be read."""
 
     def __init__(self, connection: Connection, root: str) -> None:
-        self.connection = connection
-        self.root = root
-        self.readers: dict[str, NodeReader] = {}
-        self.used: set[str] = set()  # the replicas read since the last `release`
+        self._connection = connection
+        self._root = root
+        self._readers: dict[str, NodeReader] = {}
+        self._used: set[str] = set()  # the replicas read since the last `release`
 
     def read(
         self,
@@ -45,7 +45,7 @@ class Standins:
                 continue
             if read.failure is not None:
                 continue
-            self.used.add(reader.node)
+            self._used.add(reader.node)
             rows = [replace(r, state=REPLICA) if r.state == OK else r for r in read.rows]
             return replace(read, server=replace(read.server, reads_for=primary), rows=rows)
         return None
@@ -55,27 +55,27 @@ class Standins:
         for address in replicas:
             reader = self._reader(address)
             try:
-                found = find_queues(reader.client, self.root, QUEUE_SETS)
+                found = find_queues(reader.client, self._root, QUEUE_SETS)
             except redis.RedisError:
                 continue
-            self.used.add(reader.node)
+            self._used.add(reader.node)
             return found
         return None
 
     def release(self) -> None:
         """Close the readers not used since the last release."""
-        for name in [n for n in self.readers if n not in self.used]:
-            self.readers.pop(name).client.close()
-        self.used = set()
+        for name in [n for n in self._readers if n not in self._used]:
+            self._readers.pop(name).client.close()
+        self._used = set()
 
     def close(self) -> None:
-        self.used = set()
+        self._used = set()
         self.release()
 
     def _reader(self, address: Address) -> NodeReader:
         name = name_of(address)
-        if name not in self.readers:
-            cluster = self.connection.topology.mode is TopologyMode.CLUSTER
-            client = self.connection.client(address)
-            self.readers[name] = NodeReader(name, client, self.root, readonly=cluster)
-        return self.readers[name]
+        if name not in self._readers:
+            cluster = self._connection.topology.mode is TopologyMode.CLUSTER
+            client = self._connection.client(address)
+            self._readers[name] = NodeReader(name, client, self._root, readonly=cluster)
+        return self._readers[name]

@@ -162,7 +162,7 @@ def run(
     )
     try:
         if view.once:
-            return _once(top, view, say)
+            return _once(top, settings.connection, view, say)
         _live(top, view)
     except KeyboardInterrupt:
         pass
@@ -171,12 +171,12 @@ def run(
     return EXIT_OK
 
 
-def _once(top: Top, view: ViewOptions, say: Callable[[str], None]) -> int:
+def _once(top: Top, connection: Connection, view: ViewOptions, say: Callable[[str], None]) -> int:
     screen = top.refresh()
     time.sleep(view.interval)  # two reads: the rates need both
     screen = top.refresh()
     if not screen.answered and screen.failures:
-        raise NothingRead.of(top.connection, screen.failures[0])
+        raise NothingRead.of(connection, screen.failures[0])
     width = shutil.get_terminal_size((120, 40)).columns
     say(as_json(screen, view.interval) if view.json else plain_text(screen, view.interval, width))
     return EXIT_OK
@@ -191,7 +191,7 @@ def _live(top: Top, view: ViewOptions) -> None:
                 live.update(renderable(screen, view.interval), refresh=True)
                 if view.fit:
                     size = shutil.get_terminal_size((100, 40))
-                    top.rows = rows_for(screen, size.lines, size.columns, view.interval)
+                    top.resize(rows_for(screen, size.lines, size.columns, view.interval))
                 time.sleep(view.interval)
     except OSError as exc:
         if exc.errno not in HUNG_UP:

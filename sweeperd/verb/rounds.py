@@ -31,19 +31,19 @@ class Packed:
     same round after round. One per node; at most PACKED_MAX commands kept."""
 
     def __init__(self) -> None:
-        self.commands: dict[tuple[str, QueueKeys], tuple[Call, bytes]] = {}
+        self._commands: dict[tuple[str, QueueKeys], tuple[Call, bytes]] = {}
 
     def __call__(self, executor: Executor, call: Call) -> bytes:
         key = (executor.script.sha, call.keys)
-        found = self.commands.get(key)
+        found = self._commands.get(key)
         if found is not None and found[0] == call:
             return found[1]
         command = resp(
             executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
         )
-        if len(self.commands) >= PACKED_MAX:
-            self.commands.clear()
-        self.commands[key] = (call, command)
+        if len(self._commands) >= PACKED_MAX:
+            self._commands.clear()
+        self._commands[key] = (call, command)
         return command
 
 
@@ -126,33 +126,33 @@ class InFlight:
     """
 
     def __init__(self, client: redis.Redis, executor: Executor, call: Call) -> None:
-        self.client = client
-        self.executor = executor
+        self._client = client
+        self._executor = executor
         self.call = call
-        self.connection: Connection | None = None
-        self.error: Exception | None = None
+        self._connection: Connection | None = None
+        self._error: Exception | None = None
         args = executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
         try:
-            self.connection = client.connection_pool.get_connection()
-            self.connection.send_command(*args)  # type: ignore[no-untyped-call]
+            self._connection = client.connection_pool.get_connection()
+            self._connection.send_command(*args)  # type: ignore[no-untyped-call]
         except Exception as exc:  # raised by result(), where a failed call is handled
-            self.error = exc
+            self._error = exc
 
     def result(self) -> CallResult:
         """The call's result; a connection failure raises (the node is down), a NOSCRIPT is
         answered by loading the script and sending the call again (it wrote nothing)."""
         raw = self.reply()
         if _lost(raw):
-            self.executor.prepare(self.client)
-            return sweep_round(self.client, self.executor, [self.call])[0]
-        return named(result_of(self.call, raw), self.executor, user_of(self.client))
+            self._executor.prepare(self._client)
+            return sweep_round(self._client, self._executor, [self.call])[0]
+        return named(result_of(self.call, raw), self._executor, user_of(self._client))
 
     def reply(self) -> object:
         """The call's reply as read, or the error it got; a connection failure raises."""
-        connection = self.connection
+        connection = self._connection
         try:
-            if self.error is not None or connection is None:
-                raise self.error or redis.ConnectionError("the call was never sent")
+            if self._error is not None or connection is None:
+                raise self._error or redis.ConnectionError("the call was never sent")
             try:
                 return connection.read_response()
             except ERROR_REPLIES as exc:
@@ -163,4 +163,4 @@ class InFlight:
             raise
         finally:
             if connection is not None:
-                self.client.connection_pool.release(connection)
+                self._client.connection_pool.release(connection)

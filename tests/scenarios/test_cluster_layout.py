@@ -9,6 +9,7 @@ from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pytest
+import redis
 from redis.crc import key_slot
 from structlog.testing import capture_logs
 
@@ -150,4 +151,5 @@ class TestStop:
         stopper.join(10)
         assert not (reader.is_alive() or stopper.is_alive())
         assert raised == []
-        assert source.closed and source.clients == {}
+        with pytest.raises(redis.ConnectionError, match="the slot map's source is closed"):
+            source.read()

@@ -130,7 +130,7 @@ class TestDiscovery:
             ("redis_up", None),
             ("queues_discovered", ["found"]),
         ]
-        assert daemon.queues.swept == {"fixed", "found"}
+        assert daemon.queues.sweeping() == {"fixed", "found"}
         assert value(daemon, "sweeperd_known_queues") == 2
         assert value(daemon, "sweeperd_recovered_total", queue="found") == 0
         assert node_of(daemon).up is True
@@ -174,7 +174,7 @@ class TestDiscovery:
             daemon.discover()
             daemon.discover()
         assert [e["event"] for e in logs] == ["redis_down"]
-        assert daemon.queues.discovered.keys() == {"found"} and node_of(daemon).up is False
+        assert daemon.queues.sweeping() == {"fixed", "found"} and node_of(daemon).up is False
 
     def test_a_drained_queue_keeps_its_series_for_an_hour(
         self, r: redis.Redis, daemon: Daemon, clock: Clock
@@ -187,13 +187,13 @@ class TestDiscovery:
         r.delete(QueueKeys("found").active)  # drained: EchoMQ's last lease left
         clock.now += DISCOVERED_TTL_S
         daemon.discover()
-        assert daemon.queues.swept == {"fixed", "found"}
+        assert daemon.queues.sweeping() == {"fixed", "found"}
         assert value(daemon, "sweeperd_sweep_failures_total", queue="found", reason="timeout") == 1
         clock.now += 1.0
         with capture_logs() as logs:
             daemon.discover()
         assert [(e["event"], e.get("dropped")) for e in logs] == [("queues_discovered", ["found"])]
-        assert daemon.queues.swept == {"fixed"}
+        assert daemon.queues.sweeping() == {"fixed"}
         assert value(daemon, "sweeperd_recovered_total", queue="found") is None
 
 

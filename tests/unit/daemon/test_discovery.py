@@ -38,9 +38,13 @@ class TestDiscovery:
     ) -> None:
         """A user without SCAN: the scan finds nothing new, the node stays up, and the warning
         names SCAN and the rule that grants it."""
-        lease(r, QueueKeys("found"), b"a", PAST_MS, attempts=1)
+        lease(r, QueueKeys("before"), b"a", PAST_MS, attempts=1)
         discovery = Discovery(lambda: [scout], "emq", doubt=lambda: None)
-        discovery.found_on = {"n:1": {"before"}}
+        r.execute_command("ACL", "SETUSER", USER, "+scan")  # type: ignore[no-untyped-call]
+        assert discovery.scan() == {"before"}
+        r.execute_command("ACL", "SETUSER", USER, "-scan")  # type: ignore[no-untyped-call]
+        r.delete(QueueKeys("before").active)
+        lease(r, QueueKeys("found"), b"a", PAST_MS, attempts=1)
         with capture_logs() as logs:
             assert discovery.scan() == {"before"}
         [failed] = logs

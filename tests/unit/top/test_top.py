@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from sweeperd.commands import once
-from sweeperd.constants import ExecutorChoice
+from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, ExecutorChoice
 from sweeperd.keyspace import QueueKeys, members_key
 from sweeperd.ownership import owner
 from sweeperd.server.connection import Connection
@@ -59,16 +59,22 @@ def populate(r: redis.Redis) -> None:
 
 
 def viewer(
-    server: RedisServer, queues: tuple[str, ...] = (), rows: int = 10, **options: float
+    server: RedisServer,
+    queues: tuple[str, ...] = (),
+    rows: int = 10,
+    clock: Clock | None = None,
+    **options: float,
 ) -> Top:
     connection = Connection.checked(server.url, None, 5.0)
-    return Top(connection, "emq", queues, rows, Clock(1_000_000.0), **options)
+    return Top(connection, "emq", queues, rows, clock or Clock(1_000_000.0), **options)
 
 
-def bursts(r: redis.Redis, view: Top, seconds: int) -> list[float | None]:
+def bursts(
+    r: redis.Redis, server: RedisServer, seconds: int, window: float = DEFAULT_TOP_RATE_WINDOW_S
+) -> list[float | None]:
     """queue q's recovered/s read every second while a daemon recovers 921 leases every 3 s."""
-    clock = view.clock
-    assert isinstance(clock, Clock)
+    clock = Clock(1_000_000.0)
+    view = viewer(server, ("q",), clock=clock, window=window)
     rates = []
     for second in range(seconds):
         if second and second % 3 == 0:
@@ -201,12 +207,12 @@ class TestTopRates:
             lease(r, keys, f"ok{n}".encode(), attempts=1, stalled=0, lease_epoch=epoch)
         for n in range(4):
             lease(r, keys, f"die{n}".encode(), attempts=1, stalled=2, lease_epoch=epoch)
-        view = viewer(redis_server, ("q",))
-        clock = view.clock
-        assert isinstance(clock, Clock)
+        clock = Clock(1_000_000.0)
+        view = viewer(redis_server, ("q",), clock=clock)
         first = view.refresh().rows[0]
         assert (first.expired, first.recovered_per_s, first.dead_per_s) == (10, None, None)
-        client = view.connection.client()  # as sweeperd connects: raw replies
+        # raw replies, as sweeperd connects
+        client = Connection.checked(redis_server.url, None, 5.0).client()
         result = once.sweep(
             client,
             choose(client, ExecutorChoice.AUTO),
@@ -225,14 +231,14 @@ class TestTopRates:
     def test_steady_over_the_window(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """A daemon recovering 921 leases every 3 s, read every second, reads as a steady
         307.0/s once the default window (15 s) is full, never 0 between its sweeps."""
-        rates = bursts(r, viewer(redis_server, ("q",)), 31)
+        rates = bursts(r, redis_server, 31)
         assert rates[0] is None
         assert rates[15:] == [307.0] * 16
         assert all(rate is not None and rate > 0 for rate in rates[3:])
 
     def test_window_option(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """A 6 s window is full after 6 reads: the same sweeps read as 307.0/s from then on."""
-        rates = bursts(r, viewer(redis_server, ("q",), window=6.0), 13)
+        rates = bursts(r, redis_server, 13, window=6.0)
         assert rates[6:] == [307.0] * 7
 
     def test_once_has_rates(self, r: redis.Redis, redis_server: RedisServer) -> None:
@@ -320,11 +326,10 @@ class TestTopOutage:
         read again (zeros), their rates started again, the server marked RESTARTED."""
         with own_server.client() as c:
             populate(c)
-        view = viewer(own_server)
+        clock = Clock(1_000_000.0)
+        view = viewer(own_server, clock=clock)
         try:
             view.refresh()
-            clock = view.clock
-            assert isinstance(clock, Clock)
             own_server.stop()
             clock.now += 1.0
             assert {row.state for row in view.refresh().rows} == {"stale"}
@@ -432,9 +437,10 @@ class TestTopWidth:
         fill(r, keys.active, 123_456, 1000)
         fill(r, keys.pending, 54_321, 0)
         live_members(r, "sweeperd-6d5f9c7b8-x2kq9", "sweeperd-6d5f9c7b8-ab3cd")
-        view = viewer(redis_server)
+        clock = Clock(1_000_000.0)
+        view = viewer(redis_server, clock=clock)
         view.refresh()
-        view.clock.now += 1.0  # type: ignore[attr-defined]
+        clock.now += 1.0
         text = plain_text(view.refresh(), 1.0, width)
         lines = text.splitlines()
         assert max(len(line) for line in lines) <= width, text
