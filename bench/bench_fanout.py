@@ -82,7 +82,7 @@ def scrape(daemon: DaemonProcess) -> str:
 
 
 def sweeps(text: str) -> float:
-    """sweeperd_sweeps_total summed over its series (per node or per queue)."""
+    """sweeperd_sweeps_total summed over its series (per node, or per queue and node)."""
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -69,7 +69,16 @@ def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> S
 
 
 def value(daemon: Daemon, name: str, queue: str) -> int:
-    return int(daemon.metrics.registry.get_sample_value(name, {"queue": queue}) or 0)
+    """The queue's count, summed over the nodes that took its calls (at full its ghosts are
+    per queue and node)."""
+    return int(
+        sum(
+            sample.value
+            for family in daemon.metrics.sweep.collect()
+            for sample in family.samples
+            if sample.name == name and sample.labels.get("queue") == queue
+        )
+    )
 
 
 def swept(daemon: Daemon) -> Swept:

@@ -334,8 +334,8 @@ OPTIONS: dict[str, Option] = {
             "basic|full",
             (RUN,),
             "Series per queue: basic, what an operator needs (6, and one per failure reason "
-            "seen); full adds sweeps, ghosts, durations, recovery delays and set sizes per "
-            "queue (32).",
+            "seen); full adds set sizes, and sweeps, ghosts, durations and recovery delays per "
+            "node the queue is swept on (32 on one node, 22 more per other node).",
             QueueMetrics.BASIC.value,
             parse=coercers.choice_of(QueueMetrics),
         ),

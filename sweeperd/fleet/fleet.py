@@ -160,8 +160,8 @@ class Fleet:
 
     def apply(self, layout: Layout) -> bool:
         """A layout read: a member for each primary new to it (inheriting the epoch of the one
-        whose slots it took over), the members of the primaries gone dropped; whether slots
-        changed hands."""
+        whose slots it took over), the members of the primaries gone dropped, the queues' routes
+        given to the numbers; whether slots changed hands."""
         with self._lock:
             old = self._routes.layout
             added = [name for name in layout.primaries if name not in self._members]
@@ -174,6 +174,8 @@ class Fleet:
             for name in gone:
                 self._drop(self._members.pop(name))
             self._routes = Routes(layout, self._slots, self._members.keys())
+            if layout != old:  # the queues' nodes, for their series on them (at full)
+                self._metrics.numbers.route_by(self._routes.owner)
             self._forget_retired(self._clock())
         if old is None or old == layout:
             return False

@@ -18,7 +18,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from sweeperd.constants import ACTIVE, DEAD, PENDING, QueueMetrics
+from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.metrics.families import COUNTER, FAMILIES, Described
 from sweeperd.metrics.numbers import Durations, SweepNumbers, Totals
 
@@ -89,10 +89,11 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
         "sweeperd_oldest_expired_age_seconds",
         [(q.label, q.values, age) for q in queues if (age := q.oldest_expired_age) is not None],
     )
-    # Sweeps, ghosts, durations and delays: the node's totals, or each queue's with full.
-    full = numbers.level is QueueMetrics.FULL
-    owners: Sequence[Totals] = queues if full else nodes
-    by = ("queue",) if full else ("node",)
+    # Sweeps, ghosts, durations and delays: the node's totals, or with full each queue's on
+    # each node (sum by node or by queue reads the same at either level).
+    full = numbers.full
+    owners: Sequence[Totals] = [t for q in queues for t in list(q.on.values())] if full else nodes
+    by = ("queue", "node") if full else ("node",)
     yield _family("sweeperd_sweeps", ((o.label, o.values, o.sweeps) for o in owners), by)
     yield _family("sweeperd_ghosts_removed", ((o.label, o.values, o.ghosts) for o in owners), by)
     yield HistogramFamily(

@@ -86,33 +86,34 @@ FAMILIES = _table(
         "recovery runs (0 when nothing was expired).",
         ("queue",),
     ),
-    # Per node, or per queue with --queue-metrics full: the labels say "node" here.
+    # Per node, or per queue and node with --queue-metrics full: the labels here are basic's.
     Described(
         "sweeperd_sweeps",
         COUNTER,
         "EMQ.STALLED.CHECK calls sent (or their Lua port), failed ones included; per node, or "
-        "per queue with --queue-metrics full.",
+        "per queue and node with --queue-metrics full.",
         ("node",),
     ),
     Described(
         "sweeperd_ghosts_removed",
         COUNTER,
         "Ids removed from the active set that had no job row (listed nowhere by the verb); per "
-        "node, or per queue with --queue-metrics full.",
+        "node, or per queue and node with --queue-metrics full.",
         ("node",),
     ),
     Described(
         "sweeperd_sweep_duration_seconds",
         HISTOGRAM,
         "Wall time of one scheduled tick of one queue (the drain's calls are not in it); per "
-        "node, or per queue with --queue-metrics full.",
+        "node, or per queue and node with --queue-metrics full.",
         ("node",),
     ),
     Described(
         "sweeperd_recovery_delay_seconds",
         HISTOGRAM,
         "How long after its deadline each call took its oldest lease, on the server's clock: "
-        "how late expired leases come back; per node, or per queue with --queue-metrics full.",
+        "how late expired leases come back; per node, or per queue and node with "
+        "--queue-metrics full.",
         ("node",),
     ),
     # With --queue-metrics full only.

@@ -1,18 +1,20 @@
-"""What the sweeps did, per queue and per node, kept as plain numbers: the ledger writes them
-(an event costs a few additions, not a labelled child per series), a scrape reads them."""
+"""What the sweeps did, per queue and per node (with --queue-metrics full, per queue on each node
+too), kept as plain numbers: the ledger writes them (an event costs a few additions, not a
+labelled child per series), a scrape reads them."""
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from sweeperd.constants import QueueMetrics
 from sweeperd.reasons import Reason
 from sweeperd.verb.replies import CallResult, SweepReply
 
-# One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds.
-DURATION_BUCKETS_S = (1e-3, 5e-3, 0.025, 0.1, 0.5, 2.5, 10.0)  # few: full has a set per queue
+# One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds. Few
+# buckets: full has a histogram per queue on each node.
+DURATION_BUCKETS_S = (1e-3, 5e-3, 0.025, 0.1, 0.5, 2.5, 10.0)
 # How long after its deadline a lease was taken: a round trip when swept at its deadline, up to
 # the interval when swept at its interval, longer while a backlog drains.
 DELAY_BUCKETS_S = (5e-3, 0.025, 0.05, 0.25, 1.0, 5.0, 60.0)
@@ -45,31 +47,26 @@ class Durations:
 
 
 class Totals:
-    """What a node and a queue both count (sweeps, ghosts, durations, recovery delays: per node
-    at basic, per queue at full), and how their samples are labelled."""
+    """What a node counts, and with --queue-metrics full a queue on each node: sweeps, ghosts,
+    durations and recovery delays, with its samples' labels (escaped once)."""
 
-    __slots__ = ("delays", "durations", "ghosts", "label", "name", "sweeps", "values")
+    __slots__ = ("delays", "durations", "ghosts", "label", "sweeps", "values")
 
-    def __init__(self, label: str, name: str) -> None:
-        self.name = name
-        self.label = f'{label}="{escaped(name)}"'  # the sample's labels, escaped once
-        self.values = (name,)  # and as the library's families take them
+    def __init__(self, label: str, values: tuple[str, ...]) -> None:
+        self.label = label  # the sample's labels, as the text writes them
+        self.values = values  # and as the library's families take them
         self.sweeps = 0
         self.ghosts = 0
         self.durations = Durations()
         self.delays = Durations(DELAY_BUCKETS_S)
 
 
-class NodeSeries(Totals):
-    """A node's totals of what is per queue only with --queue-metrics full."""
-
-    __slots__ = ()
-
-    def __init__(self, node: str) -> None:
-        super().__init__("node", node)
+def node_totals(node: str) -> Totals:
+    """A node's totals, labelled `node`."""
+    return Totals(f'node="{escaped(node)}"', (node,))
 
 
-class QueueSeries(Totals):
+class QueueSeries:
     """One queue's numbers: plain values, rendered as samples only when scraped."""
 
     __slots__ = (
@@ -79,14 +76,20 @@ class QueueSeries(Totals):
         "failed",
         "failures",
         "jobs",
+        "label",
         "last_success",
+        "name",
         "oldest_expired_age",
+        "on",
         "owned",
         "recovered",
+        "values",
     )
 
     def __init__(self, queue: str, *, owned: bool = True) -> None:
-        super().__init__("queue", queue)
+        self.name = queue
+        self.label = f'queue="{escaped(queue)}"'  # the sample's labels, escaped once
+        self.values = (queue,)  # and as the library's families take them
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
@@ -99,35 +102,47 @@ class QueueSeries(Totals):
         self.jobs: tuple[int, int, int] | None = None
         self.failed: int | None = None
         self.owned = owned  # False: not this replica's (yet): its state's gauges stay absent
+        # With full: its totals on each node it was routed to or called on, by node; one
+        # routed elsewhere since keeps its own (counters never go backwards).
+        self.on: dict[str, Totals] = {}
+
+    def at(self, node: str) -> Totals:
+        """The queue's totals on the node (with full), at zero on first use; call with the
+        lock held."""
+        found = self.on.get(node)
+        if found is None:
+            label = f'{self.label},node="{escaped(node)}"'
+            found = self.on[node] = Totals(label, (self.name, node))
+        return found
 
     def disown(self) -> None:
         """Not this replica's queue now: the numbers of its state are unknown here."""
         self.owned = False
         self.expired = self.oldest_expired_age = self.jobs = self.failed = None
 
-    def count(self, node: NodeSeries, result: CallResult, at: float) -> None:
-        """One call into the queue's and its node's numbers; call with the lock held."""
-        self.sweeps += 1
-        node.sweeps += 1
+    def count(self, totals: Sequence[Totals], result: CallResult, at: float) -> None:
+        """One call into the queue's numbers and the totals it counts in (its node's, and with
+        full the queue's on that node); call with the lock held."""
         depths = result.depths
-        if depths is not None and depths.delay_ms is not None:  # the call took leases
-            delay_s = depths.delay_ms / 1000
-            self.delays.add(delay_s)
-            node.delays.add(delay_s)
+        delay_s = None if depths is None or depths.delay_ms is None else depths.delay_ms / 1000
+        reply = result.reply
+        ghosts = reply.ghosts if isinstance(reply, SweepReply) and reply.taken else 0
+        for t in totals:
+            t.sweeps += 1
+            t.ghosts += ghosts
+            if delay_s is not None:  # the call took leases
+                t.delays.add(delay_s)
         if depths is not None and self.owned:  # a call that outlived the ownership: unknown
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
             self.jobs = (depths.active, depths.pending, depths.dead)
             self.failed = depths.failed or 0
-        reply = result.reply
         if isinstance(reply, SweepReply):
             if reply.taken:
                 recovered, dead, exempt = reply.sizes
                 self.recovered += recovered
                 self.dead += dead
                 self.exempt += exempt
-                self.ghosts += reply.ghosts
-                node.ghosts += reply.ghosts
             self.last_success = at
         else:
             self.failed_with(reply.reason)
@@ -142,9 +157,11 @@ class SweepNumbers:
 
     def __init__(self, level: QueueMetrics) -> None:
         self.level = level
+        self.full = level is QueueMetrics.FULL  # a queue's totals on each node are kept too
         self.lock = threading.Lock()  # held by writers; a scrape holds it only to list them
         self.queues: dict[str, QueueSeries] = {}
-        self.nodes: dict[str, NodeSeries] = {}
+        self.nodes: dict[str, Totals] = {}
+        self.owner: Callable[[str], str | None] = lambda _queue: None  # the fleet's routes
 
     def series(self, queue: str) -> QueueSeries:
         """The queue's numbers; call with the lock held. Only add_queue() makes a queue's
@@ -153,14 +170,19 @@ class SweepNumbers:
         found = self.queues.get(queue)
         return found if found is not None else QueueSeries(queue)
 
-    def node(self, node: str) -> NodeSeries:
+    def node(self, node: str) -> Totals:
         """The node's totals, created at zero on first use; call with the lock held."""
         found = self.nodes.get(node)
         if found is None:
-            found = self.nodes[node] = NodeSeries(node)
+            found = self.nodes[node] = node_totals(node)
         return found
 
-    def listed(self) -> tuple[list[QueueSeries], list[NodeSeries]]:
+    def totals(self, node: str, queue: QueueSeries) -> tuple[Totals, ...]:
+        """What a call of the queue on the node counts in: the node's totals, and with full the
+        queue's on that node; call with the lock held."""
+        return (self.node(node), queue.at(node)) if self.full else (self.node(node),)
+
+    def listed(self) -> tuple[list[QueueSeries], list[Totals]]:
         """The queues and nodes as they are now, for a scrape to read without the lock: each
         number is whole, but one that meets a call being counted may show part of it."""
         with self.lock:
@@ -171,7 +193,8 @@ class SweepNumbers:
         """One call at Unix time `at`: what it recovered, dead-lettered, exempted and removed
         as ghosts, or its failure, and the queue's numbers right after it."""
         with self.lock:
-            self.series(queue).count(self.node(node), result, at)
+            q = self.series(queue)
+            q.count(self.totals(node, q), result, at)
 
     def record_round(
         self,
@@ -188,18 +211,22 @@ class SweepNumbers:
         with self.lock:
             n = self.node(node)
             n.durations.observe(bucket, duration_s, len(results))
-            series = self.series
+            alone = (n,)
             for queue, result in zip(queues, results, strict=True):
-                q = series(queue)
-                q.durations.observe(bucket, duration_s)
-                q.count(n, result, at)
+                q = self.series(queue)
+                if self.full:
+                    on = q.at(node)
+                    on.durations.observe(bucket, duration_s)
+                    q.count((n, on), result, at)
+                else:
+                    q.count(alone, result, at)
 
     def record_failure(self, node: str, queue: str, reason: Reason) -> None:
         """One verb call that failed without a reply (the node was down, or the tick broke)."""
         with self.lock:
             q = self.series(queue)
-            q.sweeps += 1
-            self.node(node).sweeps += 1
+            for t in self.totals(node, q):
+                t.sweeps += 1
             q.failed_with(reason)
 
     def record_ticks(self, node: str, queues: Sequence[str], *, duration_s: float) -> None:
@@ -207,25 +234,43 @@ class SweepNumbers:
         bucket = bisect_left(DURATION_BUCKETS_S, duration_s)
         with self.lock:
             self.node(node).durations.observe(bucket, duration_s, len(queues))
-            for queue in queues:
-                self.series(queue).durations.observe(bucket, duration_s)
+            for queue in queues if self.full else ():
+                self.series(queue).at(node).durations.observe(bucket, duration_s)
 
     # Which queues and nodes have series.
     def add_node(self, node: str) -> None:
         """A node's sweeps and ghosts at 0 from the start."""
         with self.lock:
-            self.nodes.setdefault(node, NodeSeries(node))
+            self.node(node)
 
     def forget_node(self, node: str) -> None:
-        """Remove the totals of a node long gone (see Fleet.forget_retired)."""
+        """Remove the totals of a node long gone (see Fleet.forget_retired), and every queue's
+        on it."""
         with self.lock:
             self.nodes.pop(node, None)
+            for q in self.queues.values():
+                q.on.pop(node, None)
+
+    def route_by(self, owner: Callable[[str], str | None]) -> None:
+        """Where each queue is swept from now (the fleet's routes: a queue's node, None while
+        none serves it). With full, each queue's totals on its node are there at 0 from now;
+        those on a node it left stay."""
+        with self.lock:
+            self.owner = owner
+            for q in self.queues.values() if self.full else ():
+                self._routed(q)
+
+    def _routed(self, q: QueueSeries) -> None:
+        node = self.owner(q.name)
+        if node is not None:
+            q.at(node)
 
     def add_queue(self, queue: str, *, owned: bool = True) -> None:
         """The queue's counters at 0, so that rate() and increase() work from the start (and,
-        summed across replicas, whichever owns it); `owned` (this replica sweeps it) lets
-        its state's gauges appear with the first call that reads them. A queue already here
-        keeps its numbers, and is owned from now when `owned`.
+        summed across replicas, whichever owns it); with full, its totals on its node too, once
+        the route is known (route_by). `owned` (this replica sweeps it) lets its state's
+        gauges appear with the first call that reads them. A queue already here keeps its
+        numbers, and is owned from now when `owned`.
 
         Left out until then: the last-success timestamp until a call succeeds (0 would read
         as 1970), failures until one happens (eight reasons a queue would be eight series
@@ -234,9 +279,11 @@ class SweepNumbers:
         with self.lock:
             found = self.queues.get(queue)
             if found is None:
-                self.queues[queue] = QueueSeries(queue, owned=owned)
+                found = self.queues[queue] = QueueSeries(queue, owned=owned)
             elif owned:
                 found.owned = True
+            if self.full:
+                self._routed(found)
 
     def disown_queue(self, queue: str) -> None:
         """The queue is another replica's now (or nobody's, while the server is out of reach):

@@ -186,7 +186,9 @@ def assert_none_lost(cluster: Cluster, queue: str, ids: list[bytes], owner: Redi
         assert row.get(b"stalled") in (None, b"1"), (job, row)
 
 
-def daemon(tmp_path: Path, cluster: Cluster, executor: str, queue: str) -> DaemonProcess:
+def daemon(
+    tmp_path: Path, cluster: Cluster, executor: str, queue: str, *more: str
+) -> DaemonProcess:
     seed_url = cluster.seed_url(cluster.live()[0])
     return DaemonProcess(
         tmp_path,
@@ -198,6 +200,7 @@ def daemon(tmp_path: Path, cluster: Cluster, executor: str, queue: str) -> Daemo
         "--queue",
         queue,
         *FAST,
+        *more,
     )
 
 
@@ -212,14 +215,20 @@ class TestByHand:
     ) -> None:
         """Half a queue's rows moved, its leases then expired on the source: the daemon holds
         the queue (nothing taken, held counted and logged once) until the slot has moved, then
-        sweeps it on the target, every lease back exempt and none lost."""
+        sweeps it on the target, every lease back exempt and none lost; at --queue-metrics
+        full the queue's calls are counted on the node that took each, the source's kept."""
         source, target = two_primaries(fresh)
         slot = first_slot(fresh, source)
         queue = queue_in_slot(slot, f"hand-{executor}-")
         keys = QueueKeys(queue)
         ids = seed(source, queue, 400, now_ms() + FUTURE_OFFSET_MS)
-        with daemon(tmp_path, fresh, executor, queue) as d:
+        with daemon(tmp_path, fresh, executor, queue, "--queue-metrics", "full") as d:
             d.wait_swept(queue)
+            on_source = {"queue": queue, "node": source.node}
+            on_target = {"queue": queue, "node": target.node}
+            swept_on_source = d.value("sweeperd_sweeps_total", **on_source) or 0
+            assert swept_on_source >= 1
+            assert d.value("sweeperd_sweeps_total", **on_target) is None  # not its node yet
             begin_migration(slot, source, target)
             move_keys(source, target, [keys.job(i) for i in ids[::2]])
             with source.client() as s:
@@ -234,6 +243,10 @@ class TestByHand:
             assert d.value("sweeperd_dead_total", queue=queue) == 0
             assert d.value("sweeperd_ghosts_removed_total", node=source.node) == 0
             assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
+            kept = d.value("sweeperd_sweeps_total", **on_source) or 0
+            assert kept >= swept_on_source  # after the move too: counters never go backwards
+            assert (d.value("sweeperd_recovery_delay_seconds_count", **on_target) or 0) >= 1
+            assert d.value("sweeperd_recovery_delay_seconds_count", **on_source) == 0
             assert d.stop() == 0
         held_events = d.events("sweep_held")  # migrating; moved too if a call met the end
         assert [(e["queue"], e["node"]) for e in held_events] == [(queue, source.node)] * len(

@@ -26,12 +26,13 @@ def settings_for(url: str, **overrides: object) -> Settings:
 
 def in_process(settings: Settings, reload: Callable[[], Settings], clock: Clock) -> Daemon:
     """A daemon running `settings` that reloads what `reload` returns: no systemd notifier,
-    its metrics in a registry of its own."""
+    its metrics in a registry of its own, at the settings' --queue-metrics."""
+    level = settings.daemon.queue_metrics
     return Daemon(
         settings,
         reload,
         notifier=Notifier(None, None),
-        metrics=Metrics(CollectorRegistry(), version="test"),
+        metrics=Metrics(CollectorRegistry(), version="test", level=level),
         clock=clock,
     )
 

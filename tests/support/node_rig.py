@@ -23,6 +23,7 @@ from sweeperd.verb.sizing import FIRST_SIZE, CallSizer
 from tests.support.clock import Clock
 from tests.support.helpers import PAST_MS
 
+NODE = "n:1"  # the rig's node, as its series name it
 ALL_RECOVER = 2**62
 
 
@@ -57,13 +58,13 @@ class Rig:
         self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
         self.clock = clock or Clock()
         self.node = Node(
-            "n:1",
+            NODE,
             connect(url, socket_timeout=5.0),
             ExecutorChoice.AUTO,
             CallSizer(target_s, size),
             clock=self.clock,
         )
-        self.ledger = Ledger(self.metrics.numbers, "n:1")
+        self.ledger = Ledger(self.metrics.numbers, NODE)
         self.told: list[Outcome] = []  # what the drainer reported
         self.deadlines = Deadlines() if wakes else None
         self.drainer = Drainer(

@@ -50,7 +50,7 @@ class Documented:
     """A row of docs/metrics.md's "What's exported": a metric's type and level."""
 
     kind: str  # counter, gauge or histogram
-    level: str  # basic, full, or both (per node at basic, per queue at full)
+    level: str  # basic, full, or both (per node at basic, per queue and node at full)
 
 
 def documented_metrics() -> dict[str, Documented]:

@@ -202,15 +202,25 @@ class TestEvidenceAtStart:
 
     COUNTERS = ("sweeperd_recovered_total", "sweeperd_dead_total", "sweeperd_exempt_total")
     GAUGES = ("sweeperd_expired_leases", "sweeperd_oldest_expired_age_seconds")
+    SPLIT = (  # per queue and node at full
+        "sweeps_total",
+        "ghosts_removed_total",
+        "sweep_duration_seconds_count",
+        "recovery_delay_seconds_count",
+    )
 
+    @pytest.mark.parametrize("level", ["basic", "full"])
     @pytest.mark.parametrize("shard", ["on", "off"])
-    def test_a_server_down_at_start(self, clock: Clock, shard: str) -> None:
+    def test_a_server_down_at_start(self, clock: Clock, shard: str, level: str) -> None:
         """The server down from the start, sharing on (no heartbeat answered: it owns nothing
         yet) or off (it owns every queue, and every call fails): each configured queue's
-        counters exist at 0, its state's gauges are absent, never a 0 of a server never
-        read."""
+        counters exist at 0 (at full, its sweeps on the URL's node too: that route is known
+        before the server answers), its state's gauges are absent, never a 0 of a server
+        never read."""
         url = f"redis://127.0.0.1:{free_port()}/0"
-        settings = settings_for(url, queues=["a", "b"], shard=shard, socket_timeout="0.5")
+        settings = settings_for(
+            url, queues=["a", "b"], shard=shard, socket_timeout="0.5", queue_metrics=level
+        )
         daemon = make(settings, clock)
         try:
             daemon.fleet.refresh()
@@ -225,6 +235,10 @@ class TestEvidenceAtStart:
             assert [value(daemon, name, queue=queue) for name in self.GAUGES] == [None, None]
             reason = {"queue": queue, "reason": "connection"}
             assert value(daemon, "sweeperd_sweep_failures_total", **reason) == failures
+            on = {"queue": queue, "node": settings.connection.node}
+            split = [value(daemon, f"sweeperd_{name}", **on) for name in self.SPLIT]
+            calls = failures or 0  # each a sweep, and its tick's round trip a duration
+            assert split == ([calls, 0, calls, 0] if level == "full" else [None] * 4)
         assert value(daemon, "sweeperd_owned_queues") == (2 if shard == "off" else 0)
 
     def test_the_gauges_appear_with_the_first_read(

@@ -73,13 +73,17 @@ def seed_mixed(client: redis.Redis, keys: QueueKeys) -> None:
 
 class TestCounters:
     def test_counters_equal_the_keyspace(self, target: Target, workdir: Path) -> None:
-        """Recovered, dead and exempt counters equal what happened to the rows."""
+        """Recovered, dead and exempt counters equal what happened to the rows; at full the
+        ghost is counted on the queue and the node that took the call."""
         keys = QueueKeys("mixed")
         seed_mixed(target.client, keys)
         args = [*target.args("mixed"), "--max-stalled", "2", "--queue-metrics", "full"]
+        node = f"127.0.0.1:{target.server.port}"
         with DaemonProcess(workdir, *args) as daemon:
             daemon.wait_value("sweeperd_recovered_total", 5, queue="mixed")
             daemon.wait_value("sweeperd_queue_jobs", 5, queue="mixed", set="pending")
+            assert daemon.value("sweeperd_ghosts_removed_total", queue="mixed", node=node) == 1
+            assert (daemon.value("sweeperd_sweeps_total", queue="mixed", node=node) or 0) >= 1
             assert daemon.value("sweeperd_dead_total", queue="mixed") == 2
             assert daemon.value("sweeperd_exempt_total", queue="mixed") == 2
             assert daemon.value("sweeperd_queue_jobs", queue="mixed", set="dead") == 2

@@ -15,7 +15,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import connect
 from tests.support.clock import Clock
 from tests.support.helpers import PAST_MS, lease, run_id
-from tests.support.node_rig import Rig, queue, seed
+from tests.support.node_rig import NODE, Rig, queue, seed
 from tests.support.servers import RedisServer
 
 
@@ -38,7 +38,7 @@ class TestDrain:
         assert not rig.drainer.is_draining("big")
         assert (r.zcard(keys.active), r.zcard(keys.pending)) == (0, 3000)
         assert rig.value("sweeperd_recovered_total", queue="big") == 3000
-        assert rig.value("sweeperd_sweeps_total", queue="big") == 1 + calls
+        assert rig.value("sweeperd_sweeps_total", queue="big", node=NODE) == 1 + calls
         assert rig.value("sweeperd_expired_leases", queue="big") == 0
         assert rig.value("sweeperd_oldest_expired_age_seconds", queue="big") == 0
 
@@ -51,7 +51,7 @@ class TestDrain:
         rig.tick(queue("big"))
         assert rig.drainer.is_draining("big")
         rig.tick(queue("big"))
-        assert rig.value("sweeperd_sweeps_total", queue="big") == 1
+        assert rig.value("sweeperd_sweeps_total", queue="big", node=NODE) == 1
 
     def test_backlogged_queues_take_turns(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """Two backlogged queues alternate, one call each, until both are drained."""
@@ -62,10 +62,10 @@ class TestDrain:
         rig.tick(queue("a", limit=50), queue("b", limit=50))
         order = []
         while True:
-            before = [rig.value("sweeperd_sweeps_total", queue=n) for n in ("a", "b")]
+            before = [rig.value("sweeperd_sweeps_total", queue=n, node=NODE) for n in ("a", "b")]
             if rig.drainer.step() is None:
                 break
-            after = [rig.value("sweeperd_sweeps_total", queue=n) for n in ("a", "b")]
+            after = [rig.value("sweeperd_sweeps_total", queue=n, node=NODE) for n in ("a", "b")]
             order.append("ab"[[x != y for x, y in zip(before, after, strict=True)].index(True)])
         assert "".join(order) == "abababab"  # 50 a call: 4 more each after the tick's 50
 
@@ -93,7 +93,7 @@ class TestDrain:
         rig.tick(queue("grim", max_stalled=1))
         rig.drain()
         assert rig.value("sweeperd_dead_total", queue="grim") == 300
-        assert rig.value("sweeperd_ghosts_removed_total", queue="grim") == 40
+        assert rig.value("sweeperd_ghosts_removed_total", queue="grim", node=NODE) == 40
         assert r.hget(keys.metrics_failed, "count") == b"300"
         assert r.zcard(keys.active) == 0
 
@@ -237,7 +237,7 @@ class TestTicksDuringADrain:
             rig.drainer.stop(5.0)
         assert len(durations) >= 10, "the drain ended before the ticks could be timed"
         assert r.zcard(QueueKeys("small").active) == 0
-        assert rig.value("sweeperd_sweeps_total", queue="small") == len(durations)
+        assert rig.value("sweeperd_sweeps_total", queue="small", node=NODE) == len(durations)
         assert sorted(durations)[len(durations) // 2] < 0.05, durations
 
     def test_an_unexpected_error_gives_the_queues_back_to_their_ticks(
@@ -287,4 +287,4 @@ class TestTicksDuringADrain:
         assert r.zcard(keys.active) > 0
         assert rig.value("sweeperd_recovered_total", queue="q") == r.zcard(keys.pending)
         calls = r.info("commandstats")["cmdstat_evalsha"]["calls"]
-        assert rig.value("sweeperd_sweeps_total", queue="q") == calls
+        assert rig.value("sweeperd_sweeps_total", queue="q", node=NODE) == calls

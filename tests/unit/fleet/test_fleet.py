@@ -21,7 +21,7 @@ from sweeperd.server.topology import Layout, slot_of
 from tests.support.clock import Clock
 from tests.support.daemon_inprocess import settings_for
 from tests.support.helpers import lease, server_ms
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, free_port
 
 B = "10.0.0.2:6379"
 
@@ -63,6 +63,53 @@ class TestRetired:
             assert [(s.name, s.restarts) for s in fleet.states()] == [(B, 0)]
             assert set(metrics.numbers.nodes) == {B}
             fleet.stop(0.1)
+
+
+class TestSeriesOnTheirNode:
+    """With --queue-metrics full, each queue's sweeps, ghosts and histograms are there at 0 on
+    its node as soon as the fleet knows the route."""
+
+    def value(self, metrics: Metrics, queue: str, node: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "sweeperd_sweeps_total", {"queue": queue, "node": node}
+        )
+
+    def test_a_standalone_server_down_is_the_queues_node(self) -> None:
+        """Standalone: the URL's server is the node before it ever answers."""
+        settings = settings_for(f"redis://127.0.0.1:{free_port()}/0")
+        metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
+        metrics.numbers.add_queue("q")
+        fleet = Fleet(settings.connection, metrics, tuning(settings), report=lambda _: None)
+        assert self.value(metrics, "q", settings.connection.node) is None
+        fleet.refresh()
+        assert self.value(metrics, "q", settings.connection.node) == 0
+        fleet.stop(0.1)
+
+    def test_a_migrated_queue_has_a_series_on_each_node(self) -> None:
+        """Cluster: each queue is at 0 on the primary of its slot in the map read; a slot that
+        moves gives its queue a second series on its new primary, the first one kept."""
+        settings = settings_for("redis://127.0.0.1:7000/0")
+        metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
+        names = [f"q{n}" for n in range(20)]
+        for name in names:
+            metrics.numbers.add_queue(name)
+        fleet = Fleet(settings.connection, metrics, tuning(settings), report=lambda _: None)
+        layout = TestRoutes().layout()
+        fleet.apply(layout)
+        home = {n: layout.owner(slot_of(QueueKeys(n).active)) or "" for n in names}
+        assert set(home.values()) == {"a:1", "b:1"}
+        for name in names:
+            assert [self.value(metrics, name, node) for node in ("a:1", "b:1")] == [
+                0 if home[name] == node else None for node in ("a:1", "b:1")
+            ]
+        moved = next(n for n in names if home[n] == "a:1")
+        owners = tuple(
+            "b:1" if slot == slot_of(QueueKeys(moved).active) else owner
+            for slot, owner in enumerate(layout.owners or ())
+        )
+        fleet.apply(Layout(layout.primaries, owners))
+        assert [self.value(metrics, moved, node) for node in ("a:1", "b:1")] == [0, 0]
+        fleet.stop(0.1)
 
 
 class TestRoutes:
@@ -116,8 +163,10 @@ class TestWakes:
         made.apply(Layout({server.node: ("127.0.0.1", server.port)}))
         return made, metrics
 
-    def sweeps(self, metrics: Metrics, queue: str) -> float | None:
-        return metrics.registry.get_sample_value("sweeperd_sweeps_total", {"queue": queue})
+    def sweeps(self, metrics: Metrics, queue: str, node: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "sweeperd_sweeps_total", {"queue": queue, "node": node}
+        )
 
     def test_only_a_queue_still_swept_here_is_woken(self, server_kind: str, tmp_path: Path) -> None:
         """Two queues armed by a sweep: the one forgotten (another replica's now) has no wake
@@ -132,7 +181,7 @@ class TestWakes:
             assert at is not None
             fleet.forget("b")
             fleet.wake(at + 5, lambda name: queue(name) if name == "a" else None)
-            assert [self.sweeps(metrics, n) for n in ("a", "b", "c")] == [2, 1, 1]
+            assert [self.sweeps(metrics, n, server.node) for n in ("a", "b", "c")] == [2, 1, 1]
             fleet.stop(0.1)
 
     def test_a_queue_whose_slot_moved_is_not_woken_on_its_old_primary(
@@ -153,7 +202,8 @@ class TestWakes:
                 Layout({server.node: ("127.0.0.1", server.port), B: ("10.0.0.2", 6379)}, owners)
             )
             fleet.wake(at + 5, queue)
-            assert self.sweeps(metrics, "a") == 1
+            assert self.sweeps(metrics, "a", server.node) == 1
+            assert self.sweeps(metrics, "a", B) == 0  # there at 0 from the layout that moved it
             assert (
                 metrics.registry.get_sample_value(
                     "sweeperd_sweep_failures_total", {"queue": "a", "reason": "connection"}

@@ -14,7 +14,7 @@ from sweeperd.fleet.node import Node
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import connect
 from tests.support.helpers import lease, server_ms
-from tests.support.node_rig import Rig, queue, seed
+from tests.support.node_rig import NODE, Rig, queue, seed
 from tests.support.servers import RedisServer
 
 A, B = QueueKeys("a"), QueueKeys("b")
@@ -87,7 +87,7 @@ class TestTickGhosts:
         assert (swept["a"]["log_level"], swept["a"]["ghosts"]) == ("warning", 2)
         assert swept["a"]["ghost_ids"] == ["lost-1", "lost-2"]
         assert swept["b"]["log_level"] == "info" and "ghost_ids" not in swept["b"]
-        assert rig.value("sweeperd_ghosts_removed_total", queue="a") == 2  # full: per queue
+        assert rig.value("sweeperd_ghosts_removed_total", queue="a", node=NODE) == 2
 
 
 def calls(r: redis.Redis, command: str) -> int:

@@ -26,6 +26,7 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply
 
 NODE = "h:6379"
+OTHER = "h:6380"  # a second primary, where a queue goes after a failover or a migration
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 Samples = set[tuple[str, tuple[tuple[str, str], ...], float]]
 
@@ -99,6 +100,26 @@ def swept(m: Metrics, queue: str = "q") -> None:
     m.numbers.record_ticks(NODE, [queue], duration_s=0.002)
 
 
+# The families per node at basic, per queue and node at full.
+SPLIT = (
+    "sweeperd_sweeps_total",
+    "sweeperd_ghosts_removed_total",
+    "sweeperd_sweep_duration_seconds",
+    "sweeperd_recovery_delay_seconds",
+)
+
+
+def by_node(m: Metrics) -> dict[tuple[str, str, str], float]:
+    """The SPLIT samples summed by node (and bucket): what `sum by (node, le)` reads."""
+    sums: dict[tuple[str, str, str], float] = {}
+    for name, labels, number in samples(m.registry.collect()):
+        if name.startswith(SPLIT):
+            found = dict(labels)
+            key = (name, found["node"], found.get("le", ""))
+            sums[key] = sums.get(key, 0) + number
+    return sums
+
+
 def per_queue(m: Metrics, queue: str = "q") -> int:
     """How many series carry the queue's label."""
     return sum(1 for _, labels, _ in samples(m.registry.collect()) if ("queue", queue) in labels)
@@ -160,10 +181,12 @@ class TestRecord:
         assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 5
 
     def test_record_reply_full(self, full: Metrics) -> None:
-        """With full metrics the sweeps and ghosts are the queue's own series."""
+        """With full metrics the sweeps and ghosts are the queue's on the node that took the
+        call, labelled with both (no series has the queue or the node alone)."""
         full.numbers.record(NODE, "q", result(reply(ghosts=5)), 1.0)
-        assert value(full, "sweeperd_sweeps_total", queue="q") == 1
-        assert value(full, "sweeperd_ghosts_removed_total", queue="q") == 5
+        assert value(full, "sweeperd_sweeps_total", queue="q", node=NODE) == 1
+        assert value(full, "sweeperd_ghosts_removed_total", queue="q", node=NODE) == 5
+        assert value(full, "sweeperd_sweeps_total", queue="q") is None
         assert value(full, "sweeperd_sweeps_total", node=NODE) is None
 
     def test_record_failed_call(self, m: Metrics) -> None:
@@ -219,9 +242,10 @@ class TestRecord:
         assert value(full, "sweeperd_recovered_total", queue="a") == 1
         assert value(full, "sweeperd_sweep_failures_total", queue="b", reason="lane") == 1
         for queue in ("a", "b"):
-            assert value(full, "sweeperd_sweeps_total", queue=queue) == 1
-            assert value(full, "sweeperd_sweep_duration_seconds_count", queue=queue) == 1
-            assert value(full, "sweeperd_sweep_duration_seconds_sum", queue=queue) == 0.002
+            on = {"queue": queue, "node": NODE}
+            assert value(full, "sweeperd_sweeps_total", **on) == 1
+            assert value(full, "sweeperd_sweep_duration_seconds_count", **on) == 1
+            assert value(full, "sweeperd_sweep_duration_seconds_sum", **on) == 0.002
 
     def test_record_ticks_basic(self, m: Metrics) -> None:
         """At the basic level a tick of n queues is n observations of the node's histogram."""
@@ -258,9 +282,9 @@ class TestRecord:
         full.numbers.add_queue("a")
         full.numbers.record(NODE, "a", result(reply(recovered=1), depths(delay_ms=3.6e6)), 1.0)
         delay = "sweeperd_recovery_delay_seconds"
-        assert value(full, f"{delay}_bucket", queue="a", le="60.0") == 0
-        assert value(full, f"{delay}_bucket", queue="a", le="+Inf") == 1
-        assert value(full, f"{delay}_sum", queue="a") == 3600
+        assert value(full, f"{delay}_bucket", queue="a", node=NODE, le="60.0") == 0
+        assert value(full, f"{delay}_bucket", queue="a", node=NODE, le="+Inf") == 1
+        assert value(full, f"{delay}_sum", queue="a", node=NODE) == 3600
         assert value(full, f"{delay}_count", node=NODE) is None
 
     def test_state_of_the_nodes(self, m: Metrics) -> None:
@@ -313,14 +337,19 @@ class TestLevels:
         assert per_queue(m) == 7
 
     def test_full_series_per_queue(self, full: Metrics) -> None:
-        """full: 32 series per queue once a call read it, one more per failure reason seen;
-        25 before (the counters and the two histograms)."""
+        """full: 32 series per queue on one node once a call read it, one more per failure
+        reason seen, 22 more per other node it was on; 25 before, from when its node is known
+        (the counters, sweeps, ghosts and the two histograms), basic's 3 counters until then."""
         full.numbers.add_queue("q")
+        assert per_queue(full) == 3
+        full.numbers.route_by(lambda _queue: NODE)
         assert per_queue(full) == 25
         full.numbers.record(NODE, "q", result(reply(), depths()), 1.0)
         assert per_queue(full) == 32
         full.numbers.record(NODE, "q", result(Reason.LANE), 2.0)
         assert per_queue(full) == 33
+        full.numbers.route_by(lambda _queue: OTHER)  # failed over, or its slot migrated
+        assert per_queue(full) == 33 + 22
 
     def test_basic_series_per_node(self, m: Metrics) -> None:
         """basic: the node has 22 series for what full keeps per queue (sweeps, ghosts, the
@@ -336,11 +365,20 @@ class TestLevels:
         }
         assert len([s for s in by_node if not s[0].startswith("sweeperd_redis_")]) == 22
 
-    def test_full_has_no_node_totals(self, full: Metrics) -> None:
-        """full: sweeps, ghosts and durations are per queue only (sums stay exact)."""
-        swept(full)
-        by_node = {s[0] for s in samples(full.registry.collect()) if ("node", NODE) in s[1]}
-        assert by_node == set()
+    def test_full_splits_by_queue_and_node(self, full: Metrics) -> None:
+        """full: every sample of sweeps, ghosts, durations and delays carries the queue and the
+        node, and summed by node they are basic's node totals of the same calls."""
+        basic = Metrics(CollectorRegistry(), version="1")
+        for metrics in (basic, full):
+            for queue in ("a", "b"):
+                swept(metrics, queue)
+            metrics.numbers.record(OTHER, "b", result(reply(ghosts=1), depths(delay_ms=7)), 2.0)
+        split = [s for s in samples(full.registry.collect()) if s[0].startswith(SPLIT)]
+        assert len(split) == 3 * 22  # a and b on NODE, b on OTHER
+        assert all({"queue", "node"} <= dict(labels).keys() for _, labels, _ in split)
+        assert by_node(full) == by_node(basic)
+        assert by_node(full)[("sweeperd_sweeps_total", NODE, "")] == 4
+        assert by_node(full)[("sweeperd_ghosts_removed_total", OTHER, "")] == 1
 
 
 class TestQueueLifecycle:
@@ -348,12 +386,16 @@ class TestQueueLifecycle:
         """add_queue makes every per-queue counter exist at 0 before anything happens; the
         gauges of its state are absent until a call reads them (a 0 would say nothing is
         expired on a server never read)."""
+        full.numbers.route_by(lambda _queue: NODE)
         full.numbers.add_queue("q")
-        for name in ("recovered", "dead", "exempt", "ghosts_removed", "sweeps"):
+        for name in ("recovered", "dead", "exempt"):
             assert value(full, f"sweeperd_{name}_total", queue="q") == 0
+        for name in ("ghosts_removed", "sweeps"):
+            assert value(full, f"sweeperd_{name}_total", queue="q", node=NODE) == 0
         for reason in Reason:  # a reason's series appears when it first happens
             assert value(full, "sweeperd_sweep_failures_total", queue="q", reason=reason) is None
-        assert value(full, "sweeperd_sweep_duration_seconds_count", queue="q") == 0
+        assert value(full, "sweeperd_sweep_duration_seconds_count", queue="q", node=NODE) == 0
+        assert value(full, "sweeperd_recovery_delay_seconds_count", queue="q", node=NODE) == 0
         assert value(full, "sweeperd_expired_leases", queue="q") is None
         assert value(full, "sweeperd_oldest_expired_age_seconds", queue="q") is None
         for name in ("active", "pending", "dead"):
@@ -416,8 +458,10 @@ class TestQueueLifecycle:
         m.numbers.record_failure(NODE, "gone", Reason.LANE)
         m.numbers.record_ticks(NODE, ["gone"], duration_s=0.001)
         assert 'queue="gone"' not in generate_latest(m.registry).decode()
-        if level is QueueMetrics.BASIC:  # (at full, the per-queue series replace these)
-            assert value(m, "sweeperd_sweeps_total", node=NODE) == 2 + 3  # swept()'s two
+        totals = m.numbers.nodes[NODE]  # exported at basic; at full, summed from the queues'
+        assert (totals.sweeps, totals.ghosts) == (2 + 3, 3 + 2)  # swept()'s two calls, then 3
+        if level is QueueMetrics.BASIC:
+            assert value(m, "sweeperd_sweeps_total", node=NODE) == 2 + 3
             assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 3 + 2
 
     @pytest.mark.parametrize("level", list(QueueMetrics))
@@ -443,6 +487,62 @@ class TestQueueLifecycle:
         assert value(m, "sweeperd_oldest_expired_age_seconds", queue="moved") == 1
         assert value(m, "sweeperd_recovered_total", queue="moved") == 5
 
+    def test_full_series_appear_with_the_route(self, full: Metrics) -> None:
+        """full: a queue's series on its node are there at 0 from when its node is known,
+        whether the queue or the route comes first; a queue no node serves has none yet."""
+        full.numbers.add_queue("early")
+        routes = {"early": NODE, "late": OTHER}
+        full.numbers.route_by(routes.get)
+        full.numbers.add_queue("late")
+        full.numbers.add_queue("nowhere")  # its slot unserved, mid-failover
+        zero = {"sweeps_total": 0.0, "ghosts_removed_total": 0.0}
+        for queue, node in routes.items():
+            for name, expected in zero.items():
+                assert value(full, f"sweeperd_{name}", queue=queue, node=node) == expected
+            for name in ("sweep_duration_seconds", "recovery_delay_seconds"):
+                assert value(full, f"sweeperd_{name}_count", queue=queue, node=node) == 0
+                assert (
+                    value(full, f"sweeperd_{name}_bucket", queue=queue, node=node, le="+Inf") == 0
+                )
+        assert per_queue(full, "nowhere") == 3  # recovered, dead, exempt
+        full.numbers.route_by({**routes, "nowhere": OTHER}.get)
+        assert value(full, "sweeperd_sweeps_total", queue="nowhere", node=OTHER) == 0
+
+    def test_a_queue_moved_keeps_its_series_on_each_node(self, full: Metrics) -> None:
+        """full: a queue swept on one node, then on another (a failover, a migration), has a
+        series on each with its own counts, in the text as the library reads them; the old
+        one stays (counters never go backwards) until its node is forgotten."""
+        full.numbers.route_by(lambda _queue: NODE)
+        full.numbers.add_queue("q")
+        full.numbers.record(
+            NODE, "q", result(reply(recovered=1, ghosts=2), depths(delay_ms=3)), 1.0
+        )
+        full.numbers.route_by(lambda _queue: OTHER)
+        calls = [result(reply(ghosts=1)), result(Reason.LANE)]
+        full.numbers.record_round(OTHER, ["q", "q"], calls, 2.0, duration_s=0.002)
+        text = full.exposition(None)[0].decode()
+        expected = [
+            'sweeperd_sweeps_total{queue="q",node="h:6379"} 1',
+            'sweeperd_sweeps_total{queue="q",node="h:6380"} 2',
+            'sweeperd_ghosts_removed_total{queue="q",node="h:6379"} 2',
+            'sweeperd_ghosts_removed_total{queue="q",node="h:6380"} 1',
+            'sweeperd_sweep_duration_seconds_count{queue="q",node="h:6379"} 0',
+            'sweeperd_sweep_duration_seconds_count{queue="q",node="h:6380"} 2',
+            'sweeperd_recovery_delay_seconds_count{queue="q",node="h:6379"} 1',
+            'sweeperd_recovery_delay_seconds_count{queue="q",node="h:6380"} 0',
+        ]
+        shown = {line.partition("{")[0] for line in expected}
+        assert [line for line in text.splitlines() if line.partition("{")[0] in shown] == expected
+        for line in expected:
+            name, labels, number = parsed(line)
+            assert value(full, name, **labels) == number
+        assert value(full, "sweeperd_recovered_total", queue="q") == 1
+        assert per_queue(full) == 32 + 1 + 22  # read on NODE, a failure, and on OTHER
+        full.numbers.forget_node(NODE)
+        assert per_queue(full) == 32 + 1
+        assert value(full, "sweeperd_sweeps_total", queue="q", node=OTHER) == 2
+        assert value(full, "sweeperd_sweeps_total", queue="q", node=NODE) is None
+
     def test_add_node_precreates(self, m: Metrics) -> None:
         """add_node makes a node's sweeps and ghosts exist at 0."""
         m.numbers.add_node("n:9")
@@ -450,10 +550,20 @@ class TestQueueLifecycle:
             assert value(m, f"sweeperd_{name}_total", node="n:9") == 0
 
 
+def parsed(line: str) -> tuple[str, dict[str, str], float]:
+    """One sample line of the text format: its name, labels and value."""
+    [family] = text_string_to_metric_families(line + "\n")
+    [sample] = family.samples
+    return sample.name, sample.labels, sample.value
+
+
 def every_kind(m: Metrics) -> Metrics:
-    """Every series present: two queues swept (one with a name to escape), a node's events."""
+    """Every series present: two queues swept (one with a name to escape), one of them on a
+    second node since, a node's events."""
     swept(m)
     swept(m, 'odd"\\name')
+    m.numbers.route_by(lambda _queue: OTHER)
+    m.numbers.record(OTHER, "q", result(reply(ghosts=1), depths(delay_ms=3)), 2.0)
     nodes = [NodeState(NODE, 1, True, "abc", "native")]
     m.read_state(StateReaders(nodes=lambda: nodes, ready=lambda: True))
     scheduler = BackgroundScheduler(timezone=UTC)
