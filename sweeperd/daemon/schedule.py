@@ -30,6 +30,7 @@ TAKEOVER = "takeover"  # the one-off jobs of sweep_once
 # How late a sweep started against its schedule.
 LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
+ON_THE_POINT_S = 0.001  # a run this close before a grid point is at it
 
 Batch = list[QueueSettings]
 
@@ -81,7 +82,11 @@ class OnGrid(IntervalTrigger):  # type: ignore[misc]
         if previous_fire_time is None:
             return super().get_next_fire_time(None, now)  # type: ignore[no-any-return]
         start, step = self.start_date.timestamp(), self.interval_length
-        after = start + step * (floor((previous_fire_time.timestamp() - start) / step) + 1)
+        # A run at a grid point, read back to the microsecond, may fall just short of it: it
+        # counts as at the point, so the next is always later (APScheduler lists a job's run
+        # times up to now by asking again from the last one, and the same time never ends it).
+        previous = previous_fire_time.timestamp() + ON_THE_POINT_S
+        after = start + step * (floor((previous - start) / step) + 1)
         moved = random.uniform(0, self.jitter) if self.jitter else 0.0
         return datetime.fromtimestamp(after + moved, tz=self.timezone)
 

@@ -108,6 +108,16 @@ class TestOnGrid:
             point = self.START + timedelta(seconds=10 * k)
             assert point <= previous <= point + timedelta(seconds=2)
 
+    def test_each_run_is_later_than_the_one_before(self) -> None:
+        """At an interval a microsecond cannot hold (0.3 s), each run is still one interval
+        after the last: a run read back just short of its point counts as at it. Were the
+        same time returned again, APScheduler's listing of the runs due would never end."""
+        trigger = OnGrid(seconds=0.3, start_date=self.START)
+        previous = self.START
+        for k in range(1, 2000):
+            previous = next_run(trigger, previous, previous)
+            assert abs((previous - self.START).total_seconds() - 0.3 * k) < 1e-5, k
+
     def test_missed_runs_are_the_grids_points(self) -> None:
         """A scheduler that woke 35 s late lists the grid's points it slept through."""
         trigger, first = self.grid(), self.START
