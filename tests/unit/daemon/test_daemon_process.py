@@ -374,8 +374,8 @@ class TestNotify:
                 daemon.process.send_signal(signal.SIGHUP)
                 broken = framing(sock)
                 lease(r, QueueKeys("h"), b"j", attempts="1", stalled="1")
-                wait_until(lambda: r.hget(QueueKeys("h").job(b"j"), "state") == b"pending",
-                           what="j recovered under max_stalled 3")  # fmt: skip
+                row = QueueKeys("h").job(b"j")
+                wait_until(lambda: r.hget(row, "state") == b"pending", what="j recovered at 3")
                 assert daemon.stop() == 0
         assert signalled_us <= reload[0]
         assert [e["max_stalled"] for e in daemon.events("reloaded")] == [3]
