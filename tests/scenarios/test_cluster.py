@@ -187,6 +187,12 @@ class TestFailover:
                 d.wait_swept(queue)
             epoch = fresh.run_id(victim)
             granted = {q: seed(fresh, q, 6, now_ms() + HOUR_MS, epoch) for q in victims}
+            with replica.client() as c:  # WAIT gives up after 2 s on a loaded machine
+                c.execute_command("READONLY")  # a replica's reads, not a MOVED
+                wait_until(
+                    lambda: all(c.zcard(QueueKeys(q).active) == 6 for q in victims),
+                    what="leases replicated",
+                )
             killed_at = time.time()
             fresh.kill(victim)
             wait_until(

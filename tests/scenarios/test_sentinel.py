@@ -137,6 +137,8 @@ class TestSentinel:
             d.wait_swept(QUEUE)
             victim = fresh.current()
             ids = seed(victim, 6, now_ms() + FUTURE_OFFSET_MS, run_id_of(victim))
+            with fresh.other().client() as c:  # WAIT gives up after 2 s on a loaded machine
+                wait_until(lambda: c.zcard(KEYS.active) == len(ids), what="leases replicated")
             killed_at = time.monotonic()
             fresh.kill()
             wait_until(
