@@ -335,10 +335,12 @@ def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     daemon = Daemon(
         settings, reload, metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics)
     )
-    daemon.start()
+    # Before start(): /healthz answers from there on, and a SIGHUP that came before its handler
+    # would end the process (SIGHUP's default); one that comes during start() is read at once.
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
+    daemon.start()
     try:
         daemon.serve_forever()
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from redis.retry import Retry
 from structlog.testing import capture_logs
 
 from sweeperd.config.settings import ConfigError, Settings, build_settings
-from sweeperd.daemon.daemon import OVERRUN_LOG_S, Daemon
+from sweeperd.daemon.daemon import OVERRUN_LOG_S, Daemon, run
 from sweeperd.daemon.health import READY_INTERVALS
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
 from sweeperd.daemon.schedule import plan_batches
@@ -271,3 +272,28 @@ class TestReadiness:
         clock.now += 0.1
         assert not daemon.health.ready()
         assert value(daemon, "sweeperd_ready") == 0
+
+
+class TestSignals:
+    def test_the_handlers_are_in_place_before_the_daemon_serves(
+        self, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """run() takes SIGHUP and SIGTERM before start(): from there /healthz answers, and a
+        SIGHUP sent then, before its handler, would end the process (SIGHUP's default)."""
+        held: dict[int, object] = {}
+
+        def start(_daemon: Daemon) -> None:
+            held.update({s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)})
+            raise RuntimeError("stopped at start")
+
+        before = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+        monkeypatch.setattr(Daemon, "start", start)
+        settings = settings_for(redis_server.url)
+        try:
+            with pytest.raises(RuntimeError, match="stopped at start"):
+                run(settings, lambda: settings)
+        finally:
+            for number, handler in before.items():
+                signal.signal(number, handler)
+        assert getattr(held[signal.SIGHUP], "__func__", None) is Daemon.request_reload
+        assert getattr(held[signal.SIGTERM], "__func__", None) is Daemon.request_stop
