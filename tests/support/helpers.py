@@ -53,10 +53,13 @@ def dump_all(r: redis.Redis) -> dict[bytes, bytes]:
 def lease(
     r: redis.Redis, keys: QueueKeys, job_id: bytes, deadline_ms: int = PAST_MS, **row: object
 ) -> None:
-    """An active lease with its row; no row fields means a ghost."""
-    r.zadd(keys.active, {job_id: deadline_ms})
+    """An active lease with its row, both at once (MULTI): a daemon sweeping between the two
+    would see an id without a row and remove it as a ghost. No row fields means a ghost."""
+    pipe = r.pipeline(transaction=True)
     if row:
-        r.hset(keys.job(job_id), mapping=row)  # type: ignore[arg-type]
+        pipe.hset(keys.job(job_id), mapping=row)  # type: ignore[arg-type]
+    pipe.zadd(keys.active, {job_id: deadline_ms})
+    pipe.execute()
 
 
 def hash_of(r: redis.Redis, key: str | bytes) -> dict[bytes, bytes]:
