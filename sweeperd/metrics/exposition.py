@@ -30,13 +30,12 @@ HistogramRow = tuple[str, tuple[str, ...], Durations]
 
 
 @dataclass(frozen=True)
-class Family:
-    """One family of the sweep's counters or gauges, as the table describes it, with the labels
-    it has at the numbers' level and its rows."""
+class SweepFamily:
+    """What every family of the sweep's has: the table's description, and the labels it has at
+    the numbers' level."""
 
     about: Described
     labels: tuple[str, ...]
-    rows: Iterable[Row]  # read once, as the family is written
 
     @property
     def name(self) -> str:
@@ -48,20 +47,17 @@ class Family:
 
 
 @dataclass(frozen=True)
-class HistogramFamily:
+class Family(SweepFamily):
+    """One family of the sweep's counters or gauges, and its rows."""
+
+    rows: Iterable[Row]  # read once, as the family is written
+
+
+@dataclass(frozen=True)
+class HistogramFamily(SweepFamily):
     """One histogram family of the sweep's, a Durations per row."""
 
-    about: Described
-    labels: tuple[str, ...]
     rows: Iterable[HistogramRow]
-
-    @property
-    def name(self) -> str:
-        return self.about.name
-
-    @property
-    def kind(self) -> str:
-        return self.about.kind
 
 
 def _family(name: str, rows: Iterable[Row], labels: tuple[str, ...] | None = None) -> Family:
