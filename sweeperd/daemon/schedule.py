@@ -115,6 +115,7 @@ class Schedule:
         self._on_overrun = on_overrun
         self._clock = clock
         self._batches: dict[str, Batch] = {}
+        self._names: frozenset[str] = frozenset()  # the batches' queues, one set per plan
         self._running: set[str] = set()
         self._lock = threading.Lock()
         self._lag = Histogram(
@@ -163,6 +164,7 @@ class Schedule:
                 if job_id not in self._batches:
                     self._add(job_id, batch[0].interval, spread[job_id])
             self._batches = planned
+            self._names = frozenset(q.name for batch in planned.values() for q in batch)
 
     def _add(self, job_id: str, interval: float, phase: float) -> None:
         """The batch's job: its first run at once, the next ones `phase` of an interval on."""
@@ -199,7 +201,7 @@ class Schedule:
     def reset(self) -> None:
         """Forget every batch (their jobs were removed from the scheduler)."""
         with self._lock:
-            self._batches = {}
+            self._batches, self._names = {}, frozenset()
 
     def sweep_now(self) -> None:
         """Every batch not sweeping right now is due at once (after a server restart)."""
@@ -226,9 +228,10 @@ class Schedule:
         with self._lock:
             return dict(self._batches)
 
-    def queue_names(self) -> set[str]:
-        with self._lock:
-            return {q.name for batch in self._batches.values() for q in batch}
+    def queue_names(self) -> frozenset[str]:
+        """The queues planned now: the same set until the plan changes (readiness, read twice a
+        second, routes it once per plan and layout)."""
+        return self._names
 
     def shortest_interval(self) -> float | None:
         with self._lock:
