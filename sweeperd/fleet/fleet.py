@@ -385,7 +385,7 @@ class Fleet:
         if not held:
             return
         try:
-            outcome = member.ticks.run(held, self._clock(), look=look)
+            outcome = member.ticks.run(held, self._clock(), look=look, woken=woken)
         finally:
             member.release(held)
         if member.node.up is False:

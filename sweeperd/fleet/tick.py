@@ -38,16 +38,21 @@ class Tick:
     clock: Callable[[], float] = time.monotonic  # for how long a failed tick took
     wall_clock: Callable[[], float] = time.time
 
-    def run(self, batch: Sequence[QueueSettings], now: float, *, look: bool = True) -> Outcome:
+    def run(
+        self, batch: Sequence[QueueSettings], now: float, *, look: bool = True, woken: bool = False
+    ) -> Outcome:
         """The epoch, then one call per queue not already draining; a queue left with leases
         due drains on. A call a Cluster held (its slot migrating) or sent elsewhere is counted
         as held, not as a failure; the queues sent elsewhere (MOVED, or a primary demoted) are
         the outcome's `moved`, for the topology to route again; each queue swept is woken again
         at the earliest deadline its call read (the outcome's `wake`: the node's next). Without
-        `look`, the replies' run_id is the epoch watch (see Node.sweep)."""
+        `look`, the replies' run_id is the epoch watch (see Node.sweep). A tick not `woken` at
+        the queues' deadlines leaves a queue whose wake comes soon to it."""
         if not self.node.may_try(now):
             return NOTHING
         queues = [q for q in batch if not self.drainer.is_draining(q.name)]
+        if self.deadlines is not None and not woken:
+            queues = self.deadlines.unwoken(queues, now)
         try:
             swept = self.node.sweep(self.calls(queues), now, look=look)
         except NotPrimary:  # demoted: its queues' calls are held, to go to the new primary

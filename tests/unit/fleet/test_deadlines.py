@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sweeperd.fleet.deadlines import Deadlines
+from sweeperd.config.settings import QueueSettings
+from sweeperd.fleet.deadlines import SOON_S, Deadlines
 
 HOST_S = 1_000.0  # the host's monotonic clock when the server's was read
 SERVER_MS = 1_700_000_000_000.0  # the server's clock then, as the host's wall clock would say
@@ -136,3 +137,21 @@ class TestDue:
         assert d.due(HOST_S + 1.009) == []
         assert d.due(HOST_S + 1.010) == ["lost"]
         assert d.next_wake() == pytest.approx(HOST_S + 4.002)
+
+
+class TestScheduledTicks:
+    def test_a_queue_woken_soon_is_left_to_its_wake(self) -> None:
+        """A scheduled tick leaves the queues whose wake comes within SOON_S (their wake is
+        their sweep), keeps those woken later and those with no wake; a queue whose interval is
+        shorter than that is kept while its wake is further off than its interval."""
+        d = deadlines()
+        d.arm("soon", SERVER_MS + 900, HOST_S, WITHIN_S)
+        d.arm("later", SERVER_MS + 1_100, HOST_S, WITHIN_S)
+        d.arm("short", SERVER_MS + 600, HOST_S, WITHIN_S)
+        batch = [QueueSettings(name, 5.0, 5, 1000) for name in ("soon", "later", "idle")]
+        batch.append(QueueSettings("short", 0.5, 5, 1000))
+        kept = d.unwoken(batch, HOST_S)
+        assert [q.name for q in kept] == ["later", "idle", "short"]
+        assert [q.name for q in d.unwoken(batch, HOST_S + 0.2)] == ["idle"]
+        assert SOON_S == 1.0
+

@@ -169,6 +169,27 @@ class TestTickWakes:
         assert host is not None and outcome.wake == host + GRACE_S
         assert not outcome.restarted
 
+    def test_a_scheduled_tick_leaves_a_queue_to_its_wake(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A queue whose wake comes within a second is not in its scheduled tick's round (a wake
+        that found it in a round in flight would wait for the whole round); its wake sweeps it,
+        and a tick after the wake takes it again."""
+        rig = Rig(redis_server.url, wakes=True)
+        deadlines = armed(rig.deadlines)
+        lease(r, A, b"j", server_ms(r) + 500, attempts="1")
+        rig.tick(queue("a"))
+        r.config_resetstat()
+        rig.tick(queue("a"), queue("b"))
+        assert calls(r, "evalsha") == 1  # b's alone
+        assert deadlines.waiting() == 1
+        wake = deadlines.next_wake()
+        assert wake is not None
+        assert deadlines.due(wake) == ["a"]
+        r.config_resetstat()
+        rig.ticks.run([queue("a")], rig.clock(), look=False, woken=True)
+        assert calls(r, "evalsha") == 1
+
     def test_a_wake_round_sees_a_restart_in_its_replies(
         self, server_kind: str, tmp_path: Path
     ) -> None:
