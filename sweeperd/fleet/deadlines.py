@@ -11,9 +11,11 @@ from collections.abc import Iterable, Sequence
 
 from sweeperd.config.settings import QueueSettings
 
+SLEW = 0.001  # a reading later than the one kept is taken once the kept one, let fall by this much
+# a second (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one)
 GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
 FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
-WINDOW_S = 0.005  # queues due within this of the soonest are woken with it, in one round
+WINDOW_S = 0.005 # queues due within this of the soonest are woken with it, in one round
 SOON_S = 1.0  # a scheduled tick leaves a queue whose wake comes within this (or its interval)
 HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
 # interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
@@ -36,6 +38,7 @@ class Deadlines:
         self.floor_s = floor_s
         self.window_s = window_s
         self.offset_ms: float | None = None  # the server's clock minus ours (monotonic), in ms
+        self.measured_s = 0.0  # when the offset kept was read or last held (monotonic)
         self.wakes: dict[str, float] = {}  # queue -> when it is woken, monotonic seconds
         self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
         self.lock = threading.Lock()
@@ -43,9 +46,16 @@ class Deadlines:
     def measured(self, server_ms: float, host_s: float) -> None:
         """The server's clock read `server_ms` (ms since the Unix epoch) in a reply read at
         `host_s` (monotonic seconds). The reading was taken before the reply came, so a deadline
-        turned into our time by it comes no earlier than it does on the server."""
+        turned into our time by it comes no earlier than it does on the server; the reply read
+        soonest after it is the truest, so the offset kept is the greatest of the readings, let
+        fall by SLEW since. A reply read late (its thread waited for the GIL behind a tick's
+        round) would otherwise move every wake after it that much later."""
+        reading = server_ms - host_s * 1000
         with self.lock:
-            self.offset_ms = server_ms - host_s * 1000
+            kept = self.offset_ms
+            if kept is not None:
+                reading = max(reading, kept - (host_s - self.measured_s) * 1000 * SLEW)
+            self.offset_ms, self.measured_s = reading, host_s
 
     def host_s(self, server_ms: float) -> float | None:
         """A time of the server's clock (ms since the Unix epoch) as ours (monotonic seconds);

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.fleet.deadlines import SOON_S, Deadlines
+from sweeperd.fleet.deadlines import SLEW, SOON_S, Deadlines
 
 HOST_S = 1_000.0  # the host's monotonic clock when the server's was read
 SERVER_MS = 1_700_000_000_000.0  # the server's clock then, as the host's wall clock would say
@@ -39,13 +39,31 @@ class TestClockOffset:
         d = deadlines(AHEAD_MS)
         assert d.host_s(SERVER_MS + AHEAD_MS + 500) == pytest.approx(HOST_S + 0.5)
 
-    def test_a_new_reading_replaces_the_last(self) -> None:
+    def test_a_reading_ahead_is_taken_at_once(self) -> None:
         """The clock is read on every tick: a server clock that stepped 1 s ahead since moves
         the wakes armed after the reading 1 s sooner."""
         d = deadlines()
         d.measured(SERVER_MS + 5_000 + 1_000, HOST_S + 5)
         d.arm("q", SERVER_MS + 9_000, HOST_S + 5, WITHIN_S)
         assert d.next_wake() == pytest.approx(HOST_S + 8.002)
+
+    def test_a_reply_read_late_moves_no_wake(self) -> None:
+        """A reply read 30 ms after the server's clock was read (its thread waited) says the
+        offset is 30 ms less than it is: the earlier, truer reading is kept, less its slew."""
+        d = deadlines()
+        d.measured(SERVER_MS + 2_000, HOST_S + 2.030)
+        assert d.host_s(SERVER_MS + 3_000) == pytest.approx(HOST_S + 3 + 2 * SLEW)
+
+    def test_a_server_clock_set_back_is_followed_at_the_slew(self) -> None:
+        """A server clock set back 50 ms: the kept reading falls 1 ms a second (wakes come
+        early meanwhile, 40 ms after 10 s, and find nothing due), and from 50 s on the wakes are
+        at the server's time again."""
+        d = deadlines()
+        d.measured(SERVER_MS + 10_000 - 50, HOST_S + 10)
+        assert d.host_s(SERVER_MS - 50) == pytest.approx(HOST_S - 0.05 + 10 * SLEW)
+        for s in (20, 60, 70):
+            d.measured(SERVER_MS + s * 1_000 - 50, HOST_S + s)
+        assert d.host_s(SERVER_MS - 50) == pytest.approx(HOST_S)
 
     def test_no_reading_no_wake(self) -> None:
         """Before the server's clock is read no deadline can be placed: the interval sweeps."""
