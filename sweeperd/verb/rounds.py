@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import redis
 from redis.connection import Connection
 
-from sweeperd.keyspace import QueueKeys
 from sweeperd.server.denied import user_of
 from sweeperd.verb.executors import Executor
 from sweeperd.verb.replies import Call, CallResult, named, result_of
@@ -27,23 +26,24 @@ PACKED_MAX = 1 << 17  # commands kept packed: more queues than that are packed a
 
 
 class Packed:
-    """Each queue's command in RESP, packed once until its call changes: a tick's calls are the
-    same round after round. One per node; at most PACKED_MAX commands kept."""
+    """Each call's command in RESP, packed once: a tick's calls are the same round after round,
+    and a queue woken at its deadline has one call for each size of the rounds it goes in. One
+    per node; at most PACKED_MAX commands kept."""
 
     def __init__(self) -> None:
-        self._commands: dict[tuple[str, QueueKeys], tuple[Call, bytes]] = {}
+        self._commands: dict[tuple[str, Call], bytes] = {}
 
     def __call__(self, executor: Executor, call: Call) -> bytes:
-        key = (executor.script.sha, call.keys)
+        key = (executor.script.sha, call)
         found = self._commands.get(key)
-        if found is not None and found[0] == call:
-            return found[1]
+        if found is not None:
+            return found
         command = resp(
             executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
         )
         if len(self._commands) >= PACKED_MAX:
             self._commands.clear()
-        self._commands[key] = (call, command)
+        self._commands[key] = command
         return command
 
 

@@ -179,6 +179,13 @@ class TestPackedRound:
         assert [len(x.reply.recovered) for x in results] == [3, 3]  # type: ignore[union-attr]
         assert [x.expired_left for x in results] == [1, 1]
 
+    def test_each_size_of_a_call_is_packed_once(self) -> None:
+        """A queue woken at its deadline goes in rounds of several sizes, and in its tick's
+        round between them: each of its calls is packed once, not once per change of size."""
+        packed = Packed()
+        sizes = [packed(NATIVE, Call(A, 2, limit)) for limit in (1000, 333, 1000, 333)]
+        assert sizes[2] is sizes[0] and sizes[3] is sizes[1] and sizes[0] != sizes[1]
+
     def test_a_lost_sweep_script_in_a_round(self, r: redis.Redis) -> None:
         """A round whose script the server lost is loaded and sent again: each verb runs once."""
         due(r, A, 1)
