@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 
 import structlog
@@ -25,6 +26,7 @@ from sweeperd.daemon.notify import Notifier
 from sweeperd.daemon.queueset import QueueSet
 from sweeperd.daemon.reload import in_effect, log_notes, restart_changes
 from sweeperd.daemon.schedule import Batch, Schedule
+from sweeperd.daemon.settle import SETTLE_INTERVALS, settle
 from sweeperd.daemon.sharing import Sharing
 from sweeperd.daemon.wakes import Wakes
 from sweeperd.fleet.fleet import Fleet, Tuning
@@ -37,6 +39,11 @@ log = structlog.get_logger("sweeperd.daemon")
 
 WORKERS = 4  # batches swept at once
 STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
+SWITCH_INTERVAL_S = (
+    0.001  # a thread waiting for the GIL gets it this soon (Python's default: 5 ms):
+)
+# a wake at a deadline waits for it at each of its round's few reads and writes, while a tick of
+# hundreds of queues parses their replies
 TURN_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
@@ -167,8 +174,9 @@ class Daemon:
             )
 
     def add_jobs(self) -> None:
-        """The heartbeat, the membership, the discovery scan, one job per batch of queues and
-        the wakes' job."""
+        """The heartbeat, the membership, the discovery scan, one job per batch of queues, the
+        wakes' job, and the settling of the objects made (see settle) once every queue has been
+        swept."""
         # At once too: a reload adds every job anew, and reloads in a row must not starve it.
         self.scheduler.add_job(
             self.health.beat,
@@ -201,6 +209,13 @@ class Daemon:
         if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
             self._wakes.add()
         self.queues.apply()
+        longest = self.schedule.longest_interval() or self.settings.interval
+        self.scheduler.add_job(
+            settle,
+            "date",
+            run_date=datetime.now(UTC) + timedelta(seconds=SETTLE_INTERVALS * longest),
+            id="settle",
+        )
 
     # The lifetime.
     def start(self) -> None:
@@ -340,6 +355,7 @@ def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     daemon.start()
     try:
         daemon.serve_forever()

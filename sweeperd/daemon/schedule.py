@@ -234,6 +234,11 @@ class Schedule:
         return self._names
 
     def shortest_interval(self) -> float | None:
+        return min(self._intervals(), default=None)
+
+    def longest_interval(self) -> float | None:
+        return max(self._intervals(), default=None)
+
+    def _intervals(self) -> list[float]:
         with self._lock:
-            intervals = [b[0].interval for b in self._batches.values()]
-        return min(intervals) if intervals else None
+            return [b[0].interval for b in self._batches.values()]

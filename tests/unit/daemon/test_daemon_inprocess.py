@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from redis.retry import Retry
 from structlog.testing import capture_logs
 
 from sweeperd.config.settings import ConfigError, QueueSettings, Settings, build_settings
-from sweeperd.daemon.daemon import OVERRUN_LOG_S, Daemon, run
+from sweeperd.daemon.daemon import OVERRUN_LOG_S, SWITCH_INTERVAL_S, Daemon, run
 from sweeperd.daemon.health import READY_INTERVALS
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
 from sweeperd.daemon.schedule import plan_batches
@@ -310,9 +311,11 @@ class TestSignals:
 
         def start(_daemon: Daemon) -> None:
             held.update({s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)})
+            held[0] = sys.getswitchinterval()  # a wake waits for the GIL 1 ms, not 5
             raise RuntimeError("stopped at start")
 
         before = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+        switch = sys.getswitchinterval()
         monkeypatch.setattr(Daemon, "start", start)
         settings = settings_for(redis_server.url)
         try:
@@ -321,5 +324,7 @@ class TestSignals:
         finally:
             for number, handler in before.items():
                 signal.signal(number, handler)
+            sys.setswitchinterval(switch)
         assert getattr(held[signal.SIGHUP], "__func__", None) is Daemon.request_reload
         assert getattr(held[signal.SIGTERM], "__func__", None) is Daemon.request_stop
+        assert held[0] == pytest.approx(SWITCH_INTERVAL_S)

@@ -1,0 +1,21 @@
+"""The daemon's long-lived objects taken out of the cyclic collector's way once every queue has
+been swept: a full collection, then gc.freeze(). The full collections after it scan only what
+came since: at 11,000 queues they scanned some 120,000 objects, 45-90 ms with the GIL held every
+few seconds, and a wake due then waited as long."""
+
+from __future__ import annotations
+
+import gc
+
+import structlog
+
+log = structlog.get_logger("sweeperd.settle")
+
+SETTLE_INTERVALS = 2.0  # by then every queue was swept twice: its calls, series and routes made
+
+
+def settle() -> None:
+    """What is garbage now collected, every object left kept out of the collections to come."""
+    collected = gc.collect()
+    gc.freeze()
+    log.debug("settled", collected=collected, frozen=gc.get_freeze_count())
