@@ -1,13 +1,15 @@
 """When each queue of one primary falls due next, on the host's monotonic clock: the earliest
 lease deadline its last sweep read (ms, the server's clock) turned into host time through the
 server-host clock offset, plus a grace, and never sooner than a floor after that sweep; queues
-falling due within a few milliseconds of each other are woken together."""
+falling due within a few milliseconds of each other are woken together, each waiting at most a
+thousandth of its interval for the others."""
 
 from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Sequence
+from itertools import islice
 
 from sweeperd.config.settings import QueueSettings
 
@@ -15,7 +17,9 @@ SLEW = 0.001  # a reading later than the one kept is taken once the kept one, le
 # a second (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one)
 GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
 FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
-WINDOW_S = 0.005 # queues due within this of the soonest are woken with it, in one round
+WINDOW_S = 0.02  # a wake waits at most this for the wakes after it, and at most WINDOW_SHARE
+WINDOW_SHARE = 0.001  # of its queue's interval: those within are one round (a round costs ten
+# times one more call in it); 5 ms at the default interval, 20 ms from a 20 s one on
 SOON_S = 1.0  # a scheduled tick leaves a queue whose wake comes within this (or its interval)
 HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
 # interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
@@ -40,6 +44,7 @@ class Deadlines:
         self.offset_ms: float | None = None  # the server's clock minus ours (monotonic), in ms
         self.measured_s = 0.0  # when the offset kept was read or last held (monotonic)
         self.wakes: dict[str, float] = {}  # queue -> when it is woken, monotonic seconds
+        self.slack: dict[str, float] = {}  # queue -> how long its wake may wait for others
         self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
         self.lock = threading.Lock()
 
@@ -63,45 +68,44 @@ class Deadlines:
         offset = self.offset_ms
         return None if offset is None else (server_ms - offset) / 1000
 
-    def arm(self, queue: str, earliest_ms: float | None, swept_s: float, within_s: float) -> None:
-        """A sweep of `queue` at `swept_s` (monotonic) read `earliest_ms` as the earliest
-        deadline left in its active set (None: no lease left). The queue is woken then, plus
-        the grace, and no sooner than the floor after the sweep; its earlier wake goes. No lease,
-        a deadline further than `within_s` after the sweep (+inf too), or a clock not yet read:
-        no wake, the queue's interval sweeps it (and reads its deadline again)."""
-        self.arm_round(swept_s, [(queue, earliest_ms, within_s)])
+    def arm(self, queue: str, earliest_ms: float | None, swept_s: float, interval_s: float) -> None:
+        """A sweep of `queue` (swept every `interval_s`) at `swept_s` (monotonic) read
+        `earliest_ms` as the earliest deadline left in its active set (None: no lease left).
+        The queue is woken then, plus the grace, and no sooner than the floor after the sweep;
+        its earlier wake goes. No lease, a deadline further than HORIZON_INTERVALS intervals
+        after the sweep (+inf too), or a clock not yet read: no wake, the queue's interval
+        sweeps it (and reads its deadline again)."""
+        self.arm_round(swept_s, [(queue, earliest_ms, interval_s)])
 
     def arm_round(self, swept_s: float, swept: Iterable[tuple[str, float | None, float]]) -> None:
-        """A round's queues armed as arm() arms one (queue, earliest_ms, within_s), under one
+        """A round's queues armed as arm() arms one (queue, earliest_ms, interval_s), under one
         lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
             offset, wakes = self.offset_ms, self.wakes
-            for queue, earliest_ms, within_s in swept:
+            for queue, earliest_ms, interval_s in swept:
                 if queue in wakes:
                     self._drop(queue)
                 if earliest_ms is None or offset is None:
                     continue
                 at = max((earliest_ms - offset) / 1000 + self.grace_s, swept_s + self.floor_s)
-                if at <= swept_s + within_s:
-                    wakes[queue] = at
-                    insort(self.order, (at, queue))
+                if at <= swept_s + HORIZON_INTERVALS * interval_s:
+                    self._add(queue, at, min(self.window_s, WINDOW_SHARE * interval_s))
 
     def deferred(self, queues: Iterable[str], now_s: float) -> None:
         """Queues woken while a sweep of theirs was in flight (a tick holds them): woken again
-        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile. Their
-        wake may have been the one that sweep armed as it ended, and it must not be lost."""
+        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile, waiting for
+        no other wake (they are late already). Their wake may have been the one that sweep
+        armed as it ended, and it must not be lost."""
         with self.lock:
             for queue in queues:
                 if queue not in self.wakes:
-                    at = now_s + self.floor_s
-                    self.wakes[queue] = at
-                    insort(self.order, (at, queue))
+                    self._add(queue, now_s + self.floor_s, 0.0)
 
     def unwoken(self, queues: Sequence[QueueSettings], now_s: float) -> list[QueueSettings]:
         """The queues of a scheduled tick at `now_s` (monotonic) whose wake does not come within
         SOON_S, nor within their interval: a queue whose wake does is left to it, the sweep of its
         interval. A wake that found its queue in a tick's round in flight would wait for the
-        whole round (one at 5 s in 40 did, the slowest recoveries)."""
+        whole round (one wake in forty did at a 5 s interval: the slowest recoveries)."""
         with self.lock:
             wakes = self.wakes
             return [
@@ -117,14 +121,19 @@ class Deadlines:
             self._drop(queue)
 
     def next_wake(self) -> float | None:
-        """When to wake next (monotonic): the latest wake within the window of the soonest, so
-        that the queues falling due together go in one round and none goes before its time;
-        None when no queue waits."""
+        """When to wake next (monotonic): the soonest wake, or a later one that every wake
+        before it may wait for (each waits at most its slack), so that the queues falling due
+        together go in one round and none goes before its time; None when no queue waits."""
         with self.lock:
             if not self.order:
                 return None
-            last = bisect_right(self.order, self.order[0][0] + self.window_s, key=_at)
-            return self.order[last - 1][0]
+            wake, first = self.order[0]
+            until = wake + self.slack[first]
+            for at, queue in islice(self.order, 1, None):
+                if at > until:
+                    break
+                wake, until = at, min(until, at + self.slack[queue])
+            return wake
 
     def due(self, now_s: float) -> list[str]:
         """The queues whose wake has come by `now_s` (monotonic), soonest first; their wakes
@@ -134,7 +143,7 @@ class Deadlines:
             woken = [queue for _, queue in self.order[:come]]
             del self.order[:come]
             for queue in woken:
-                del self.wakes[queue]
+                del self.wakes[queue], self.slack[queue]
             return woken
 
     def waiting(self) -> int:
@@ -142,8 +151,14 @@ class Deadlines:
         with self.lock:
             return len(self.wakes)
 
+    def _add(self, queue: str, at: float, slack: float) -> None:
+        """Hold the lock; the queue has no wake."""
+        self.wakes[queue], self.slack[queue] = at, slack
+        insort(self.order, (at, queue))
+
     def _drop(self, queue: str) -> None:
         """Hold the lock."""
         at = self.wakes.pop(queue, None)
         if at is not None:
+            del self.slack[queue]
             del self.order[bisect_left(self.order, (at, queue))]

@@ -13,7 +13,7 @@ import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.fleet.deadlines import HORIZON_INTERVALS, Deadlines
+from sweeperd.fleet.deadlines import Deadlines
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
@@ -209,10 +209,7 @@ class Drainer:
         self.forget(name)
         log.info("drain_finished", **backlog.progress(now))
         if self._deadlines is not None:  # woken again when its next lease falls due
-            interval = backlog.queue.interval
-            self._deadlines.arm(
-                name, result.due_next_ms, sent.started, HORIZON_INTERVALS * interval
-            )
+            self._deadlines.arm(name, result.due_next_ms, sent.started, backlog.queue.interval)
             self._report(Outcome(wake=self._deadlines.next_wake()))
 
     def drop_all(self, why: str) -> None:

@@ -11,7 +11,7 @@ import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.fleet.deadlines import HORIZON_INTERVALS, Deadlines
+from sweeperd.fleet.deadlines import Deadlines
 from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.node import Node, NotPrimary, Swept
@@ -94,9 +94,7 @@ class Tick:
             return None
         if swept.clock is not None:
             deadlines.measured(*swept.clock)
-        deadlines.arm_round(
-            now, [(q.name, r.due_next_ms, HORIZON_INTERVALS * q.interval) for q, r in done]
-        )
+        deadlines.arm_round(now, [(q.name, r.due_next_ms, q.interval) for q, r in done])
         for q in held:
             deadlines.forget(q.name)
         return deadlines.next_wake()
