@@ -17,9 +17,9 @@ SLEW = 0.001  # a reading later than the one kept is taken once the kept one, le
 # a second (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one)
 GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
 FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
-WINDOW_S = 0.02  # a wake waits at most this for the wakes after it, and at most WINDOW_SHARE
+WINDOW_S = 0.03  # a wake waits at most this for the wakes after it, and at most WINDOW_SHARE
 WINDOW_SHARE = 0.001  # of its queue's interval: those within are one round (a round costs ten
-# times one more call in it); 5 ms at the default interval, 20 ms from a 20 s one on
+# times one more call in it); 5 ms at the default interval, 30 ms from a 30 s one on
 SOON_S = 1.0  # a scheduled tick leaves a queue whose wake comes within this (or its interval)
 HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
 # interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
