@@ -155,7 +155,9 @@ class Daemon:
         had = bool(self.queues.sweeping())
         gained, lost = self.queues.apply()
         self.sharing.moved(len(gained), len(lost), len(self.queues.sweeping()))
-        if had and (gained or lost):
+        # Not once stopping: the scheduler's shutdown holds its job store's lock while it waits
+        # for this thread, and the takeover's jobs would wait for that lock (see act()).
+        if had and (gained or lost) and not self._stop_requested.is_set():
             self.schedule.sweep_once(self.queues.owned())
 
     def discover(self) -> None:

@@ -18,7 +18,7 @@ from sweeperd.config.settings import ConfigError, QueueSettings, Settings, build
 from sweeperd.daemon.daemon import OVERRUN_LOG_S, SWITCH_INTERVAL_S, Daemon, run
 from sweeperd.daemon.health import READY_INTERVALS
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
-from sweeperd.daemon.schedule import plan_batches
+from sweeperd.daemon.schedule import TAKEOVER, plan_batches
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.routes import Routes
 from sweeperd.keyspace import QueueKeys
@@ -82,6 +82,27 @@ class TestOverruns:
             daemon.schedule.overran(JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, "wake", "", []))
         assert value(daemon, "sweeperd_schedule_overruns_total") == 4
         assert [e["event"] for e in logs] == ["sweep_overrun", "sweep_overrun"]
+
+
+class TestStopping:
+    def test_no_takeover_is_scheduled_once_stopping(
+        self, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Queues gained while stopping schedule no takeover sweep: the scheduler's shutdown
+        holds its job store's lock while it waits for the membership's thread, which would wait for
+        that lock until the stop timed out (seen once in a takeover scenario under load)."""
+        daemon.queues.apply()
+        monkeypatch.setattr(daemon.sharing, "refresh", lambda _now: True)  # the members changed
+        monkeypatch.setattr(daemon.queues, "apply", lambda: ({"fixed"}, set()))
+
+        def takeovers() -> int:
+            return sum(job.name == TAKEOVER for job in daemon.scheduler.get_jobs())
+
+        daemon.share()
+        assert takeovers() == 1
+        daemon.request_stop(signal.SIGTERM, None)
+        daemon.share()
+        assert takeovers() == 1
 
 
 class TestReload:
