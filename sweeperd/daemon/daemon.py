@@ -39,11 +39,9 @@ log = structlog.get_logger("sweeperd.daemon")
 
 WORKERS = 4  # batches swept at once
 STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
-SWITCH_INTERVAL_S = (
-    0.001  # a thread waiting for the GIL gets it this soon (Python's default: 5 ms):
-)
-# a wake at a deadline waits for it at each of its round's few reads and writes, while a tick of
-# hundreds of queues parses their replies
+SWITCH_INTERVAL_S = 0.001  # a thread waiting for the GIL gets it this soon (Python's: 5 ms): a
+# wake at a deadline waits for it at each read and write of its round, while a tick of hundreds
+# of queues parses their replies
 TURN_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
