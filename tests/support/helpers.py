@@ -53,13 +53,12 @@ def dump_all(r: redis.Redis) -> dict[bytes, bytes]:
 def lease(
     r: redis.Redis, keys: QueueKeys, job_id: bytes, deadline_ms: int = PAST_MS, **row: object
 ) -> None:
-    """An active lease with its row, both at once (MULTI): a daemon sweeping between the two
-    would see an id without a row and remove it as a ghost. No row fields means a ghost."""
-    pipe = r.pipeline(transaction=True)
+    """An active lease with its row, the row first: a daemon sweeping between the two then
+    finds a row with no lease, where the other way round it would see an id without a row and
+    remove it as a ghost. No row fields means a ghost. `r` may be a caller's pipeline."""
     if row:
-        pipe.hset(keys.job(job_id), mapping=row)  # type: ignore[arg-type]
-    pipe.zadd(keys.active, {job_id: deadline_ms})
-    pipe.execute()
+        r.hset(keys.job(job_id), mapping=row)  # type: ignore[arg-type]
+    r.zadd(keys.active, {job_id: deadline_ms})
 
 
 def hash_of(r: redis.Redis, key: str | bytes) -> dict[bytes, bytes]:
