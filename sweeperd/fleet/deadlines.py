@@ -43,8 +43,8 @@ class Deadlines:
         self.window_s = window_s
         self.offset_ms: float | None = None  # the server's clock minus ours (monotonic), in ms
         self.measured_s = 0.0  # when the offset kept was read or last held (monotonic)
-        self.wakes: dict[str, float] = {}  # queue -> when it is woken, monotonic seconds
-        self.slack: dict[str, float] = {}  # queue -> how long its wake may wait for others
+        # queue -> when it is woken (monotonic seconds), and how long it may wait for others
+        self.wakes: dict[str, tuple[float, float]] = {}
         self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
         self.lock = threading.Lock()
 
@@ -111,7 +111,7 @@ class Deadlines:
             return [
                 q
                 for q in queues
-                if (at := wakes.get(q.name)) is None or at - now_s > min(SOON_S, q.interval)
+                if (wake := wakes.get(q.name)) is None or wake[0] - now_s > min(SOON_S, q.interval)
             ]
 
     def forget(self, queue: str) -> None:
@@ -128,11 +128,11 @@ class Deadlines:
             if not self.order:
                 return None
             wake, first = self.order[0]
-            until = wake + self.slack[first]
+            until = wake + self.wakes[first][1]
             for at, queue in islice(self.order, 1, None):
                 if at > until:
                     break
-                wake, until = at, min(until, at + self.slack[queue])
+                wake, until = at, min(until, at + self.wakes[queue][1])
             return wake
 
     def due(self, now_s: float) -> list[str]:
@@ -143,7 +143,7 @@ class Deadlines:
             woken = [queue for _, queue in self.order[:come]]
             del self.order[:come]
             for queue in woken:
-                del self.wakes[queue], self.slack[queue]
+                del self.wakes[queue]
             return woken
 
     def waiting(self) -> int:
@@ -153,12 +153,11 @@ class Deadlines:
 
     def _add(self, queue: str, at: float, slack: float) -> None:
         """Hold the lock; the queue has no wake."""
-        self.wakes[queue], self.slack[queue] = at, slack
+        self.wakes[queue] = (at, slack)
         insort(self.order, (at, queue))
 
     def _drop(self, queue: str) -> None:
         """Hold the lock."""
-        at = self.wakes.pop(queue, None)
-        if at is not None:
-            del self.slack[queue]
-            del self.order[bisect_left(self.order, (at, queue))]
+        found = self.wakes.pop(queue, None)
+        if found is not None:
+            del self.order[bisect_left(self.order, (found[0], queue))]
