@@ -6,8 +6,10 @@ For each: how long after its deadline each lease came back (p50, p99, max: a sam
 the pending sets' keyspace events reads them with the server's TIME, so on the server's clock),
 the daemon's own sweeperd_recovery_delay_seconds p99 beside it, sweep calls per second at idle
 (before the first deadline) and while recovering (from the first deadline to the last lease
-back), the daemon's CPU in each window and its overruns. Every lease is counted (max_stalled 5:
-none dies), so each comes back to pending once.
+back), how many of those calls a second took a lease (the recovery delay histogram's count: one
+per due batch), the daemon's CPU in each window and its overruns. Every lease is counted
+(max_stalled 5: none dies), so each comes back to pending once. Beside the ratios, each design's
+calls while recovering against the issue's budget: 1.2 x the baseline's plus one per due batch.
 """
 
 from __future__ import annotations
@@ -273,6 +275,7 @@ def measure(
         "calls_idle": idle.calls_per_s(),
         "calls_expected": (opts.queues + opts.idle_queues) / interval,
         "calls_recovering": recovering.calls_per_s(),
+        "calls_taking": (delays[-1][1] if delays else 0.0) / recovering.seconds,
         "cpu_idle": idle.cpu_percent(),
         "cpu_recovering": recovering.cpu_percent(),
         "server_recovering": recovering.cpu_percent(1),
@@ -290,6 +293,7 @@ COLUMNS = [  # title, figure, width, decimals
     ("calls/s idle", "calls_idle", 12, 1),
     ("queues/interval", "calls_expected", 15, 1),
     ("calls/s recovering", "calls_recovering", 18, 1),
+    ("calls/s taking", "calls_taking", 14, 1),
     ("cpu % idle", "cpu_idle", 10, 2),
     ("cpu % recovering", "cpu_recovering", 16, 2),
     ("server % recovering", "server_recovering", 19, 2),
@@ -297,6 +301,14 @@ COLUMNS = [  # title, figure, width, decimals
     ("back", "back", 6, 0),
 ]
 RATIOS = ("lat_p99", "lat_max", "calls_idle", "calls_recovering", "cpu_recovering")
+CALLS_BUDGET = 1.2  # calls while recovering: at most this times the baseline's, plus one per
+# due batch (a call that took a lease)
+
+
+def budget_share(figures: dict[str, float], baseline: dict[str, float]) -> float:
+    """A design's calls while recovering as a share of its budget (at most 1 meets it)."""
+    allowed = CALLS_BUDGET * baseline["calls_recovering"] + figures["calls_taking"]
+    return figures["calls_recovering"] / allowed
 
 
 def row(label: str, figures: dict[str, float]) -> str:
@@ -334,11 +346,16 @@ def main() -> None:
                         measured[kind, executor, interval, design] = f
                         print(row(f"{kind:>6} {executor:>8} {interval:>8g} {design:>8} ", f))
     if BASELINE in opts.designs and len(opts.designs) > 1:
-        print(f"\nratios to {BASELINE}, measured in turn: " + ", ".join(RATIOS))
+        print(
+            f"\nratios to {BASELINE}, measured in turn: "
+            + ", ".join(RATIOS)
+            + f"; calls recovering / ({CALLS_BUDGET:g} x {BASELINE}'s + calls taking)"
+        )
         for (kind, executor, interval, design), f in measured.items():
             if design != BASELINE:
                 before = measured[kind, executor, interval, BASELINE]
-                shown = (f"{f[k] / before[k]:.3f}" if before[k] else "-" for k in RATIOS)
+                shown = [f"{f[k] / before[k]:.3f}" if before[k] else "-" for k in RATIOS]
+                shown.append(f"{budget_share(f, before):.3f}")
                 print(f"{kind:>6} {executor:>8} {interval:>8g} {design:>8} " + " ".join(shown))
 
 
