@@ -209,9 +209,14 @@ def daemon_args(config: Path, url: str, executor: str, interval: float, design: 
     return args + list(DESIGNS[design])
 
 
+def observed(buckets: Buckets) -> float:
+    """How many observations a histogram holds (its +Inf bucket)."""
+    return buckets[-1][1] if buckets else 0.0
+
+
 def within(buckets: Buckets, bound: float) -> float:
     """The share of a histogram's observations at or below one of its bounds."""
-    total = buckets[-1][1] if buckets else 0.0
+    total = observed(buckets)
     return next((n for le, n in buckets if le == bound), float("nan")) / total if total else 0.0
 
 
@@ -275,7 +280,7 @@ def measure(
         "calls_idle": idle.calls_per_s(),
         "calls_expected": (opts.queues + opts.idle_queues) / interval,
         "calls_recovering": recovering.calls_per_s(),
-        "calls_taking": (delays[-1][1] if delays else 0.0) / recovering.seconds,
+        "calls_taking": observed(delays) / recovering.seconds,
         "cpu_idle": idle.cpu_percent(),
         "cpu_recovering": recovering.cpu_percent(),
         "server_recovering": recovering.cpu_percent(1),
