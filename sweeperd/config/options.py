@@ -123,9 +123,11 @@ OPTIONS: dict[str, Option] = {
             "redis_url",
             "URL",
             WITH_ACL,
-            "The server: redis://, rediss:// or unix://; credentials are never shown.",
+            "The server: redis://, rediss:// or unix://; credentials are never shown. A Cluster: "
+            "several nodes as seeds (repeat the flag, or separate URLs by commas or spaces), "
+            "a host name standing for every address it resolves to.",
             DEFAULT_REDIS_URL,
-            parse=coercers.string,
+            parse=coercers.redis_urls,
         ),
         Option(
             "redis_password_file",

@@ -233,6 +233,7 @@ class Daemon:
             landing=lambda: f"{health.status_text(health.ready())}\n{self.sharing.describe()}",
             web=d.web_config,
             exposition=self.metrics.exposition,
+            waiting=health.waiting,
         )
         self.add_jobs()
         self.scheduler.start()

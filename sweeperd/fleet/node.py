@@ -80,6 +80,7 @@ class Node:
         self.run_id: bytes | None = None
         self.replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id
         self.up: bool | None = None  # None until the first answer or failure
+        self.error: str | None = None  # why it is down, while it is
         self.restarts = restarts  # run_id (or master_replid) changes seen
         self.last_answer: float | None = None  # monotonic seconds
         self.retry_at = 0.0
@@ -240,7 +241,7 @@ class Node:
         self.backoff_s = BACKOFF_FIRST_S
         if self.up is not True:
             log.info("redis_up", node=self.name)
-        self.up = True
+        self.up, self.error = True, None
 
     def failed(self, now: float, error: BaseException) -> None:
         """A sweep's connection failure: down, retried after a doubling backoff; logged once per
@@ -263,10 +264,12 @@ class Node:
             self._down(error)
 
     def _down(self, error: BaseException) -> None:
-        """Hold the lock."""
-        if self.up is not False:
-            log.warning("redis_down", node=self.name, error=str(error))
-        self.up = False
+        """Down, logged when it goes down and again when the error changes (a refused
+        connection, then a refused authentication). Hold the lock."""
+        said = str(error) or type(error).__name__
+        if self.up is not False or said != self.error:
+            log.warning("redis_down", node=self.name, error=said)
+        self.up, self.error = False, said
 
     def judged(self, results: list[CallResult]) -> list[CallResult]:
         """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).

@@ -395,8 +395,6 @@ class TestSecrets:
                 "once",
                 "--queue",
                 "q",
-                "--redis-url",
-                url,
                 "--redis-password-file",
                 str(password_file),
                 "--socket-timeout",
