@@ -21,6 +21,7 @@ from sweeperd.reasons import (
 )
 from sweeperd.server.connection import Connection
 from sweeperd.server.denied import DEFAULT_USER, USERS_SAVED, denial
+from sweeperd.server.tls import mismatch
 from sweeperd.server.topology import NoPrimary, NoSeedAnswered, node_of
 
 # Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
@@ -137,7 +138,14 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str)
             str(Reason.CONNECTION),
             f"TLS with {connection.shown_url} failed: {text}; check {files} and the URL's host",
         )
-    return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), f"cannot reach {where}: {text}")
+    said = f"cannot reach {where}: {text}{_tls_hint(connection, exc)}"
+    return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), said)
+
+
+def _tls_hint(connection: Connection, exc: BaseException) -> str:
+    """ "; the server may not speak TLS ..." where the URL's TLS may be the server's mismatch."""
+    hint = mismatch(connection.url.partition("://")[0], exc)
+    return f"; {hint}" if hint else ""
 
 
 def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
@@ -190,7 +198,7 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
             EXIT_UNREACHABLE,
             str(Reason.TIMEOUT),
             f"{where} did not answer within {connection.socket_timeout:g}s "
-            f"({OPTIONS['socket_timeout'].where})",
+            f"({OPTIONS['socket_timeout'].where}){_tls_hint(connection, exc)}",
         )
     if isinstance(exc, redis.ConnectionError):
         return _unreachable(exc, connection, where)

@@ -19,6 +19,7 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE, Connection
 from sweeperd.server.denied import DEFAULT_USER, denied, user_of
 from sweeperd.server.serverinfo import read_server_info
+from sweeperd.server.tls import mismatch
 from sweeperd.server.urls import name_at
 
 Address = tuple[str, int]
@@ -113,8 +114,8 @@ class Standalone:
 class NoSeedAnswered(redis.ConnectionError):
     """No node of a Cluster answered CLUSTER SLOTS: each node asked, with what it did."""
 
-    def __init__(self, tried: list[tuple[str, BaseException]]) -> None:
-        said = "; ".join(f"{node}: {_short(exc)}" for node, exc in tried)
+    def __init__(self, tried: list[tuple[str, BaseException]], scheme: str = "redis") -> None:
+        said = "; ".join(f"{node}: {_short(exc)}{_hinted(scheme, exc)}" for node, exc in tried)
         super().__init__(
             f"no node of the Cluster answered CLUSTER SLOTS ({len(tried)} tried: {said}); "
             f"name other nodes with {SEEDS_FLAG}"
@@ -125,6 +126,12 @@ class NoSeedAnswered(redis.ConnectionError):
     def refused_auth(self) -> list[str]:
         """The nodes that refused the user's credentials."""
         return [node for node, exc in self.tried if isinstance(exc, redis.AuthenticationError)]
+
+
+def _hinted(scheme: str, exc: BaseException) -> str:
+    """ ", " and what a TLS mismatch would explain of `exc`, when it may."""
+    hint = mismatch(scheme, exc)
+    return f", {hint}" if hint else ""
 
 
 def is_ip(host: str) -> bool:
@@ -191,7 +198,7 @@ class ClusterSlots:
             if found.covered:
                 break
         if found is None or answered is None:
-            raise NoSeedAnswered(tried)
+            raise NoSeedAnswered(tried, self._connection.url.partition("://")[0])
         self._known = list(dict.fromkeys([answered, *found.nodes, *self._known]))
         self._replicas_of = found.replicas_of
         return found.layout()
