@@ -50,9 +50,12 @@ class Health:
 
     def ready(self) -> bool:
         """Every primary that owns a swept queue (every primary, while none is swept) answered
-        within the last three intervals, and the servers are the topology the options name."""
+        within the last three intervals and does not refuse every sweep (no verb, a command the
+        user lacks), and the servers are the topology the options name."""
         now, nodes = self._clock(), self._fleet.holding(self._schedule.queue_names())
-        return bool(nodes) and all(n.answered_within(now, self._window()) for n in nodes or ())
+        return bool(nodes) and all(
+            n.answered_within(now, self._window()) and n.refusal is None for n in nodes or ()
+        )
 
     def status_text(self, ready: bool) -> str:
         """What systemctl status shows: what the daemon sweeps, or what it waits for."""
@@ -74,6 +77,9 @@ class Health:
         holders = self._fleet.holding(self._schedule.queue_names())
         if holders is None:
             return "waiting for a primary to serve the slot of every queue swept"
+        refused = [(n.name, n.refusal) for n in holders if n.refusal is not None]
+        if refused:
+            return "; ".join(f"{name} refuses every sweep ({e.reason}): {e}" for name, e in refused)
         now, window = self._clock(), self._window()
         late = [n for n in holders if not n.answered_within(now, window)]
         answer = [n.name for n in known if n.answered_within(now, window)]

@@ -27,6 +27,7 @@ log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
+STANDING = (Reason.NO_VERB, Reason.NOPERM)  # refusals that last until an operator acts
 
 
 class NotPrimary(redis.ConnectionError):
@@ -81,6 +82,7 @@ class Node:
         self.replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id
         self.up: bool | None = None  # None until the first answer or failure
         self.error: str | None = None  # why it is down, while it is
+        self.refusal: SweepError | None = None  # why it refuses every sweep, while it does
         self.restarts = restarts  # run_id (or master_replid) changes seen
         self.last_answer: float | None = None  # monotonic seconds
         self.retry_at = 0.0
@@ -270,6 +272,14 @@ class Node:
         if self.up is not False or said != self.error:
             log.warning("redis_down", node=self.name, error=said)
         self.up, self.error = False, said
+
+    def refusing(self, error: SweepError | None) -> None:
+        """A tick's every call was refused for a reason that will not pass by itself (the verb
+        unknown to the server, a command the ACL user lacks): not ready until a call goes
+        through (None)."""
+        if error is not None and error.reason not in STANDING:
+            return
+        self.refusal = error
 
     def judged(self, results: list[CallResult]) -> list[CallResult]:
         """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).

@@ -108,7 +108,7 @@ EXEMPT = {"a": "pending:pending:", "b": "pending:pending:"}  # leases of an earl
 FAILING = {
     "killed": "connection",
     "replica": "connection",
-    "nouser": "connection",
+    "nouser": "auth",
     "down": "cluster_down",
     "loading": "loading",
     "denied": "noperm",

@@ -21,7 +21,13 @@ from tests.support.topologies import info, wait_for
 
 # The daemons: fast ticks, a budget that recovers (3), calls that give up within a second.
 RUN_ARGS = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "3", "--socket-timeout", "1")
-REASONS = ("connection", "cluster_down", "loading", "noperm")  # the failures the conditions cause
+REASONS = (
+    "connection",
+    "auth",
+    "cluster_down",
+    "loading",
+    "noperm",
+)  # the failures the conditions cause
 NOT_WRITTEN = {"a": "active:active:", "b": "active:active:"}
 FILLER = 100_000  # keys the restarted server loads, key-load-delay each, until told faster
 
