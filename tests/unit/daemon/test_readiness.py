@@ -4,7 +4,10 @@ as it changes (refused connection, then refused authentication), and the all-cle
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+
+import redis
 
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import acl_line
@@ -73,3 +76,28 @@ class TestNodeErrorFollowed:
                 assert [e["node"] for e in daemon.events("redis_up")] == [server.node]
                 assert len(daemon.events("redis_down")) == 2
                 assert daemon.stop() == 0
+
+
+class TestStopWhileStarting:
+    def test_sigint_during_a_tls_handshake(self, plain_server: RedisServer, tmp_path: Path) -> None:
+        """SIGINT while the start waits on a rediss:// handshake to a plain port (unanswered
+        for the socket timeout, 10 s here) ends the daemon at once, exit 0."""
+        url = plain_server.url.replace("redis://", "rediss://")
+        daemon = DaemonProcess(tmp_path, "--redis-url", url, "-q", "q", "--socket-timeout", "10")
+        with plain_server.client() as admin:
+            before = clients(admin)
+            daemon.spawn()
+            try:
+                wait_until(lambda: clients(admin) > before, what="the daemon's handshake")
+                assert daemon.process is not None
+                daemon.process.send_signal(signal.SIGINT)
+                assert daemon.wait(timeout_s=3.0) == 0, daemon.log_text()
+            finally:
+                daemon.__exit__(None, None, None)
+        assert daemon.events("started") == [], daemon.log_text()
+        assert [e["event"] for e in daemon.events("stopped")] == ["stopped"]
+
+
+def clients(admin: redis.Redis) -> int:
+    """The connections the server has now, this one included."""
+    return int(admin.info("clients")["connected_clients"])
