@@ -9,6 +9,7 @@ import itertools
 import re
 import socket
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,52 @@ def without_user(node: RedisServer) -> Iterator[None]:
     finally:
         with node.client() as c:
             c.execute_command("ACL", "LOAD")
+
+
+class TestPartialOutage:
+    def test_readiness_names_the_nodes_and_recovers(
+        self, scene: ClusterScene, tmp_path: Path
+    ) -> None:
+        """A primary and its replica stopped: /readyz and / name that primary with its error and
+        the primaries that answer; once both are back, ready again, every queue swept."""
+        cluster = scene.cluster
+        victim = next(p for p in cluster.primaries() if p is not scene.seed_node)
+        replica = cluster.replica_of(victim)
+        queues = {p.node: queue_on(scene, p) for p in cluster.primaries()}
+        flags = ["--redis-url", url(scene, scene.seed_node.port), "--cluster", *RUN_ARGS]
+        with DaemonProcess(tmp_path, *flags, "-q", ",".join(queues.values())) as daemon:
+            wait_until(lambda: daemon.get("/readyz")[0] == 200, what="ready")
+            scene.configure("cluster-require-full-coverage", "no")
+            try:
+                scene.pause(replica)
+                scene.pause(victim)
+                others = sorted(n for n in queues if n != victim.node)
+                said = re.compile(
+                    rf"not ready: waiting for {re.escape(victim.node)} \(.+\) to answer; "
+                    f"{re.escape(', '.join(others))} answer\n"
+                )
+                wait_until(lambda: said.fullmatch(daemon.get("/readyz")[1]), what=said.pattern)
+                assert f"waiting for {victim.node} (" in daemon.get("/")[1]
+            finally:
+                scene.resume()
+                scene.configure("cluster-require-full-coverage", "yes")
+            cluster.settle()
+            wait_until(lambda: daemon.get("/readyz") == (200, "ok\n"), what="ready again")
+            assert "sweeping 3 queues on " in daemon.get("/")[1]
+            for name, queue in queues.items():
+                holder = next(s for s in cluster.servers if s.node == name)
+                wait_until(partial(swept, scene, queue, holder), what=f"{queue} swept")
+            assert daemon.stop() == 0
+
+
+def swept(scene: ClusterScene, queue: str, owner: RedisServer) -> bool:
+    return scene.ids(queue, owner) == RECOVERED
+
+
+def queue_on(scene: ClusterScene, primary: RedisServer) -> str:
+    """A new queue on `primary`, seeded with two expired leases."""
+    while True:
+        queue = f"seeds.{next(NAMES)}"
+        if scene.cluster.owner(QueueKeys(queue).active) is primary:
+            scene.seed(queue, primary)
+            return queue
