@@ -273,3 +273,34 @@ def queue_on(scene: ClusterScene, primary: RedisServer) -> str:
         if scene.cluster.owner(QueueKeys(queue).active) is primary:
             scene.seed(queue, primary)
             return queue
+
+
+class TestTopReplicaRead:
+    def test_readonly_refused_is_said(self, scene: ClusterScene) -> None:
+        """top reads a dead primary's queues on its replica; a user the replica refuses
+        READONLY is told so, with the rule that grants it, not that the slot moved."""
+        cluster = scene.cluster
+        victim = next(p for p in cluster.primaries() if p is not scene.seed_node)
+        replica = cluster.replica_of(victim)
+        queue = queue_on(scene, victim)
+        args = ["--once", "--json", "--interval", "0.1", "-q", queue, *TIMEOUT, "--cluster"]
+        with replica.client() as c:
+            c.execute_command("ACL", "SETUSER", ACL_USER, "-readonly")
+            c.config_set("cluster-replica-no-failover", "yes")
+        scene.configure("cluster-require-full-coverage", "no")
+        cluster.kill(victim)
+        try:
+            ran = sweeperd("top", *args, "--redis-url", url(scene, scene.seed_node.port))
+        finally:
+            scene.revived(victim)
+            scene.configure("cluster-require-full-coverage", "yes")
+            with replica.client() as c:
+                c.execute_command("ACL", "SETUSER", ACL_USER, "+readonly")
+                c.config_set("cluster-replica-no-failover", "no")
+            cluster.settle()
+        [row] = [r for r in ok(ran)["rows"] if r["queue"] == queue]  # type: ignore[attr-defined]
+        assert (row["node"], row["state"]) == (replica.node, "error"), row
+        assert row["error"].startswith(f"the ACL user {ACL_USER} may not run READONLY ("), row
+        assert row["error"].endswith(
+            f"grant it with ACL SETUSER {ACL_USER} +readonly (docs/security.md#the-acl-user)"
+        ), row
