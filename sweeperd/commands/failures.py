@@ -110,12 +110,14 @@ def loading(node: str, said: str, refusal: str = "") -> str:
 PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
 
 
-def _permission(text: str, connection: Connection) -> Failure:
-    """A command or key the ACL user lacks: named, with the rule that grants it."""
+def _permission(text: str, connection: Connection, node: str) -> Failure:
+    """A command or key the ACL user lacks: named, with the rule that grants it, on the node
+    that refused it when that is not the URL's (ACL users live on each node)."""
+    at = f"{node}: " if node != connection.node and not text.startswith(f"{node}: ") else ""
     if PERMISSION_ADVICE in text:  # named where it was refused: said once is enough
-        return Failure(EXIT_REFUSED, str(Reason.NOPERM), _one_line(text))
+        return Failure(EXIT_REFUSED, str(Reason.NOPERM), at + _one_line(text))
     said = _one_line(text).removeprefix("ERR ").removeprefix("NOPERM ")
-    return Failure(EXIT_REFUSED, str(Reason.NOPERM), denial(said, connection.user))
+    return Failure(EXIT_REFUSED, str(Reason.NOPERM), at + denial(said, connection.user))
 
 
 def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str) -> Failure:
@@ -148,12 +150,12 @@ def _tls_hint(connection: Connection, exc: BaseException) -> str:
     return f"; {hint}" if hint else ""
 
 
-def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
+def _response(exc: redis.ResponseError, connection: Connection, node: str) -> Failure:
     raw = str(exc)
     answer = server_text(exc)  # the server's own text
     text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
     if isinstance(exc, NoPermissionError):
-        return _permission(str(exc), connection)
+        return _permission(str(exc), connection, node)
     if "DB index is out of range" in text:
         return Failure(
             EXIT_USAGE,
@@ -210,11 +212,11 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
             f"check the port of {OPTIONS['redis_url'].where}",
         )
     if isinstance(exc, redis.ResponseError):
-        return _response(exc, connection)
+        return _response(exc, connection, node)
     if isinstance(exc, SweepError):
         code = EXIT_UNREACHABLE if exc.reason in UNREACHABLE_REASONS else EXIT_REFUSED
         if PERMISSION_TEXT in exc.message or exc.reason is Reason.NOPERM:
-            return _permission(exc.message, connection)
+            return _permission(exc.message, connection, node)
         if exc.reason is Reason.LOADING and exc.message.startswith("LOADING "):
             return Failure(code, str(exc.reason), loading(node, _one_line(exc.message)))
         return Failure(code, str(exc.reason), _one_line(exc.message))

@@ -33,7 +33,7 @@ import pytest
 from tests.support.conditions import SETUPS, Rows, Situation, denied
 from tests.support.daemon_process import wait_until
 from tests.support.invoke import Ran, sweeperd
-from tests.support.scenes import ACL_USER, USERS, ClusterScene
+from tests.support.scenes import ACL_USER, USERS, ClusterScene, SentinelScene
 
 CONDITIONS = {
     "standalone": ("healthy", "killed", "loading", "denied", "tls"),
@@ -66,9 +66,9 @@ NOT_TLS = (
 TLS = "{url} did not answer within 1s (--socket-timeout (SWEEPERD_SOCKET_TIMEOUT)); " + NOT_TLS
 DENIAL = {
     "cluster|slots": "{seed}: the ACL user {user} may not run CLUSTER SLOTS ({said}): {rule}",
-    "zcount": "the ACL user {user} may not run ZCOUNT ({said}): {rule}",
+    "zcount": "{at}the ACL user {user} may not run ZCOUNT ({said}): {rule}",
 }
-SWEEP_DENIAL = "the ACL user {user} may not run ZCOUNT, which the sweep calls ({script}): {rule}"
+SWEEP_DENIAL = "{at}the ACL user {user} may not run ZCOUNT, which the sweep calls ({script}): {rule}"
 RULE = "grant it with ACL SETUSER {user} +{command} (docs/security.md#the-acl-user)"
 # (condition, command) -> (exit code, the one line): {dead} names the failed server as the line
 # does (the URL when it is the URL's, else host:port), {node} is its host:port, {user} the
@@ -177,6 +177,8 @@ def expected(s: Situation, user: str, command: str) -> tuple[int, str] | None:
         "node": failed.node if failed else "",
         "name": "Valkey" if scene.kind == "valkey" else "Redis",
         "seed": scene.seed_node.node if isinstance(scene, ClusterScene) else "",
+        # the node that refused, where it is not the URL's: Sentinel's primary
+        "at": f"{scene.primaries()[0].node}: " if isinstance(scene, SentinelScene) else "",
         "user": user,
         "said": noperm_text(scene.kind, user, cmd),
         "rule": RULE.format(user=user, command=cmd),
