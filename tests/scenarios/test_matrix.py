@@ -68,7 +68,9 @@ DENIAL = {
     "cluster|slots": "{seed}: the ACL user {user} may not run CLUSTER SLOTS ({said}): {rule}",
     "zcount": "{at}the ACL user {user} may not run ZCOUNT ({said}): {rule}",
 }
-SWEEP_DENIAL = "{at}the ACL user {user} may not run ZCOUNT, which the sweep calls ({script}): {rule}"
+SWEEP_DENIAL = (
+    "{at}the ACL user {user} may not run ZCOUNT, which the sweep calls ({script}): {rule}"
+)
 RULE = "grant it with ACL SETUSER {user} +{command} (docs/security.md#the-acl-user)"
 # (condition, command) -> (exit code, the one line): {dead} names the failed server as the line
 # does (the URL when it is the URL's, else host:port), {node} is its host:port, {user} the
