@@ -163,8 +163,9 @@ OPTIONS: dict[str, Option] = {
             "cluster",
             "",
             WITH_ACL,
-            "The URL names any node of a Redis/Valkey Cluster: each queue is swept on the "
-            "primary that owns its slot, each primary watched for failovers.",
+            "The URL names any node of a Redis/Valkey Cluster (several: seeds, asked in turn): "
+            "each queue is swept on the primary that owns its slot, each primary watched for "
+            "failovers.",
             False,
             parse=coercers.switch,
         ),
