@@ -4,9 +4,10 @@ and what to say when the servers are not the topology the options name."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -208,9 +209,15 @@ class ClusterSlots:
         """Each primary's replicas, as the last map read lists them."""
         return self._replicas_of
 
-    def _candidates(self) -> list[Address]:
-        named = [a for seed in self._seeds for a in resolved(seed, by_name=self._by_name)]
-        return list(dict.fromkeys([*self._known, *named]))
+    def _candidates(self) -> Iterator[Address]:
+        """The nodes to ask, in turn, each once; the seeds' names resolved only when reached
+        (a lookup has no timeout of its own)."""
+        asked: set[Address] = set()
+        named = (a for seed in self._seeds for a in resolved(seed, by_name=self._by_name))
+        for address in itertools.chain(list(self._known), named):
+            if address not in asked:
+                asked.add(address)
+                yield address
 
     def _client(self, address: Address) -> redis.Redis:
         with self._lock:

@@ -108,6 +108,6 @@ class TestResolved:
         """The seeds in order, the URL's first, each name as its addresses."""
         topology = Topology(cluster=True, seeds=(("localhost", 7001), ("10.0.0.9", 7002)))
         connection = Connection.checked("redis://127.0.0.1:7000/0", None, 1.0, topology=topology)
-        asked = ClusterSlots(connection)._candidates()
+        asked = list(ClusterSlots(connection)._candidates())
         assert asked[0] == ("127.0.0.1", 7000) and asked[-1] == ("10.0.0.9", 7002)
         assert ("127.0.0.1", 7001) in asked
