@@ -17,7 +17,9 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.clusternodes import cluster_down
 from sweeperd.server.denied import denied, user_of
 from sweeperd.server.serverinfo import ServerInfo, read_server_info
+from sweeperd.server.tls import mismatch
 from sweeperd.server.topology import clustered_error
+from sweeperd.server.wire import scheme_of
 from sweeperd.verb.executors import Executor, choose
 from sweeperd.verb.replies import Call, CallResult, SweepReply
 from sweeperd.verb.rounds import InFlight, Packed, sweep_round
@@ -269,6 +271,8 @@ class Node:
         """Down, logged when it goes down and again when the error changes (a refused
         connection, then a refused authentication). Hold the lock."""
         said = str(error) or type(error).__name__
+        hint = mismatch(scheme_of(self.client), error)
+        said += f"; {hint}" if hint else ""
         if self.up is not False or said != self.error:
             log.warning("redis_down", node=self.name, error=said)
         self.up, self.error = False, said

@@ -14,6 +14,10 @@ from tests.support.helpers import acl_line
 from tests.support.servers import RedisServer, free_port
 
 USER, PASSWORD = "sweeperd", "readiness-Pw-2207"
+NOT_TLS = (
+    "the server may not speak TLS (a plain port leaves a TLS handshake unanswered): use "
+    "redis:// if it has no TLS port"
+)
 FAST = ("--interval", "0.3", "--jitter", "0", "--socket-timeout", "1", "--shard", "off")
 
 
@@ -76,6 +80,19 @@ class TestNodeErrorFollowed:
                 assert [e["node"] for e in daemon.events("redis_up")] == [server.node]
                 assert len(daemon.events("redis_down")) == 2
                 assert daemon.stop() == 0
+
+
+class TestTlsMismatch:
+    def test_rediss_to_a_plain_port(self, plain_server: RedisServer, tmp_path: Path) -> None:
+        """rediss:// to a server without TLS: redis_down and /readyz say the server may not
+        speak TLS, not only that it timed out."""
+        url = plain_server.url.replace("redis://", "rediss://")
+        args = ("--redis-url", url, "-q", "q", "--interval", "0.3", "--socket-timeout", "0.5")
+        with DaemonProcess(tmp_path, *args, "--shard", "off") as daemon:
+            not_ready_saying(daemon, f"(Timeout connecting to server; {NOT_TLS}) to answer")
+            [down] = daemon.events("redis_down")
+            assert down["error"] == f"Timeout connecting to server; {NOT_TLS}", down
+            assert daemon.stop() == 0
 
 
 class TestStopWhileStarting:
