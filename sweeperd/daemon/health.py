@@ -53,8 +53,9 @@ class Health:
         within the last three intervals and does not refuse every sweep (no verb, a command the
         user lacks), and the servers are the topology the options name."""
         now, nodes = self._clock(), self._fleet.holding(self._schedule.queue_names())
+        window = self._window()
         return bool(nodes) and all(
-            n.answered_within(now, self._window()) and n.refusal is None for n in nodes or ()
+            n.answered_within(now, window) and n.refusal is None for n in nodes or ()
         )
 
     def status_text(self, ready: bool) -> str:
@@ -83,7 +84,7 @@ class Health:
         now, window = self._clock(), self._window()
         late = [n for n in holders if not n.answered_within(now, window)]
         answer = [n.name for n in known if n.answered_within(now, window)]
-        said = ", ".join(f"{n.name} ({n.error or 'no answer yet'})" for n in late)
+        said = ", ".join(f"{n.name} ({n.error or 'no answer yet'})" for n in late) or "them"
         return f"waiting for {said} to answer" + (f"; {', '.join(answer)} answer" if answer else "")
 
     def node_names(self) -> str:
