@@ -22,7 +22,7 @@ from redis.exceptions import (
 from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.counts import COUNTS, counts_of, queue_counts
-from sweeperd.server.denied import denial, user_of
+from sweeperd.server.denied import USERS_SAVED, denial, user_of
 from sweeperd.server.serverinfo import parse_info, server_ms, verb_in
 
 # A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`).
@@ -47,8 +47,16 @@ CODES = (  # the error codes redis-py takes off the errors it has a class for
 )
 
 
+LOGIN_REFUSED = "LOGIN REFUSED"  # a server that answered and refused the user's credentials
+
+
 def error_text(exc: redis.RedisError) -> str:
-    """An error as the server said it, its code in front."""
+    """An error as the server said it, its code in front; a refused login says where to look."""
+    if isinstance(exc, redis.AuthenticationError):
+        return (
+            f"{LOGIN_REFUSED}: {' '.join(str(exc).split()).rstrip('.')}: the user may be missing "
+            f"on this node ({USERS_SAVED})"
+        )
     code = next((code for kind, code in CODES if isinstance(exc, kind)), None)
     return f"{code} {exc}" if code else str(exc)
 

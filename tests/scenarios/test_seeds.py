@@ -184,6 +184,24 @@ class TestUserMissingOnANode:
             line,
         ), line
 
+    def test_top_says_the_login_refused(self, scene: ClusterScene) -> None:
+        """top's line for a primary that refused the user's login says so, and where to look;
+        not that it is unreachable (it answered)."""
+        queue, owner = seeded(scene)
+        seed = next(s for s in scene.cluster.primaries() if s is not owner)
+        args = ["--once", "--interval", "0.1", "-q", queue, *TIMEOUT, "--cluster"]
+        with without_user(owner):
+            ran = sweeperd(
+                "top", *args, "--redis-url", url(scene, seed.port), env={"COLUMNS": "400"}
+            )
+        assert ran.code == 0, ran.err
+        [line] = [line for line in ran.out.splitlines() if f" {owner.node}  " in line]
+        assert line.split(f"{owner.node}  ", 1)[1].startswith(
+            "LOGIN REFUSED: invalid username-password pair or user is disabled: the user may be "
+            "missing on this node (ACL SAVE with an aclfile, or user lines in the config file: "
+            "docs/security.md#acl-users-live-on-each-node)"
+        ), line
+
     def test_the_only_seed(self, scene: ClusterScene) -> None:
         """The only seed lost the user: an authentication failure, exit 1, naming the seed; a
         second seed that has the user is read instead."""
