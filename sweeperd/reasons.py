@@ -14,6 +14,7 @@ class Reason(StrEnum):
     ARGUMENTS = "arguments"  # max_stalled, limit or arity refused
     NO_VERB = "no_verb"  # the server does not know EMQ.STALLED.CHECK
     CONNECTION = "connection"  # the server cannot be reached
+    AUTH = "auth"  # the server refused the user's credentials (the user missing on that node?)
     TIMEOUT = "timeout"  # the server did not answer in time
     REPLY_LOST = "reply_lost"  # the call was sent whole, the connection broke before its reply
     OOM = "oom"  # maxmemory reached: the verb (deny-oom) refused, nothing written
@@ -103,6 +104,8 @@ def reason_of(exc: BaseException) -> Reason:
         return Reason.LOADING
     if isinstance(exc, ReplyLost):
         return Reason.REPLY_LOST
+    if isinstance(exc, redis.AuthenticationError):  # a ConnectionError: tested first
+        return Reason.AUTH
     if isinstance(exc, redis.ConnectionError):
         return Reason.CONNECTION
     if isinstance(exc, redis.ResponseError):

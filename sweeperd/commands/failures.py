@@ -20,8 +20,9 @@ from sweeperd.reasons import (
     server_text,
 )
 from sweeperd.server.connection import Connection
-from sweeperd.server.denied import denial
-from sweeperd.server.topology import NoPrimary, node_of
+from sweeperd.server.denied import DEFAULT_USER, USERS_SAVED, denial
+from sweeperd.server.tls import mismatch
+from sweeperd.server.topology import NoPrimary, NoSeedAnswered, node_of
 
 # Exit 3: the server cannot be reached, cannot serve now, or is not what the options say.
 # (MOVED is a refusal, exit 1: the node answered, sending the queue elsewhere, nothing ran.)
@@ -61,17 +62,43 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split()).rstrip(".")
 
 
-def _auth(exc: redis.AuthenticationError, connection: Connection) -> Failure:
-    text = _one_line(exc)
-    password_file = OPTIONS["redis_password_file"].where
+def _auth(exc: redis.AuthenticationError, connection: Connection, node: str) -> Failure:
+    """An authentication refused, on the node that refused it, with its fixes."""
     if not connection.has_password:
-        message = f"{connection.node}: the server needs a password ({password_file})"
-    else:
-        message = (
-            f"{connection.node}: authentication failed ({text}); check {password_file} "
-            "and the URL's user"
+        password_file = OPTIONS["redis_password_file"].where
+        return Failure(
+            EXIT_REFUSED, "auth", f"{node}: the server needs a password ({password_file})"
         )
-    return Failure(EXIT_REFUSED, "auth", message)
+    return Failure(EXIT_REFUSED, "auth", f"{node}: {auth_refused(_one_line(exc), connection)}")
+
+
+def auth_refused(text: str, connection: Connection) -> str:
+    """What a node that refused the user's credentials means, and the two fixes."""
+    user = connection.user
+    missing = (
+        f"the user {user} may be missing there: ACL users live on each node and are lost at "
+        f"restart unless saved ({USERS_SAVED}); "
+        if user != DEFAULT_USER
+        else ""
+    )
+    return (
+        f"authentication failed as {user} ({text}); {missing}check "
+        f"{OPTIONS['redis_password_file'].where} and the URL's user"
+    )
+
+
+def _no_seed(exc: NoSeedAnswered, connection: Connection) -> Failure:
+    """No seed of the Cluster answered: each one and its error; a refused authentication is the
+    user's to fix (exit 1), anything else a Cluster out of reach (exit 3)."""
+    refused = exc.refused_auth
+    if refused and connection.has_password:
+        why = auth_refused("invalid username-password pair", connection)
+        return Failure(EXIT_REFUSED, "auth", f"{', '.join(refused)}: {why}; {_one_line(exc)}")
+    if refused:
+        password_file = OPTIONS["redis_password_file"].where
+        said = f"{', '.join(refused)}: the server needs a password ({password_file})"
+        return Failure(EXIT_REFUSED, "auth", f"{said}; {_one_line(exc)}")
+    return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), _one_line(exc))
 
 
 def loading(node: str, said: str, refusal: str = "") -> str:
@@ -83,12 +110,14 @@ def loading(node: str, said: str, refusal: str = "") -> str:
 PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
 
 
-def _permission(text: str, connection: Connection) -> Failure:
-    """A command or key the ACL user lacks: named, with the rule that grants it."""
+def _permission(text: str, connection: Connection, node: str) -> Failure:
+    """A command or key the ACL user lacks: named, with the rule that grants it, on the node
+    that refused it when that is not the URL's (ACL users live on each node)."""
+    at = f"{node}: " if node != connection.node and not text.startswith(f"{node}: ") else ""
     if PERMISSION_ADVICE in text:  # named where it was refused: said once is enough
-        return Failure(EXIT_REFUSED, str(Reason.NOPERM), _one_line(text))
+        return Failure(EXIT_REFUSED, str(Reason.NOPERM), at + _one_line(text))
     said = _one_line(text).removeprefix("ERR ").removeprefix("NOPERM ")
-    return Failure(EXIT_REFUSED, str(Reason.NOPERM), denial(said, connection.user))
+    return Failure(EXIT_REFUSED, str(Reason.NOPERM), at + denial(said, connection.user))
 
 
 def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str) -> Failure:
@@ -100,6 +129,8 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str)
             f"{connection.node}: the connection broke after the call was sent ({text}); it may "
             "have run: see `sweeperd inspect` before sending it again",
         )
+    if isinstance(exc, NoSeedAnswered):  # every seed's answer: no one node is the URL's
+        return _no_seed(exc, connection)
     if isinstance(exc, NoPrimary):  # the Sentinels' answers: the URL's host is not used
         return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), text)
     if connection.url.startswith("rediss://") and any(t in text for t in TLS_TEXTS):
@@ -109,15 +140,22 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str)
             str(Reason.CONNECTION),
             f"TLS with {connection.shown_url} failed: {text}; check {files} and the URL's host",
         )
-    return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), f"cannot reach {where}: {text}")
+    said = f"cannot reach {where}: {text}{_tls_hint(connection, exc)}"
+    return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), said)
 
 
-def _response(exc: redis.ResponseError, connection: Connection) -> Failure:
+def _tls_hint(connection: Connection, exc: BaseException) -> str:
+    """ "; the server may not speak TLS ..." where the URL's TLS may be the server's mismatch."""
+    hint = mismatch(connection.url.partition("://")[0], exc)
+    return f"; {hint}" if hint else ""
+
+
+def _response(exc: redis.ResponseError, connection: Connection, node: str) -> Failure:
     raw = str(exc)
     answer = server_text(exc)  # the server's own text
     text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
     if isinstance(exc, NoPermissionError):
-        return _permission(str(exc), connection)
+        return _permission(str(exc), connection, node)
     if "DB index is out of range" in text:
         return Failure(
             EXIT_USAGE,
@@ -156,13 +194,13 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
     if isinstance(exc, NOT_SERVED):  # BusyLoadingError is a ConnectionError: tested first
         exc = SweepError.of(exc)
     if isinstance(exc, redis.AuthenticationError):  # a ConnectionError: tested first
-        return _auth(exc, connection)
+        return _auth(exc, connection, node)
     if isinstance(exc, redis.TimeoutError):
         return Failure(
             EXIT_UNREACHABLE,
             str(Reason.TIMEOUT),
             f"{where} did not answer within {connection.socket_timeout:g}s "
-            f"({OPTIONS['socket_timeout'].where})",
+            f"({OPTIONS['socket_timeout'].where}){_tls_hint(connection, exc)}",
         )
     if isinstance(exc, redis.ConnectionError):
         return _unreachable(exc, connection, where)
@@ -174,11 +212,11 @@ def failure_of(exc: BaseException, connection: Connection) -> Failure:
             f"check the port of {OPTIONS['redis_url'].where}",
         )
     if isinstance(exc, redis.ResponseError):
-        return _response(exc, connection)
+        return _response(exc, connection, node)
     if isinstance(exc, SweepError):
         code = EXIT_UNREACHABLE if exc.reason in UNREACHABLE_REASONS else EXIT_REFUSED
         if PERMISSION_TEXT in exc.message or exc.reason is Reason.NOPERM:
-            return _permission(exc.message, connection)
+            return _permission(exc.message, connection, node)
         if exc.reason is Reason.LOADING and exc.message.startswith("LOADING "):
             return Failure(code, str(exc.reason), loading(node, _one_line(exc.message)))
         return Failure(code, str(exc.reason), _one_line(exc.message))

@@ -166,4 +166,6 @@ def refused(
             f"{node_of(client)} sent slot {moved[1]} of {result.queue} to {moved[2]} (MOVED: "
             f"the slot moved while once ran): {result.refusal}, {result.still_due}; run it again",
         )
+    if error.reason is Reason.NOPERM and node_of(client) != connection.node:  # users are per node
+        error = SweepError(error.reason, f"{node_of(client)}: {error.message}")
     return SweepError(error.reason, f"{error.message}: {result.refusal}, {result.still_due}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -267,6 +268,21 @@ def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
             )
         found.append(address)
     return tuple(found)
+
+
+SEED_SPLIT = re.compile(r"[\s,]+(?=(?:redis|rediss|unix)://)")  # a comma in a password stays
+
+
+def redis_urls(given: Given) -> tuple[str, ...]:
+    """The server's URL, or a Cluster's seeds: the flag repeated, a list in the file, or URLs
+    separated by commas or spaces (a separator counts only before a scheme)."""
+    entries = _entries(given, "a URL or a list of URLs")
+    if not entries or not all(isinstance(entry, str) for entry in entries):
+        raise ConfigError(
+            f"{given.where} must be a URL or a list of URLs, not {shown(given.value)}"
+        )
+    urls = [url for entry in entries for url in SEED_SPLIT.split(str(entry).strip())]
+    return tuple(dict.fromkeys(urls))
 
 
 def queue_name(name: object, where: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from sweeperd.config.options import OPTIONS
 from sweeperd.logs import redact_text
 from sweeperd.server.connection import Connection, Topology, TopologyRefused
 from sweeperd.server.tls import TLS_KEYS, BadTlsFile, TlsFiles
-from sweeperd.server.urls import BadConnection, check_url
+from sweeperd.server.urls import BadConnection, check_url, seed_of
 
 CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
 TLS_FIX = "see docs/security.md#tls"
@@ -21,7 +22,7 @@ TLS_FIX = "see docs/security.md#tls"
 def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connection:
     """The connection settings, read by their coercers, checked together before anything is
     sent; `where` names each setting as a refusal does."""
-    url = typed["redis_url"]
+    url, *others = typed["redis_url"]
     password = _password(typed["redis_password_file"], where["redis_password_file"])
     tls = TlsFiles(*(None if typed[key] is None else str(typed[key]) for key in TLS_KEYS))
     topology = Topology(
@@ -33,7 +34,9 @@ def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connect
         ),
     )
     try:
-        topology.check(check_url(url))  # the URL first: the topology's check reads its db
+        url = check_url(url)
+        topology = replace(topology, seeds=_seeds(url, others, where["redis_url"]))
+        topology.check(url)  # the URL first: the topology's check reads its db
         return Connection.checked(url, password, typed["socket_timeout"], tls, topology)
     except BadTlsFile as exc:
         raise ConfigError(f"{where[exc.key]} {exc}; {TLS_FIX}") from None
@@ -42,6 +45,17 @@ def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connect
     except BadConnection as exc:
         problem = redact_text(str(exc))
         raise ConfigError(f"{where['redis_url']}: {problem}, in {shown(url)}") from None
+
+
+def _seeds(url: str, others: list[str], where: str) -> tuple[tuple[str, int], ...]:
+    """The addresses of the seeds named after the first URL, each checked against it."""
+    seeds = []
+    for other in others:
+        try:
+            seeds.append(seed_of(url, other))
+        except BadConnection as exc:
+            raise ConfigError(f"{where}: {redact_text(str(exc))}, in {shown(other)}") from None
+    return tuple(seeds)
 
 
 def _password(path: Path | None, where: str) -> str | None:

@@ -123,9 +123,11 @@ OPTIONS: dict[str, Option] = {
             "redis_url",
             "URL",
             WITH_ACL,
-            "The server: redis://, rediss:// or unix://; credentials are never shown.",
+            "The server: redis://, rediss:// or unix://; credentials are never shown. A Cluster: "
+            "several nodes as seeds (repeat the flag, or separate URLs by commas or spaces), "
+            "a host name standing for every address it resolves to.",
             DEFAULT_REDIS_URL,
-            parse=coercers.string,
+            parse=coercers.redis_urls,
         ),
         Option(
             "redis_password_file",
@@ -161,8 +163,9 @@ OPTIONS: dict[str, Option] = {
             "cluster",
             "",
             WITH_ACL,
-            "The URL names any node of a Redis/Valkey Cluster: each queue is swept on the "
-            "primary that owns its slot, each primary watched for failovers.",
+            "The URL names any node of a Redis/Valkey Cluster (several: seeds, asked in turn): "
+            "each queue is swept on the primary that owns its slot, each primary watched for "
+            "failovers.",
             False,
             parse=coercers.switch,
         ),

@@ -96,6 +96,7 @@ class Settings:
 
     def describe(self) -> dict[str, object]:
         """The settings fit for a log line: credentials removed from the URL, no password."""
+        topology = self.connection.topology
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
             for f in fields(self)
@@ -103,9 +104,10 @@ class Settings:
         }
         shown |= {f.name: getattr(self.daemon, f.name) for f in fields(self.daemon)}
         shown["redis_url"] = self.connection.shown_url
+        if topology.seeds:
+            shown["seeds"] = self.connection.shown_seeds
         shown["redis_password"] = "<set>" if self.connection.has_password else None
         shown["socket_timeout"] = self.connection.socket_timeout
-        topology = self.connection.topology
         shown["topology"] = topology.mode
         if topology.sentinels:
             shown["sentinels"] = [f"{host}:{port}" for host, port in topology.sentinels]
@@ -147,7 +149,8 @@ def _gather(
 def _not_empty(key: str, given: Given) -> Given:
     """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
     would otherwise mean the default, e.g. whatever server listens on localhost."""
-    if isinstance(given.value, str) and not given.value.strip():
+    values = given.value if isinstance(given.value, list | tuple) else [given.value]
+    if any(isinstance(value, str) and not value.strip() for value in values):
         o = OPTIONS[key]
         default = f" (default: {o.default_text})" if o.default_text else ""
         raise ConfigError(

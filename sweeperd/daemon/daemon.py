@@ -17,7 +17,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from sweeperd import __version__
-from sweeperd.config.settings import ConfigError, Settings
+from sweeperd.config.settings import ConfigError, DaemonSettings, Settings
 from sweeperd.constants import SweepAt
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.health import HEARTBEAT_S, Health
@@ -45,6 +45,11 @@ SWITCH_INTERVAL_S = 0.001  # a thread waiting for the GIL gets it this soon (Pyt
 TURN_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
+
+
+class StopRequested(BaseException):
+    """SIGTERM or SIGINT while the daemon starts: the start ends where it is (a call waiting on
+    a server that does not answer, e.g. a TLS handshake to a plain port, is not waited for)."""
 
 
 @dataclass
@@ -111,6 +116,7 @@ class Daemon:
         self._signalled = threading.Event()  # either signal: the main loop acts now
         self._server: MetricsServer | None = None
         self._announced_ready = False
+        self._starting = False  # a stop asked for now ends the start at once
         self._overruns_logged_at: float | None = None
         # Overruns are counted and logged below, at most once a minute, not once per batch;
         # a batch's missed runs are counted, and no job's is said in APScheduler's words.
@@ -222,6 +228,15 @@ class Daemon:
         """The fleet first (servers that are not the topology named refuse the start), then
         /metrics, the jobs and the scheduler."""
         s, d = self.settings, self.settings.daemon
+        self._starting = True
+        try:
+            self._start(s, d)
+        finally:
+            self._starting = False
+        log.info("started", version=__version__, **s.describe())
+        log_notes(s)
+
+    def _start(self, s: Settings, d: DaemonSettings) -> None:
         self.fleet.start()
         health = self.health
         self._server = serve(
@@ -233,16 +248,18 @@ class Daemon:
             landing=lambda: f"{health.status_text(health.ready())}\n{self.sharing.describe()}",
             web=d.web_config,
             exposition=self.metrics.exposition,
+            waiting=health.waiting,
         )
         self.add_jobs()
         self.scheduler.start()
-        log.info("started", version=__version__, **s.describe())
-        log_notes(s)
 
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         self._stop_requested.set()
         self._signalled.set()
+        if self._starting:
+            self._starting = False  # raised once: the stop that follows runs whole
+            raise StopRequested
 
     def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
         self._reload_requested.set()
@@ -324,11 +341,12 @@ class Daemon:
         self.sharing.leave()  # first: the others take its queues while its last calls finish
         self._wakes.stop()  # a wakes' run waiting for the next deadline ends at once
         self.fleet.stop(STOP_TIMEOUT_S / 2)
-        done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
-        done.start()
-        done.join(STOP_TIMEOUT_S)
-        if done.is_alive():
-            log.warning("stop_timeout", waited_s=STOP_TIMEOUT_S)
+        if self.scheduler.running:  # not when stopped while it started
+            done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
+            done.start()
+            done.join(STOP_TIMEOUT_S)
+            if done.is_alive():
+                log.warning("stop_timeout", waited_s=STOP_TIMEOUT_S)
         if self._server is not None:
             self._server.close()
         log.info("stopped")
@@ -356,7 +374,11 @@ def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    daemon.start()
+    try:
+        daemon.start()
+    except StopRequested:
+        daemon.stop()
+        return 0
     try:
         daemon.serve_forever()
     finally:

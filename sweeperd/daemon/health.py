@@ -42,21 +42,50 @@ class Health:
         """The scheduler is alive: its heartbeat job ran lately."""
         return self._scheduler.running and self._clock() - self._heartbeat <= 5 * HEARTBEAT_S
 
-    def ready(self) -> bool:
-        """Every primary that owns a swept queue (every primary, while none is swept) answered
-        within the last three intervals, and the servers are the topology the options name."""
+    def _window(self) -> float:
+        """How lately a primary must have answered: three of the shortest interval."""
         s = self._settings()
         interval = self._schedule.shortest_interval() or max(s.interval, s.daemon.discover)
+        return READY_INTERVALS * interval
+
+    def ready(self) -> bool:
+        """Every primary that owns a swept queue (every primary, while none is swept) answered
+        within the last three intervals and does not refuse every sweep (no verb, a command the
+        user lacks), and the servers are the topology the options name."""
         now, nodes = self._clock(), self._fleet.holding(self._schedule.queue_names())
+        window = self._window()
         return bool(nodes) and all(
-            n.answered_within(now, READY_INTERVALS * interval) for n in nodes or ()
+            n.answered_within(now, window) and n.refusal is None for n in nodes or ()
         )
 
     def status_text(self, ready: bool) -> str:
         """What systemctl status shows: what the daemon sweeps, or what it waits for."""
         if ready:
             return f"sweeping {len(self._schedule.queue_names())} queues on {self.node_names()}"
-        return f"waiting for {self.node_names()} to answer"
+        return self.waiting()
+
+    def waiting(self) -> str:
+        """What readiness waits for: servers that are the topology named; the layout (each seed
+        and its error); the primaries of the swept queues that have not answered lately, each
+        with its error, and those that have."""
+        wrong, known = self._fleet.wrong, self._fleet.nodes()
+        if wrong is not None:
+            return wrong.message
+        if not known:
+            said = self._fleet.unreachable
+            where = self._settings().connection.shown_seeds
+            return f"waiting for {where} to answer" + (f": {said}" if said else "")
+        holders = self._fleet.holding(self._schedule.queue_names())
+        if holders is None:
+            return "waiting for a primary to serve the slot of every queue swept"
+        refused = [(n.name, n.refusal) for n in holders if n.refusal is not None]
+        if refused:
+            return "; ".join(f"{name} refuses every sweep ({e.reason}): {e}" for name, e in refused)
+        now, window = self._clock(), self._window()
+        late = [n for n in holders if not n.answered_within(now, window)]
+        answer = [n.name for n in known if n.answered_within(now, window)]
+        said = ", ".join(f"{n.name} ({n.error or 'no answer yet'})" for n in late) or "them"
+        return f"waiting for {said} to answer" + (f"; {', '.join(answer)} answer" if answer else "")
 
     def node_names(self) -> str:
         """The primaries swept now, or where they are asked for while none is known."""

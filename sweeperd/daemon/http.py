@@ -108,6 +108,15 @@ def _checked(check: Callable[[], bool], name: str) -> bool:
         return False
 
 
+def _said(waiting: Callable[[], str]) -> str:
+    """What readiness waits for; nothing when saying it fails (logged)."""
+    try:
+        return waiting()
+    except Exception:
+        log.exception("http_check_failed", check="waiting")
+        return ""
+
+
 def _plain(start_response: StartResponse, ok: bool, text: str) -> list[bytes]:
     start_response("200 OK" if ok else "503 Service Unavailable", [TEXT])
     return [text.encode() + b"\n"]
@@ -142,6 +151,7 @@ def _app(
     ready: Callable[[], bool],
     landing: Callable[[], str] | None,
     exposition: Exposition | None = None,
+    waiting: Callable[[], str] | None = None,
 ) -> WSGIApplication:
     metrics = _metrics_app(registry, exposition)
 
@@ -154,7 +164,8 @@ def _app(
             return _plain(start_response, ok, "ok" if ok else "unhealthy: the scheduler is stuck")
         if path == "/readyz":
             ok = _checked(ready, "ready")
-            return _plain(start_response, ok, "ok" if ok else "not ready: no node answered lately")
+            why = "" if ok or waiting is None else _said(waiting)
+            return _plain(start_response, ok, "ok" if ok else f"not ready: {why}".rstrip(": "))
         if path == "/":
             status = html.escape(landing()) if landing is not None else ""
             page = LANDING.format(
@@ -186,10 +197,11 @@ def serve(
     landing: Callable[[], str] | None = None,
     web: WebConfig | None = None,
     exposition: Exposition | None = None,
+    waiting: Callable[[], str] | None = None,
 ) -> MetricsServer:
     """Serve /metrics, /healthz, /readyz and / on host:port from a daemon thread; `web` adds
     TLS and basic auth; /metrics from `exposition` when given (see Metrics.exposition), else
-    from the registry."""
+    from the registry; /readyz says what `waiting` says while not ready."""
     shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
     try:
         server_class, address = _bindable(host)
@@ -198,7 +210,7 @@ def serve(
         server = server_class((address, port), _QuietHandler)
     except OSError as exc:
         raise CannotListen(exc.errno, f"cannot listen on {shown}: {exc.strerror or exc}") from exc
-    app = _app(registry, healthy, ready, landing, exposition)
+    app = _app(registry, healthy, ready, landing, exposition, waiting)
     server.set_app(web.guard(app) if web is not None else app)
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": POLL_S}, name="sweeperd-http"

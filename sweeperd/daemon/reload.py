@@ -40,7 +40,7 @@ def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
         return value, None if value is None else "<set>"
 
     return {
-        "redis_url": (c.url, c.shown_url),
+        "redis_url": ((c.url, t.seeds), c.shown_url if not t.seeds else c.shown_seeds),
         "redis_password": secret(c.password),
         "socket_timeout": same(c.socket_timeout),
         **{key: same(path) for key, path in c.tls.by_key().items()},

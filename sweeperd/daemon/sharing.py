@@ -251,6 +251,8 @@ class Sharing:
             if not self.on or self._left:
                 return
             self._left = True
+            if self._alive_until is None or (self.node is not None and self.node.up is False):
+                return  # never joined, or its node is down: its entry (if any) expires alone
             store = self.located()
             if store is None:
                 return

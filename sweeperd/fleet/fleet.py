@@ -155,6 +155,11 @@ class Fleet:
         self._watch.follow()
 
     @property
+    def unreachable(self) -> str | None:
+        """Why the layout could not be read last time, while it could not."""
+        return self._watch.unreachable
+
+    @property
     def wrong(self) -> SweepError | None:
         """Why the servers are not the topology the options name, while they are not."""
         return self._watch.wrong

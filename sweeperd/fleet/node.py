@@ -17,7 +17,9 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.clusternodes import cluster_down
 from sweeperd.server.denied import denied, user_of
 from sweeperd.server.serverinfo import ServerInfo, read_server_info
+from sweeperd.server.tls import mismatch
 from sweeperd.server.topology import clustered_error
+from sweeperd.server.wire import scheme_of
 from sweeperd.verb.executors import Executor, choose
 from sweeperd.verb.replies import Call, CallResult, SweepReply
 from sweeperd.verb.rounds import InFlight, Packed, sweep_round
@@ -27,6 +29,7 @@ log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
+STANDING = (Reason.NO_VERB, Reason.NOPERM)  # refusals that last until an operator acts
 
 
 class NotPrimary(redis.ConnectionError):
@@ -80,6 +83,8 @@ class Node:
         self.run_id: bytes | None = None
         self.replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id
         self.up: bool | None = None  # None until the first answer or failure
+        self.error: str | None = None  # why it is down, while it is
+        self.refusal: SweepError | None = None  # why it refuses every sweep, while it does
         self.restarts = restarts  # run_id (or master_replid) changes seen
         self.last_answer: float | None = None  # monotonic seconds
         self.retry_at = 0.0
@@ -240,7 +245,7 @@ class Node:
         self.backoff_s = BACKOFF_FIRST_S
         if self.up is not True:
             log.info("redis_up", node=self.name)
-        self.up = True
+        self.up, self.error = True, None
 
     def failed(self, now: float, error: BaseException) -> None:
         """A sweep's connection failure: down, retried after a doubling backoff; logged once per
@@ -263,10 +268,22 @@ class Node:
             self._down(error)
 
     def _down(self, error: BaseException) -> None:
-        """Hold the lock."""
-        if self.up is not False:
-            log.warning("redis_down", node=self.name, error=str(error))
-        self.up = False
+        """Down, logged when it goes down and again when the error changes (a refused
+        connection, then a refused authentication). Hold the lock."""
+        said = str(error) or type(error).__name__
+        hint = mismatch(scheme_of(self.client), error)
+        said += f"; {hint}" if hint else ""
+        if self.up is not False or said != self.error:
+            log.warning("redis_down", node=self.name, error=said)
+        self.up, self.error = False, said
+
+    def refusing(self, error: SweepError | None) -> None:
+        """A tick's every call was refused for a reason that will not pass by itself (the verb
+        unknown to the server, a command the ACL user lacks): not ready until a call goes
+        through (None)."""
+        if error is not None and error.reason not in STANDING:
+            return
+        self.refusal = error
 
     def judged(self, results: list[CallResult]) -> list[CallResult]:
         """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).

@@ -74,10 +74,22 @@ class Tick:
         for q, result in done:
             if isinstance(result.reply, SweepReply) and result.expired_left:
                 self.drainer.add(q, result.call.keys, result.expired_left)
+        self.judge(done)
         moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
         loading = any(_loading(r) for _, r in done)  # unlooked at, the calls said so themselves
         wake = self.arm(swept, done, [q for q, _ in held], now)
         return Outcome(restarted=swept.restarted, loading=loading, moved=moved, wake=wake)
+
+    def judge(self, done: Sequence[tuple[QueueSettings, CallResult]]) -> None:
+        """A call that went through clears the node's standing refusal; every call refused
+        for one sets it (see Node.refusing)."""
+        replies = [r.reply for _, r in done]
+        if any(isinstance(reply, SweepReply) for reply in replies):
+            self.node.refusing(None)
+        elif replies and all(isinstance(reply, SweepError) for reply in replies):
+            first = replies[0]
+            assert isinstance(first, SweepError)
+            self.node.refusing(first)
 
     def arm(
         self,
@@ -122,6 +134,7 @@ class Tick:
             log.exception("tick_failed", node=self.node.name)
             error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         names = [q.name for q in queues]
+        self.node.refusing(error)
         self.ledger.fail_tick(names, error, duration_s=self.clock() - started)
         # Up, but not yet: its queues again soon, not after a backoff.
         return LOADING if error.reason is Reason.LOADING else NOTHING

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.sentinel import Sentinel
@@ -19,7 +20,7 @@ from sweeperd.constants import MAX_SOCKET_TIMEOUT_S, TopologyMode
 from sweeperd.logs import redact
 from sweeperd.server.denied import DEFAULT_USER
 from sweeperd.server.tls import NO_TLS, TlsFiles
-from sweeperd.server.urls import BadConnection, check_url, node_name, url_at
+from sweeperd.server.urls import BadConnection, check_url, name_at, node_name, url_at
 from sweeperd.server.wire import CONNECTION_CLASSES, no_retry
 
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
@@ -77,6 +78,7 @@ class Topology:
     sentinels: tuple[tuple[str, int], ...] = ()  # Sentinel's addresses; () = no Sentinel
     sentinel_master: str | None = None  # the name Sentinel knows the primary by
     sentinel_password: str | None = field(default=None, repr=False)
+    seeds: tuple[tuple[str, int], ...] = ()  # a Cluster's nodes named beside the URL's
 
     @property
     def mode(self) -> TopologyMode:
@@ -85,6 +87,10 @@ class Topology:
         return TopologyMode.SENTINEL if self.sentinels else TopologyMode.STANDALONE
 
     def check(self, url: str) -> None:
+        if self.seeds and not self.cluster:
+            raise TopologyRefused(
+                "several --redis-url are a Cluster's seeds: add --cluster, or give one URL"
+            )
         if self.cluster and self.sentinels:
             raise TopologyRefused("--cluster and --sentinel exclude each other: give one")
         if bool(self.sentinels) != bool(self.sentinel_master):
@@ -157,6 +163,18 @@ class Connection:
     @property
     def node(self) -> str:
         return node_name(self.url)
+
+    @property
+    def seeds(self) -> tuple[tuple[str, int], ...]:
+        """Where a Cluster is first asked for its layout: the URL's node, then the others named."""
+        parts = urlsplit(self.url)
+        first = (parts.hostname or "localhost", parts.port or 6379)
+        return tuple(dict.fromkeys([first, *self.topology.seeds]))
+
+    @property
+    def shown_seeds(self) -> str:
+        """The seeds as a line names them: host:port, commas between."""
+        return ", ".join(name_at(address) for address in self.seeds)
 
     def client(self, address: tuple[str, int] | None = None) -> redis.Redis:
         """A client of the URL's server, or of the primary at `address` with the URL's

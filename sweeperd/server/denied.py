@@ -11,6 +11,8 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.scan import glob_escape
 
 ACL_PAGE = "docs/security.md#the-acl-user"
+USERS_PAGE = "docs/security.md#acl-users-live-on-each-node"
+USERS_SAVED = f"ACL SAVE with an aclfile, or user lines in the config file: {USERS_PAGE}"
 DEFAULT_USER = "default"  # the user a connection without a user name authenticates as
 # The command a refusal names: Redis 7.0 "this user has no permissions to run the 'zcount'
 # command", Valkey "User u has no permissions to run the 'cluster|slots' command".

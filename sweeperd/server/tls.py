@@ -5,7 +5,16 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
+import redis
+
 from sweeperd.server.urls import BadConnection
+
+DROPPED = ("reset by peer", "closed by server")  # a TLS port's answer to a plain connection
+NOT_TLS = (
+    "the server may not speak TLS (a plain port leaves a TLS handshake unanswered): use "
+    "redis:// if it has no TLS port"
+)
+TLS_ONLY = "the server may speak TLS only (it drops a plain connection): use rediss://"
 
 TLS_KEYS = (
     "redis_ca_file",
@@ -92,3 +101,14 @@ def _tls_problem(path: str | None, exc: OSError | ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLError):
         return f"{path} is not a usable PEM file for TLS ({exc.reason or exc})"
     return f"cannot read {path}: {exc.strerror or exc}"
+
+
+def mismatch(scheme: str, exc: BaseException) -> str:
+    """What a failure to connect may mean when the URL and the server disagree on TLS: a
+    rediss:// handshake left unanswered, a redis:// connection dropped; "" otherwise."""
+    text = str(exc)
+    if scheme == "rediss" and isinstance(exc, redis.TimeoutError) and "connecting" in text:
+        return NOT_TLS
+    if scheme == "redis" and isinstance(exc, redis.ConnectionError):
+        return TLS_ONLY if any(t in text for t in DROPPED) else ""
+    return ""

@@ -3,11 +3,13 @@ and what to say when the servers are not the topology the options name."""
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
+import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
 
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -18,9 +20,12 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE, Connection
 from sweeperd.server.denied import DEFAULT_USER, denied, user_of
 from sweeperd.server.serverinfo import read_server_info
+from sweeperd.server.tls import mismatch
+from sweeperd.server.urls import name_at
 
 Address = tuple[str, int]
 CLUSTER_FLAG = "--cluster (SWEEPERD_CLUSTER=true)"
+SEEDS_FLAG = "--redis-url (repeat it: one node each; SWEEPERD_REDIS_URL: commas between)"
 CLUSTER_DISABLED = "cluster support disabled"  # a server that is no Cluster node, of CLUSTER SLOTS
 
 
@@ -81,16 +86,9 @@ def slot_of(key: str) -> int:
     return int(key_slot(key.encode()))
 
 
-def address_of(connection: Connection) -> Address:
-    """The host and port the connection's URL names."""
-    parts = urlsplit(connection.url)
-    return (parts.hostname or "localhost", parts.port or 6379)
-
-
 def name_of(address: Address) -> str:
     """A primary's `node` label: host:port."""
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return name_at(address)
 
 
 class Source(Protocol):
@@ -114,16 +112,63 @@ class Standalone:
         """Nothing held open."""
 
 
+class NoSeedAnswered(redis.ConnectionError):
+    """No node of a Cluster answered CLUSTER SLOTS: each node asked, with what it did."""
+
+    def __init__(self, tried: list[tuple[str, BaseException]], scheme: str = "redis") -> None:
+        said = "; ".join(f"{node}: {_short(exc)}{_hinted(scheme, exc)}" for node, exc in tried)
+        super().__init__(
+            f"no node of the Cluster answered CLUSTER SLOTS ({len(tried)} tried: {said}); "
+            f"name other nodes with {SEEDS_FLAG}"
+        )
+        self.tried = tried
+
+    @property
+    def refused_auth(self) -> list[str]:
+        """The nodes that refused the user's credentials."""
+        return [node for node, exc in self.tried if isinstance(exc, redis.AuthenticationError)]
+
+
+def _hinted(scheme: str, exc: BaseException) -> str:
+    """ ", " and what a TLS mismatch would explain of `exc`, when it may."""
+    hint = mismatch(scheme, exc)
+    return f", {hint}" if hint else ""
+
+
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def resolved(seed: Address, *, by_name: bool = False) -> list[Address]:
+    """A seed's addresses: a host name stands for every address it resolves to now (a
+    Kubernetes headless Service's pods); an address, a name that does not resolve now, or a
+    name a TLS certificate must match (`by_name`) stands for itself."""
+    host, port = seed
+    if by_name or is_ip(host):
+        return [seed]
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return [seed]
+    return list(dict.fromkeys((str(info[4][0]), port) for info in found)) or [seed]
+
+
 class ClusterSlots:
     """The slot map as the Cluster's nodes say it, by CLUSTER SLOTS: the node that answered
-    last asked first, then every other node the last map named, then the URL's. The reply names
-    each slot's primary and its replicas; no other command is sent (no COMMAND, as a cluster
-    client's start sends: the least ACL user has CLUSTER SLOTS only)."""
+    last asked first, then every other node seen since the start, then the seeds named (each
+    host name as every address it resolves to). The reply names each slot's primary and its
+    replicas; no other command is sent (no COMMAND, as a cluster client's start sends: the least
+    ACL user has CLUSTER SLOTS only)."""
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
-        self._seed = address_of(connection)
-        self._known: list[Address] = []  # every node the last map named, primaries first
+        self._seeds = connection.seeds
+        self._by_name = connection.url.startswith("rediss://")  # the certificate names the host
+        self._known: list[Address] = []  # every node seen, the last to answer first
         self._replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
         self._clients: dict[Address, redis.Redis] = {}
         self._lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
@@ -131,9 +176,9 @@ class ClusterSlots:
 
     def read(self) -> Layout:
         """The primaries and slot owners now; a node that refuses CLUSTER SLOTS to the user
-        raises noperm, one that is no Cluster node a wrong topology; when none answers, a
-        redis.ConnectionError says what each one did."""
-        said: list[str] = []
+        raises noperm, one that is no Cluster node a wrong topology; when none answers,
+        NoSeedAnswered says what each one did."""
+        tried: list[tuple[str, BaseException]] = []
         found: SlotMap | None = None
         answered: Address | None = None
         for address in self._candidates():
@@ -143,21 +188,19 @@ class ClusterSlots:
                 raise denied(exc, user_of(self._client(address)), where=name_of(address)) from None
             except redis.ResponseError as exc:
                 if CLUSTER_DISABLED not in str(exc):
-                    said.append(f"{name_of(address)}: {_short(exc)}")
+                    tried.append((name_of(address), exc))
                     continue
                 raise unclustered_error(name_of(address)) from None
             except UNREACHABLE as exc:
-                said.append(f"{name_of(address)}: {_short(exc)}")
+                tried.append((name_of(address), exc))
                 continue
             found = SlotMap.parsed(reply, address[0], found)
             answered = answered or address
             if found.covered:
                 break
         if found is None or answered is None:
-            raise redis.ConnectionError(
-                f"no cluster node answered CLUSTER SLOTS: {'; '.join(said)}"
-            )
-        self._known = [answered, *(n for n in found.nodes if n != answered)]
+            raise NoSeedAnswered(tried, self._connection.url.partition("://")[0])
+        self._known = list(dict.fromkeys([answered, *found.nodes, *self._known]))
         self._replicas_of = found.replicas_of
         return found.layout()
 
@@ -166,8 +209,15 @@ class ClusterSlots:
         """Each primary's replicas, as the last map read lists them."""
         return self._replicas_of
 
-    def _candidates(self) -> list[Address]:
-        return list(dict.fromkeys([*self._known, self._seed]))
+    def _candidates(self) -> Iterator[Address]:
+        """The nodes to ask, in turn, each once; the seeds' names resolved only when reached
+        (a lookup has no timeout of its own)."""
+        asked: set[Address] = set()
+        named = (a for seed in self._seeds for a in resolved(seed, by_name=self._by_name))
+        for address in itertools.chain(list(self._known), named):
+            if address not in asked:
+                asked.add(address)
+                yield address
 
     def _client(self, address: Address) -> redis.Redis:
         with self._lock:

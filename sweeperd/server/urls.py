@@ -27,6 +27,33 @@ def url_at(url: str, host: str, port: int) -> str:
     return f"{scheme}://{user}{at}{shown_host}:{port}{slash}{path}"
 
 
+def seed_of(first: str, other: str) -> tuple[str, int]:
+    """The host and port of another seed of the Cluster `first` names: checked, and refused
+    unless it differs from `first` in its host and port alone (one user, one TLS, one db)."""
+    other = check_url(other)
+    if other.startswith("unix://"):
+        raise BadConnection("a Cluster's seeds are redis:// or rediss:// URLs, not unix://")
+    a, b = urlsplit(first), urlsplit(other)
+    if (a.scheme, a.username, a.password, a.path or "/", a.query) != (
+        b.scheme,
+        b.username,
+        b.password,
+        b.path or "/",
+        b.query,
+    ):
+        raise BadConnection(
+            f"the seeds differ in more than their host and port ({node_name(other)}): give every "
+            "seed the first one's scheme, user, password, db and options"
+        )
+    return (b.hostname or "localhost", b.port or 6379)
+
+
+def name_at(address: tuple[str, int]) -> str:
+    """A node's name, host:port (an IPv6 host in brackets)."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def node_name(url: str) -> str:
     """The `node` label of a server: host:port, or the socket path."""
     parts = urlsplit(url)

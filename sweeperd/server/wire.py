@@ -76,3 +76,10 @@ CONNECTION_CLASSES: dict[str, type[redis.Connection] | type[redis.UnixDomainSock
     "rediss": TlsConnection,
     "unix": UnixConnection,
 }
+
+
+def scheme_of(client: redis.Redis) -> str:
+    """The URL scheme a client's connections speak: redis, rediss or unix."""
+    kind = client.connection_pool.connection_class
+    found = (scheme for scheme, made in CONNECTION_CLASSES.items() if issubclass(kind, made))
+    return next(found, "redis")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import redis
 from redis.exceptions import (
@@ -21,7 +22,7 @@ from redis.exceptions import (
 from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.counts import COUNTS, counts_of, queue_counts
-from sweeperd.server.denied import denial, user_of
+from sweeperd.server.denied import USERS_SAVED, denial, user_of
 from sweeperd.server.serverinfo import parse_info, server_ms, verb_in
 
 # A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`).
@@ -46,8 +47,16 @@ CODES = (  # the error codes redis-py takes off the errors it has a class for
 )
 
 
+LOGIN_REFUSED = "LOGIN REFUSED"  # a server that answered and refused the user's credentials
+
+
 def error_text(exc: redis.RedisError) -> str:
-    """An error as the server said it, its code in front."""
+    """An error as the server said it, its code in front; a refused login says where to look."""
+    if isinstance(exc, redis.AuthenticationError):
+        return (
+            f"{LOGIN_REFUSED}: {' '.join(str(exc).split()).rstrip('.')}: the user may be missing "
+            f"on this node ({USERS_SAVED})"
+        )
     code = next((code for kind, code in CODES if isinstance(exc, kind)), None)
     return f"{code} {exc}" if code else str(exc)
 
@@ -137,7 +146,7 @@ class NodeReader:
             queue_counts(pipe, QueueKeys(queue, self.root))
         if members_key is not None:
             pipe.zrangebyscore(members_key, due, "+inf")
-        replies = pipe.execute(raise_on_error=False)[1 if self.readonly else 0 :]
+        replies = self._replies(pipe.execute(raise_on_error=False))
         if isinstance(replies[0], redis.RedisError):
             raise replies[0]
         info = parse_info(replies[0])
@@ -162,6 +171,16 @@ class NodeReader:
         if isinstance(members, redis.RedisError):
             return NodeRead(server, rows, members_error=error_text(members))
         return NodeRead(server, rows, tuple(sorted(m.decode(errors="replace") for m in members)))
+
+    def _replies(self, replies: list[Any]) -> list[Any]:
+        """The reads' replies; on a replica READONLY's is taken off first, and a READONLY the
+        user may not run is said on every read the replica redirected for want of it."""
+        if not self.readonly:
+            return replies
+        refused, replies = replies[0], replies[1:]
+        if isinstance(refused, NoPermissionError):
+            return [refused if isinstance(r, MovedError) else r for r in replies]
+        return replies
 
     def _server(
         self, info: Mapping[str, str], command_info: object, error: str | None

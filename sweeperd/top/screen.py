@@ -15,7 +15,17 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from sweeperd.top.read import ERROR, KEPT, MIGRATING, MOVED, OK, READ, REPLICA, STALE
+from sweeperd.top.read import (
+    ERROR,
+    KEPT,
+    LOGIN_REFUSED,
+    MIGRATING,
+    MOVED,
+    OK,
+    READ,
+    REPLICA,
+    STALE,
+)
 from sweeperd.top.refresh import QueueRow, Screen, ServerRow
 
 MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!", REPLICA: "≈"}  # before a name
@@ -80,7 +90,10 @@ def server_line(label: str, s: ServerRow, nodes: Mapping[str, str], standin: str
     if s.error is not None:
         error = s.error.replace(f" connecting to {s.node}.", ":")  # the node is named already
         unreachable = "UNREACHABLE (replaced)" if s.replaced else "UNREACHABLE"
-        said = f"{unreachable}: {error}" if not s.run_id else f"{error} (rows as last read)"
+        if error.startswith(LOGIN_REFUSED):  # it answered: not unreachable
+            said = error
+        else:
+            said = f"{unreachable}: {error}" if not s.run_id else f"{error} (rows as last read)"
         line.append(said, style="bold red")
         if standin is not None:
             line.append(f"  queues read on {nodes[standin]}", style="bold")

@@ -38,9 +38,12 @@ MEMBERS = ("zrangebyscore",)  # top: the replicas' live members
 NEXT_DUE = ("zrangebyscore",)  # inspect: the first lease not yet due
 # --cluster: the slot map (CLUSTER SLOTS: primaries and replicas), for every command.
 CLUSTER_MAP = ("cluster|slots",)
-# --cluster, run and once: the failed primaries of a Cluster down, and where a migrating slot
-# goes (CLUSTER NODES).
+# --cluster, run, once and inspect: the failed primaries of a Cluster down, and (run, once)
+# where a migrating slot goes (CLUSTER NODES).
 CLUSTER_NODES = ("cluster|nodes",)
+# --cluster, top: READONLY before its reads on a replica of a primary that cannot be read (a
+# Cluster replica redirects every read without it).
+REPLICA_READS = ("readonly",)
 ASKING = ("asking",)  # once --cluster: the leases still due where a migrating slot's key is now
 SELECT = ("select",)  # a URL's db other than 0: every connection selects it
 
@@ -81,9 +84,13 @@ def _sent_by(command: str, uses: Uses) -> list[str]:
     if command == ONCE:
         sent += [*DRY_RUN, *(ASKING if uses.cluster else ())]
     if command == INSPECT:
-        sent += NEXT_DUE
+        sent += [*NEXT_DUE, *(CLUSTER_NODES if uses.cluster else ())]
     if command == TOP:
-        sent += [*MEMBERS, *(DISCOVER if uses.scans else ())]
+        sent += [
+            *MEMBERS,
+            *(DISCOVER if uses.scans else ()),
+            *(REPLICA_READS if uses.cluster else ()),
+        ]
     return sent
 
 

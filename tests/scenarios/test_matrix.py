@@ -11,6 +11,13 @@ condition set up once for all its cells; each cell asserts the exit code, the on
     down           .         x       .     the Cluster down: a primary dead, none took over
     loading        x         .       .     the server loading its dataset
     denied         x         x       x     a command every command sends, taken by ACL
+    replica        .         x       .     a primary dead, its replica held from taking over:
+                                           top reads the primary's queues there (READONLY)
+    nouser         .         x       .     a primary without the ACL user (a restart that
+                                           lost it): named, not the seed
+    seeddead       .         x       .     three seeds, the first a killed node, the last a
+                                           port nothing listens on
+    tls            x         .       .     rediss:// given for a server without TLS
 
 A row is a topology and a user (the default user, or the one `sweeperd acl` prints); its cells
 are COMMANDS, and `sharing`: the acl user's daemon shares the queues (--shard on), and what it
@@ -26,11 +33,11 @@ import pytest
 from tests.support.conditions import SETUPS, Rows, Situation, denied
 from tests.support.daemon_process import wait_until
 from tests.support.invoke import Ran, sweeperd
-from tests.support.scenes import ACL_USER, USERS, ClusterScene
+from tests.support.scenes import ACL_USER, USERS, ClusterScene, SentinelScene
 
 CONDITIONS = {
-    "standalone": ("healthy", "killed", "loading", "denied"),
-    "cluster": ("healthy", "killed", "failover", "down", "denied"),
+    "standalone": ("healthy", "killed", "loading", "denied", "tls"),
+    "cluster": ("healthy", "killed", "failover", "down", "denied", "replica", "nouser", "seeddead"),
     "sentinel": ("healthy", "killed", "denied"),
 }
 COMMANDS = ("once", "dry-run", "inspect", "top", "run", "acl")  # acl last: the ACL LOG then
@@ -45,11 +52,25 @@ DOWN = (
 LOADING = "{node} is loading its dataset (LOADING {name} is loading the dataset in memory)"
 AGAIN = "run it again once it has loaded"
 REFUSED = "refused, nothing written, {due}"
+AUTH = (
+    "{node}: authentication failed as {user} (invalid username-password pair or user is "
+    "disabled); the user {user} may be missing there: ACL users live on each node and are lost "
+    "at restart unless saved (ACL SAVE with an aclfile, or user lines in the config file: "
+    "docs/security.md#acl-users-live-on-each-node); check --redis-password-file "
+    "(SWEEPERD_REDIS_PASSWORD_FILE) and the URL's user"
+)
+NOT_TLS = (
+    "the server may not speak TLS (a plain port leaves a TLS handshake unanswered): use "
+    "redis:// if it has no TLS port"
+)
+TLS = "{url} did not answer within 1s (--socket-timeout (SWEEPERD_SOCKET_TIMEOUT)); " + NOT_TLS
 DENIAL = {
     "cluster|slots": "{seed}: the ACL user {user} may not run CLUSTER SLOTS ({said}): {rule}",
-    "zcount": "the ACL user {user} may not run ZCOUNT ({said}): {rule}",
+    "zcount": "{at}the ACL user {user} may not run ZCOUNT ({said}): {rule}",
 }
-SWEEP_DENIAL = "the ACL user {user} may not run ZCOUNT, which the sweep calls ({script}): {rule}"
+SWEEP_DENIAL = (
+    "{at}the ACL user {user} may not run ZCOUNT, which the sweep calls ({script}): {rule}"
+)
 RULE = "grant it with ACL SETUSER {user} +{command} (docs/security.md#the-acl-user)"
 # (condition, command) -> (exit code, the one line): {dead} names the failed server as the line
 # does (the URL when it is the URL's, else host:port), {node} is its host:port, {user} the
@@ -68,14 +89,35 @@ SAID: dict[tuple[str, str], tuple[int, str]] = {
     ("denied", "once"): (1, "{denial}"),
     ("denied", "dry-run"): (1, "{denial}"),
     ("denied", "inspect"): (1, "{denial}"),
+    ("replica", "once"): (3, UNREACHABLE),
+    ("replica", "dry-run"): (3, UNREACHABLE),
+    ("replica", "inspect"): (3, UNREACHABLE),
+    ("nouser", "once"): (1, AUTH),  # the acl user's cells; the default user's do their work
+    ("nouser", "dry-run"): (1, AUTH),
+    ("nouser", "inspect"): (1, AUTH),
+    ("tls", "once"): (3, TLS),
+    ("tls", "dry-run"): (3, TLS),
+    ("tls", "inspect"): (3, TLS),
+    ("tls", "top"): (3, TLS),
 }
+PARTIAL = ("killed", "replica", "nouser")  # one primary fails: the others' queues are swept
 
 ONCE_ARGS = ("--max-stalled", "3", "--json", "--socket-timeout", "1")
 TOP_ARGS = ("--once", "--json", "--interval", "0.1", "--socket-timeout", "1")
 NOT_WRITTEN = {"a": "active:active:", "b": "active:active:"}
 RECOVERED = {"a": "pending:pending:1", "b": "pending:pending:1"}
 EXEMPT = {"a": "pending:pending:", "b": "pending:pending:"}  # leases of an earlier epoch
-FAILING = {"killed": "connection", "down": "cluster_down", "loading": "loading", "denied": "noperm"}
+FAILING = {
+    "killed": "connection",
+    "replica": "connection",
+    "nouser": "auth",
+    "down": "cluster_down",
+    "loading": "loading",
+    "denied": "noperm",
+}
+# What the ACL LOG may hold for the acl user in a condition: the command taken, the login (a
+# HELLO with AUTH, or AUTH) on the node without the user.
+REFUSED_BY_ACL = {"denied": {"{command}"}, "nouser": {"AUTH", "HELLO"}}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -127,6 +169,8 @@ def expected(s: Situation, user: str, command: str) -> tuple[int, str] | None:
     cmd = DENIED[s.scene.name]
     if (s.name, command) not in SAID or (s.name, command, cmd) == ("denied", "dry-run", "zcount"):
         return None
+    if s.name == "nouser" and user != ACL_USER:
+        return None
     code, line = SAID[(s.name, command)]
     scene, failed = s.scene, s.failed
     denial = SWEEP_DENIAL + f": {REFUSED}" if (command, cmd) == ("once", "zcount") else DENIAL[cmd]
@@ -135,10 +179,13 @@ def expected(s: Situation, user: str, command: str) -> tuple[int, str] | None:
         "node": failed.node if failed else "",
         "name": "Valkey" if scene.kind == "valkey" else "Redis",
         "seed": scene.seed_node.node if isinstance(scene, ClusterScene) else "",
+        # the node that refused, where it is not the URL's: Sentinel's primary
+        "at": f"{scene.primaries()[0].node}: " if isinstance(scene, SentinelScene) else "",
         "user": user,
         "said": noperm_text(scene.kind, user, cmd),
         "rule": RULE.format(user=user, command=cmd),
         "due": "{due}",
+        "url": s.urls[user][0].replace(s.scene.credentials(user), "") if s.urls else "",
         "script": "{script}",
     }
     text = line.replace("{denial}", denial).format(**names)
@@ -170,7 +217,7 @@ def check_once(s: Situation, user: str, command: str = "once") -> None:
     written; during a failover either, or its line naming the node and saying to run it again."""
     queue = s.queues[(user, command)]
     dry = ["--dry-run"] if command == "dry-run" else []
-    ran = sweeperd("once", "-q", queue, *ONCE_ARGS, *dry, *s.scene.flags(user))
+    ran = sweeperd("once", "-q", queue, *ONCE_ARGS, *dry, *s.flags(user))
     refusal = expected(s, user, command)
     if s.name == "failover" and ran.code != 0:
         assert ran.code == 1 and "run it again" in one_line(ran), ran.err
@@ -188,7 +235,7 @@ def check_once(s: Situation, user: str, command: str = "once") -> None:
 def check_inspect(s: Situation, user: str) -> None:
     """inspect: the counts (a slot that moved while it read, read where it went), or its line."""
     queue = s.queues[(user, "inspect")]
-    ran = sweeperd("inspect", "-q", queue, "--json", "--socket-timeout", "1", *s.scene.flags(user))
+    ran = sweeperd("inspect", "-q", queue, "--json", "--socket-timeout", "1", *s.flags(user))
     refusal = expected(s, user, "inspect")
     if refusal is not None:
         said(ran, *refusal)
@@ -205,7 +252,11 @@ def check_top(s: Situation, user: str) -> None:
     # A dead primary's queues cannot be found by SCAN (its replica is stopped too): the operator
     # names the queue it watches. Elsewhere top finds every queue itself.
     named = ["-q", queue] if s.name in ("killed", "down") else []
-    ran = sweeperd("top", *TOP_ARGS, *named, *s.scene.flags(user))
+    ran = sweeperd("top", *TOP_ARGS, *named, *s.flags(user))
+    refusal = expected(s, user, "top")
+    if refusal is not None:
+        said(ran, *refusal)
+        return
     if (s.name, DENIED[s.scene.name]) == ("denied", "cluster|slots"):  # no map to read by
         refusal = expected(s, user, "inspect")
         assert refusal is not None
@@ -222,12 +273,21 @@ def check_top(s: Situation, user: str) -> None:
     row = rows[queue]
     if s.name in ("killed", "down"):
         assert s.failed is not None and errors.get(s.failed.node), errors
+    elif s.name == "replica":  # read on the replica, as the acl user too (READONLY granted)
+        assert isinstance(s.scene, ClusterScene) and s.failed is not None, s.scene
+        assert errors.get(s.failed.node), errors
+        replica = s.scene.cluster.replica_of(s.failed)
+        assert (row["node"], row["state"], row["expired"]) == (replica.node, "replica", 2), row
+    elif s.name == "nouser" and user == ACL_USER:  # the node that refused, by name
+        assert s.failed is not None and "invalid username-password pair" in str(
+            errors.get(s.failed.node)
+        ), errors
     elif s.name == "denied":
         assert (row["state"], row["error"].endswith(RULE.format(user=user, command="zcount"))) == (
             "error",
             True,
         ), row
-    elif s.name == "healthy":
+    elif s.name in ("healthy", "seeddead") or (s.name == "nouser" and user != ACL_USER):
         assert (row["state"], row["expired"], row["active"], set(errors.values())) == (
             "ok",
             2,
@@ -244,7 +304,8 @@ def check_acl(s: Situation, user: str) -> None:
     assert (ran.code, ran.out) == (0, s.scene.acl_line() + "\n"), ran.err
     if user == ACL_USER:
         refused = {what for _node, who, what in s.scene.acl_log() if who == ACL_USER}
-        assert refused <= ({DENIED[s.scene.name]} if s.name == "denied" else set()), refused
+        allowed = {a.format(command=DENIED[s.scene.name]) for a in REFUSED_BY_ACL.get(s.name, ())}
+        assert refused <= allowed, refused
 
 
 def check_run(s: Situation, user: str) -> None:
@@ -254,7 +315,9 @@ def check_run(s: Situation, user: str) -> None:
         reason = FAILING.get(s.name)
         if s.name == "down" and s.owners[queue] is s.failed:
             reason = "connection"  # the dead primary itself: the Cluster says down elsewhere
-        if reason is not None and (s.name != "killed" or s.owners[queue] is s.failed):
+        if s.name == "nouser" and user != ACL_USER:
+            reason = None  # the default user is on every node
+        if reason is not None and (s.name not in PARTIAL or s.owners[queue] is s.failed):
             failed_for(s, user, queue, reason)
         else:
             swept(s, queue)

@@ -16,12 +16,18 @@ from redis.crc import key_slot
 from sweeperd.keyspace import QueueKeys, members_key
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.scenes import ACL_USER, SCENES, USERS, ClusterScene, Scene, SentinelScene
-from tests.support.servers import RedisServer
+from tests.support.servers import RedisServer, free_port
 from tests.support.topologies import info, wait_for
 
 # The daemons: fast ticks, a budget that recovers (3), calls that give up within a second.
 RUN_ARGS = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "3", "--socket-timeout", "1")
-REASONS = ("connection", "cluster_down", "loading", "noperm")  # the failures the conditions cause
+REASONS = (
+    "connection",
+    "auth",
+    "cluster_down",
+    "loading",
+    "noperm",
+)  # the failures the conditions cause
 NOT_WRITTEN = {"a": "active:active:", "b": "active:active:"}
 FILLER = 100_000  # keys the restarted server loads, key-load-delay each, until told faster
 
@@ -110,10 +116,19 @@ class Situation:
     failed: RedisServer | None = None  # the server killed or loading, or the promoted replica
     logs_from: dict[str, int] = field(default_factory=dict)  # user -> its daemon's log so far
     failures_before: dict[tuple[str, str], float] = field(default_factory=dict)
+    urls: dict[str, list[str]] = field(default_factory=dict)  # user -> the URLs its cells give
 
     @property
     def scene(self) -> Scene:
         return self.row.scene
+
+    def flags(self, user: str) -> list[str]:
+        """What the cells give to reach the servers as `user`: the scene's, or the condition's
+        URLs (several seeds, another scheme)."""
+        urls = self.urls.get(user)
+        if urls is None:
+            return self.scene.flags(user)
+        return [*(a for u in urls for a in ("--redis-url", u)), *self.scene.topology_flags()]
 
     def ids(self, queue: str) -> dict[str, str]:
         return self.scene.ids(queue, self.owners[queue])
@@ -123,7 +138,7 @@ class Situation:
         nor anywhere while the Cluster is down (they are read once it is undone)."""
         if self.name in ("down", "loading"):
             return False
-        return not (self.name == "killed" and self.owners[queue] is self.failed)
+        return not (self.name in ("killed", "replica") and self.owners[queue] is self.failed)
 
     def events(self, user: str, name: str) -> list[dict[str, object]]:
         """The user's daemon's log events called `name` since the condition began."""
@@ -253,6 +268,71 @@ def loading(s: Situation) -> None:
         wait_until(lambda: loading_now(c), what="the server to be loading")
 
 
+def replica_read(s: Situation) -> None:
+    """A primary killed while its replica is told not to take over: the replica answers reads
+    of the primary's slots, the other primaries serve on (full coverage not required)."""
+    scene = s.scene
+    assert isinstance(scene, ClusterScene)
+    s.failed = dead = victim(scene)
+    s.seed(dead)
+    scene.configure("cluster-require-full-coverage", "no")
+    with scene.cluster.replica_of(dead).client() as c:
+        c.config_set("cluster-replica-no-failover", "yes")
+    kill(dead)
+
+
+def replica_back(s: Situation) -> None:
+    """The dead primary started again, still the primary; failovers allowed again."""
+    revived(s)
+    s.scene.configure("cluster-replica-no-failover", "no")
+
+
+def user_lost(s: Situation) -> None:
+    """A primary without the ACL user, as a restart leaves a node whose user was not saved
+    (ACL DELUSER: its connections close too)."""
+    s.failed = node = victim(s.scene)
+    s.seed(node)
+    with node.client() as c:
+        c.execute_command("ACL", "DELUSER", ACL_USER)
+
+
+def user_back(s: Situation) -> None:
+    """The user read again from the node's ACL file."""
+    assert s.failed is not None
+    with s.failed.client() as c:
+        c.execute_command("ACL", "LOAD")
+
+
+def seed_dead(s: Situation) -> None:
+    """The cells' first seed a node killed (a replica: nothing fails over), their last a port
+    nothing listens on; the URL's node between them."""
+    scene = s.scene
+    assert isinstance(scene, ClusterScene)
+    s.seed(members_home(scene))
+    s.failed = dead = scene.cluster.replica_of(victim(scene))
+    kill(dead)
+    nowhere = f"127.0.0.1:{free_port()}"
+    for user in USERS:
+        live = scene.url(user)
+        s.urls[user] = [live.replace(scene.seed_node.node, dead.node), live]
+        s.urls[user].append(live.replace(scene.seed_node.node, nowhere))
+
+
+def seed_back(s: Situation) -> None:
+    """The killed replica started again: it rejoins as the replica it was."""
+    dead = s.failed
+    if dead is not None and (dead.process is None or dead.process.poll() is not None):
+        s.scene.revived(dead)
+    s.scene.settle()
+
+
+def tls_mismatch(s: Situation) -> None:
+    """The cells given rediss:// for the server, which speaks no TLS."""
+    s.seed(members_home(s.scene))
+    for user in USERS:
+        s.urls[user] = [s.scene.url(user).replace("redis://", "rediss://", 1)]
+
+
 Step = Callable[[Situation], None]
 
 
@@ -303,4 +383,8 @@ SETUPS: dict[str, tuple[Step, Step]] = {
     "failover": (failover, nothing),
     "down": (down, revived),
     "loading": (loading, loaded),
+    "replica": (replica_read, replica_back),
+    "nouser": (user_lost, user_back),
+    "seeddead": (seed_dead, seed_back),
+    "tls": (tls_mismatch, nothing),
 }

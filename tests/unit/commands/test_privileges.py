@@ -34,6 +34,10 @@ LINES = [
         "+cluster|nodes +exists +type +hgetall +asking",
     ),
     (["--for", "top", "-q", "emails"], f"{HEAD} %R~emq:* +info {READS} +zrangebyscore"),
+    (  # a dead primary's queues read on its replica, after READONLY
+        ["--for", "top", "-q", "emails", "--cluster"],
+        f"{HEAD} %R~emq:* +info +cluster|slots {READS} +zrangebyscore +readonly",
+    ),
     (
         ["--for", "top", "--sentinel", "h:1", "--sentinel-master", "m"],
         f"{HEAD} %R~emq:* +info {READS} +zrangebyscore +scan",
@@ -66,7 +70,10 @@ class TestLine:
         assert "+scan" not in rules and "+hmget" not in rules  # queues named; no Lua port
         env = {"SWEEPERD_ACL_USER": "u", "SWEEPERD_ACL_FOR": "inspect", "SWEEPERD_CLUSTER": "1"}
         ran = sweeperd("acl", env=env)
-        assert ran.out == f"{HEAD} %R~emq:* +info +cluster|slots {INSPECT}\n", ran.err
+        # and in a Cluster down, which primaries failed
+        assert ran.out == f"{HEAD} %R~emq:* +info +cluster|slots {INSPECT} +cluster|nodes\n", (
+            ran.err
+        )
 
     def test_it_reaches_no_server(self) -> None:
         """A URL where nothing listens changes nothing: the line is made from the options."""

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.tls import NOT_TLS, TLS_ONLY
 from sweeperd.verb import acl
 from tests.support.certs import Pki, make_ca
 from tests.support.daemon_process import DaemonProcess, wait_until
@@ -102,6 +103,18 @@ def expired(client: redis.Redis, *ids: bytes) -> None:
         lease(client, Q, job_id, PAST_MS, state="active", attempts=1)
 
 
+class TestTlsMismatch:
+    @pytest.mark.parametrize("cluster", [[], ["--cluster"]])
+    def test_rediss_to_a_plain_server(self, redis_server: RedisServer, cluster: list[str]) -> None:
+        """rediss:// to a server without TLS: exit 3 within the socket timeout, saying the server
+        may not speak TLS, on one server and for a Cluster's seed."""
+        url = f"rediss://127.0.0.1:{redis_server.port}/0"
+        args = ["--redis-url", url, "--socket-timeout", "0.5", *cluster]
+        ran = sweeperd("inspect", "--queue", "q", *args)
+        assert (ran.code, ran.out) == (3, ""), ran.err
+        assert NOT_TLS in ran.err, ran.err
+
+
 @pytest.mark.only_on("redis", reason=NO_TLS_IN_WHEEL)
 class TestTls:
     def test_once_and_inspect_over_tls_with_a_client_certificate(
@@ -161,6 +174,14 @@ class TestTls:
             args = server.tls_args()
             args[args.index("--redis-url") + 1] += "?ssl_check_hostname=false"
             assert sweeperd("inspect", "--queue", "q", *args).code == 0
+
+    def test_redis_to_a_tls_server(self, tls_server: TlsServer) -> None:
+        """redis:// to a server that speaks TLS only: exit 3, saying it may speak TLS only."""
+        url = tls_server.url.replace("rediss://", "redis://")
+        ran = sweeperd("inspect", "--queue", "q", "--redis-url", url, "--socket-timeout", "2")
+        assert (ran.code, ran.out) == (3, ""), ran.err
+        assert ran.err.startswith(f"sweeperd: cannot reach {url}: "), ran.err
+        assert ran.err.endswith(f"; {TLS_ONLY}\n"), ran.err
 
     def test_bad_tls_files_exit_2(self, pki: Pki, tmp_path: Path) -> None:
         """TLS files on a redis:// URL, a missing CA file, a key that is not the cert's: exit 2
@@ -395,8 +416,6 @@ class TestSecrets:
                 "once",
                 "--queue",
                 "q",
-                "--redis-url",
-                url,
                 "--redis-password-file",
                 str(password_file),
                 "--socket-timeout",
