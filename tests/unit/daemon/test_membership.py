@@ -118,9 +118,7 @@ class TestSharing:
         assert sharing.seen() == 0
         assert "its heartbeat expired unanswered" in sharing.describe()
 
-    def test_a_lost_membership_is_said_restored_when_the_heartbeat_answers(
-        self, url: str
-    ) -> None:
+    def test_a_lost_membership_is_said_restored_when_the_heartbeat_answers(self, url: str) -> None:
         """membership_lost (a warning) after a connection outage is followed by
         membership_restored (after: lost) once a heartbeat answers again: the warning is
         not left as the last word; said once."""
