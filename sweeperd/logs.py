@@ -16,6 +16,7 @@ from sweeperd.keyspace import job_id_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 ID_CAP = 20  # job ids listed in one log event at the most
+NAMES_CAP = 10  # queue names listed in one log event at the most (the count says how many)
 # The libraries' loggers log WARNING and up whatever the level: at debug APScheduler says two
 # lines per job run, redis-py one per connection, and sweeperd's own debug lines would drown.
 QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")

@@ -26,6 +26,7 @@ from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import wait_until
 from tests.support.events import documented
 from tests.support.helpers import FUTURE_OFFSET_MS, hash_of, lease, members, now_ms, run_id
+from tests.support.shipped import unit_directives
 
 pytestmark = pytest.mark.timeout(300)  # the first test boots the machine; the watchdog waits 30 s
 
@@ -38,12 +39,14 @@ ROOTFS_VARIABLE = "SWEEPERD_SYSTEMD_ROOTFS"  # deploy/systemd/rootfs.sh's tarbal
 CHECKOUT = "/root/sweeperd"  # the files the documented commands name, as in a checkout
 CONFIG = "/etc/sweeperd/sweeperd.toml"
 SETTINGS = """\
-# sweeperd's settings beside /etc/sweeperd/sweeperd.env (queues orders and mail)
+# sweeperd's settings beside /etc/sweeperd/sweeperd.env, which sets none
+redis_url = "redis://127.0.0.1:6379/0"
+queues = ["orders", "mail"]
 interval = 1
 max_stalled = {max_stalled}
 drain_share = 0.02  # a backlog drains slowly: the stop finds it being drained
 """
-QUEUE = QueueKeys("orders")  # one of the two queues of systemd/sweeperd.env.example
+QUEUE = QueueKeys("orders")  # one of the two queues of SETTINGS
 WAIT_S = 60  # for what the daemon does on its own: a sweep, a start, a reload
 BULK = 50_000  # leases a stop finds being drained
 # Debug lines of PID 1 (and of its child setting up a process's sandbox) that say nothing a
@@ -152,6 +155,7 @@ def machine(password: str, request: pytest.FixtureRequest) -> Iterator[Machine]:
             check=True, capture_output=True,
         )  # fmt: skip
         shutil.copytree(REPO / "systemd", root / CHECKOUT.lstrip("/") / "systemd")
+        shutil.copytree(REPO / "docs", root / CHECKOUT.lstrip("/") / "docs")
         modules = root / "usr/local/lib/redis/modules"  # where the module image has it
         modules.mkdir(parents=True)
         shutil.copy(REPO / "module" / "emq_stalled.so", modules / "emq_stalled.so")
@@ -231,6 +235,8 @@ class TestInstall:
                     env=pip_environment(), timeout_s=600)  # fmt: skip
         installed = (machine.root / "etc/systemd/system/sweeperd.service").read_bytes()
         assert installed == (REPO / "systemd/sweeperd.service").read_bytes()
+        for page in unit_directives(installed.decode())["Documentation"]:
+            assert (machine.root / page.removeprefix("file:///")).is_file(), page
         unit = shown(machine, "FragmentPath", "DropInPaths", "UnitFileState", "LoadState")
         assert unit == {
             "FragmentPath": "/etc/systemd/system/sweeperd.service",

@@ -12,7 +12,7 @@ from sweeperd.commands.failures import at_node, server_said
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.server.clusternodes import cluster_down
+from sweeperd.server.clusternodes import AGAIN, cluster_down
 from sweeperd.server.connection import Connection
 from sweeperd.server.counts import SORTED_SET, Read, checked, count_reads, counts_of, queue_counts
 from sweeperd.server.serverinfo import has_verb, read_server_info
@@ -90,6 +90,7 @@ def census_on(connection: Connection, client: redis.Redis, keys: QueueKeys) -> C
             moved = connection.client(exc.node_addr)
         except redis.exceptions.ClusterDownError as exc:
             said = SweepError(Reason.CLUSTER_DOWN, f"CLUSTERDOWN {server_said(exc)}")
-            raise cluster_down(said, client) from None
+            down = cluster_down(said, client)
+            raise SweepError(down.reason, f"{down.message}; {AGAIN}") from None
     with at_node(moved):
         return take_census(moved, keys)

@@ -18,7 +18,7 @@ from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.constants import DEFAULT_CALL_TARGET_MS
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.server.clusternodes import cluster_down, due_count, migrating_to
+from sweeperd.server.clusternodes import AGAIN, cluster_down, due_count, migrating_to
 from sweeperd.server.connection import Connection
 from sweeperd.server.serverinfo import read_server_info
 from sweeperd.server.topology import node_of, primary_client, slot_of
@@ -146,7 +146,8 @@ def refused(
         taken = result.taken if result.dry_run else 0  # what the real calls before would take
         result.left, result.left_read = max(0, (due or 0) - taken), due is not None
     if error.reason is Reason.CLUSTER_DOWN:
-        error = cluster_down(error, client)
+        said = cluster_down(error, client).message
+        return SweepError(error.reason, f"{said}: {result.refusal}, {result.still_due}; {AGAIN}")
     if error.reason is Reason.LOADING:
         said = f"{result.refusal}, {result.still_due}"
         return SweepError(error.reason, loading(node_of(client), error.message, said))

@@ -21,6 +21,7 @@ from sweeperd.config.connsettings import connection_of
 from sweeperd.config.options import OPTIONS, SETTING_KEYS
 from sweeperd.config.webconfig import BadWebConfig, WebConfig, load_web_config
 from sweeperd.constants import ExecutorChoice, LogFormat, QueueMetrics, Shard, SweepAt
+from sweeperd.logs import NAMES_CAP, cap_ids
 from sweeperd.server.connection import Connection
 
 # What the commands and the daemon import from here (ConfigError is defined in coercers.py,
@@ -95,7 +96,8 @@ class Settings:
         )
 
     def describe(self) -> dict[str, object]:
-        """The settings fit for a log line: credentials removed from the URL, no password."""
+        """The settings fit for a log line: credentials removed from the URL, no password, the
+        queues counted and the first NAMES_CAP of them named."""
         topology = self.connection.topology
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
@@ -112,7 +114,10 @@ class Settings:
         if topology.sentinels:
             shown["sentinels"] = [f"{host}:{port}" for host, port in topology.sentinels]
             shown["sentinel_master"] = topology.sentinel_master
-        shown["queues"] = [q.name for q in self.queues]
+        # A count and the first few names: 5,000 queues made one line of 50 KB, which journald
+        # (LineMax=48K) splits in two, each no JSON object.
+        shown["queues"] = len(self.queues)
+        shown["queue_names"] = cap_ids((q.name for q in self.queues), NAMES_CAP)
         shown["config_path"] = str(self.config_path) if self.config_path else None
         web = self.daemon.web_config
         shown["web_config"] = str(web.path) if web else None

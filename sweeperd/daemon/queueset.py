@@ -12,6 +12,7 @@ import structlog
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.daemon.schedule import Schedule
 from sweeperd.daemon.sharing import Sharing
+from sweeperd.logs import NAMES_CAP, cap_ids
 from sweeperd.metrics.numbers import SweepNumbers
 
 log = structlog.get_logger("sweeperd.daemon")
@@ -118,7 +119,11 @@ class QueueSet:
             for queue in dropped:
                 del self._discovered[queue]
         if added or dropped:
-            log.info("queues_discovered", added=sorted(added), dropped=sorted(dropped))
+            log.info(  # the first few names: a first scan may find thousands
+                "queues_discovered",
+                added=cap_ids(sorted(added), NAMES_CAP),
+                dropped=cap_ids(sorted(dropped), NAMES_CAP),
+            )
             self.apply()
         self.unmatched_tables(found)
 

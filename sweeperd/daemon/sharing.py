@@ -70,6 +70,8 @@ class Sharing:
     # why the server cannot serve the heartbeat now, said once
     _unanswered: str | None = field(default=None, init=False)
     _left: bool = field(default=False, init=False)  # it left (SIGTERM): no heartbeat brings it back
+    _lost: bool = field(default=False, init=False)  # membership_lost said: the next answer says
+    # membership_restored
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
@@ -172,9 +174,12 @@ class Sharing:
         self.lapse(now)
 
     def joined(self, view: View, now: float) -> None:
-        if self._refused is not None or self._unanswered is not None:
-            log.info("membership_restored", member=self.member_id)
+        """A heartbeat answered: a refusal, an unanswered beat or a lost membership said
+        before ends with membership_restored; the members seen now."""
+        if self._refused is not None or self._unanswered is not None or self._lost:
+            log.info("membership_restored", member=self.member_id, after=self._ended())
             self._refused = self._unanswered = None
+            self._lost = False
         self._view, self._alive_until = view, now + self.ttl_s
         old = self.members or frozenset()
         if view.members != old:
@@ -208,7 +213,13 @@ class Sharing:
                 )
                 + "; it keeps sweeping its share where the server answers",
             )
-            self._view = None
+            self._view, self._lost = None, True
+
+    def _ended(self) -> str:
+        """What the restored membership ends: its loss, a refusal, or an unanswered beat."""
+        if self._lost:
+            return "lost"
+        return "refused" if self._refused is not None else "unanswered"
 
     def refuse(self, exc: redis.RedisError) -> None:
         """A heartbeat refused: sweep every queue rather than leave any unswept."""

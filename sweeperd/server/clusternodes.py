@@ -20,22 +20,70 @@ def _address(fields: list[str]) -> str:
     return fields[1].split("@", 1)[0]
 
 
+AGAIN = "run it again once the cluster is up"  # the ending of a one-off command's refusal
+DOWN_FLAGS = frozenset({"fail", "fail?", "noaddr"})  # a node the Cluster cannot reach
+
+
 def failed_primaries(nodes: list[list[str]]) -> list[str]:
     """The primaries the Cluster marks failed (fail, not fail?) that still hold slots (no
     replica took over), as host:port: a failed replica, or a primary whose replica took its
     slots, took nothing down."""
-    return sorted(
-        _address(f) for f in nodes if {"master", "fail"} <= set(f[2].split(",")) and f[8:]
+    return sorted(_address(f) for f in _failed(nodes))
+
+
+def _failed(nodes: list[list[str]]) -> list[list[str]]:
+    return [f for f in nodes if {"master", "fail"} <= set(f[2].split(",")) and f[8:]]
+
+
+def _replicas(nodes: list[list[str]], primary: list[str]) -> tuple[list[str], list[str]]:
+    """A primary's replicas as CLUSTER NODES lists them: those up, and those down too."""
+    up: list[str] = []
+    down: list[str] = []
+    for f in nodes:
+        if f[3] == primary[0]:
+            (down if DOWN_FLAGS & set(f[2].split(",")) else up).append(_address(f))
+    return sorted(up), sorted(down)
+
+
+def why_down(nodes: list[list[str]]) -> str:
+    """Which primaries took the Cluster down and why no replica has taken their slots: it is
+    down too, there is none, or one is up and has not yet (a failover takes about
+    cluster-node-timeout); what to do, when waiting will not do."""
+    said, stuck = [], False
+    for primary in sorted(_failed(nodes), key=_address):
+        up, down = _replicas(nodes, primary)
+        name = _address(primary)
+        if up:
+            said.append(f"{name} failed, and no replica has taken over yet ({', '.join(up)} is up)")
+            continue
+        stuck = True
+        if down:
+            which = (
+                f"its replica {down[0]} is"
+                if len(down) == 1
+                else f"its replicas {', '.join(down)} are"
+            )
+            said.append(f"{name} failed, and {which} down too")
+        else:
+            said.append(f"{name} failed, and it has no replica")
+    if not said:
+        return ""
+    advice = (
+        "start the failed nodes again (a replica that is up takes over), or move their slots "
+        "to a primary that is up"
+        if stuck
+        else "a replica takes over within about cluster-node-timeout, and the Cluster is up again"
     )
+    return f": {'; '.join(said)}: {advice}"
 
 
 def cluster_down(error: SweepError, client: redis.Redis) -> SweepError:
-    """CLUSTERDOWN, with the nodes whose failure took the Cluster down when the node says."""
+    """CLUSTERDOWN, with the nodes whose failure took the Cluster down when the node says, why
+    no replica took over and what to do."""
     try:
-        failed = failed_primaries(cluster_nodes(client))
+        which = why_down(cluster_nodes(client))
     except redis.RedisError:
-        failed = []
-    which = f": {', '.join(failed)} failed, and no replica took over" if failed else ""
+        which = ""
     return SweepError(Reason.CLUSTER_DOWN, f"the cluster is down ({error.message}){which}")
 
 

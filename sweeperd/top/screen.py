@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -34,8 +35,12 @@ CELL = 6  # characters a count or a rate may take
 COLUMNS = ("expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
 DROPPED_FIRST = ("active", "owner", "dead", "dead/s", "node", "pending", "rec/s", "overdue")
 QUEUE_MIN = 8  # the queue's name is cut to no fewer characters (its mark included)
+MIN_COLUMNS, MIN_LINES = 30, 6  # the smallest live view: the table's head, a row, the count
+TABLE_HEAD = 2  # the table's lines besides its rows: the head and its rule (a row is one line)
 GAP = 2  # characters between two columns
 STALE_NOTE = "~ the last numbers read: their server cannot be read now (its line says why)"
+NEVER = "?"  # before a name kept with no numbers: never read since the view started
+NEVER_NOTE = "? never read: their server has not been read since top started (its line says why)"
 REPLICA_NOTE = "≈ read on a replica: their primary cannot be read now (read-only; it may lag)"
 
 
@@ -83,17 +88,27 @@ def letters(n: int) -> str:
     return (letters(high - 1) if high else "") + chr(ord("a") + low)
 
 
-def server_line(label: str, s: ServerRow, nodes: Mapping[str, str], standin: str | None) -> Text:
+def mark(row: QueueRow) -> str:
+    """What goes before a row's name: its state's mark, or NEVER for a row kept that was never
+    read (it has no last numbers to keep)."""
+    return NEVER if row.state in KEPT and row.as_of is None else MARKS[row.state]
+
+
+def server_line(
+    label: str, s: ServerRow, nodes: Mapping[str, str], standin: str | None, ever_read: bool
+) -> Text:
     """One server: run_id, uptime, role and the verb, or why its queues cannot be read (and
-    where they are read instead); a replica read in place of its primary names it as its role."""
+    where they are read instead; whether its rows keep numbers read before, `ever_read`); a
+    replica read in place of its primary names it as its role."""
     line = Text(f"{label} {s.node}  ")
     if s.error is not None:
         error = s.error.replace(f" connecting to {s.node}.", ":")  # the node is named already
         unreachable = "UNREACHABLE (replaced)" if s.replaced else "UNREACHABLE"
+        rows = "rows as last read" if ever_read else "its queues never read"
         if error.startswith(LOGIN_REFUSED):  # it answered: not unreachable
             said = error
         else:
-            said = f"{unreachable}: {error}" if not s.run_id else f"{error} (rows as last read)"
+            said = f"{unreachable}: {error}" if not s.run_id else f"{error} ({rows})"
         line.append(said, style="bold red")
         if standin is not None:
             line.append(f"  queues read on {nodes[standin]}", style="bold")
@@ -120,15 +135,18 @@ def _unlisted(s: ServerRow) -> str:
     return f"{said} (give them with --queue)"
 
 
-def caption(screen: Screen, nodes: Mapping[str, str]) -> str:
-    """How many rows of how many queues, how many were read now, whose queues are unknown."""
-    said = [f"top {len(screen.rows)} of {screen.queues} queues by expired leases"]
+def caption(screen: Screen, nodes: Mapping[str, str], cut: int = 0) -> str:
+    """How many rows of how many queues, how many were read now, whose queues are unknown, and
+    how many lines the terminal had no room for (`cut`)."""
+    said = [f"{len(screen.rows)} of {screen.queues} queues shown, most expired first"]
     if screen.unread:
         said.append(f"{screen.queues - screen.unread} of {screen.queues} queues read")
     unlisted = [nodes[s.node] for s in screen.servers if s.scan_error is not None]
     if unlisted:
         which = "server " if len(unlisted) == 1 else "servers "
         said.append(f"{which}{', '.join(unlisted)} not listed")
+    if cut:
+        said.append(f"{cut} more line{'s' if cut > 1 else ''} in a taller terminal")
     return "; ".join(said)
 
 
@@ -161,7 +179,7 @@ class QueueTable:
             grid.add_column(name, justify="right", no_wrap=True)
         for n, row in enumerate(self.screen.rows):
             cells = [columns[name][n] for name in kept]
-            grid.add_row(MARKS[row.state] + row.queue, *cells, style=STYLES.get(row.state))
+            grid.add_row(mark(row) + row.queue, *cells, style=STYLES.get(row.state))
         yield grid
 
     def _cells(self) -> dict[str, list[str]]:
@@ -203,10 +221,19 @@ def notes(screen: Screen) -> Iterator[Text]:
     one for the rows read on a replica."""
     for row in screen.rows:
         if row.error is not None:
-            when = f" (numbers as of {_clock(row.as_of)})" if row.state in KEPT else ""
-            yield Text(f"{MARKS[row.state]}{row.queue}: {row.error}{when}", style=STYLES[row.state])
-    if any(row.state == STALE and row.error is None for row in screen.rows):
+            when = ""
+            if row.state in KEPT:
+                when = (
+                    " (never read)"
+                    if row.as_of is None
+                    else f" (numbers as of {_clock(row.as_of)})"
+                )
+            yield Text(f"{mark(row)}{row.queue}: {row.error}{when}", style=STYLES[row.state])
+    stale = [row for row in screen.rows if row.state == STALE and row.error is None]
+    if any(row.as_of is not None for row in stale):
         yield Text(STALE_NOTE, style="dim")
+    if any(row.as_of is None for row in stale):
+        yield Text(NEVER_NOTE, style="dim")
     if any(row.state == REPLICA for row in screen.rows):
         yield Text(REPLICA_NOTE, style="dim")
 
@@ -215,7 +242,8 @@ def _clock(at: float | None) -> str:
     return "never" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
 
 
-def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
+def parts(screen: Screen, interval: float, live: bool = True) -> tuple[list[Text], QueueTable]:
+    """The lines above the table (the title, the servers, the replicas) and the table."""
     how = (
         f"every {interval:g}s, rates over {screen.window_s:g}s  (read only; Ctrl-C quits)"
         if live
@@ -225,21 +253,75 @@ def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
     nodes = {s.node: str(n) for n, s in enumerate(screen.servers, 1)}
     standins = {s.reads_for: s.node for s in screen.servers if s.reads_for is not None}
     owners = {m: letters(screen.seen.get(m, n)) for n, m in enumerate(screen.members)}
-    lines = [server_line(nodes[s.node], s, nodes, standins.get(s.node)) for s in screen.servers]
+    read = {row.node for row in screen.rows if row.as_of is not None}
+    lines = [title]
+    lines += (
+        server_line(nodes[s.node], s, nodes, standins.get(s.node), s.node in read)
+        for s in screen.servers
+    )
     if owners:
         lines.append(Text("replicas: " + "  ".join(f"{owners[m]} {m}" for m in screen.members)))
     if screen.members_error is not None:
         lines.append(Text(f"replicas: cannot be read: {screen.members_error}", style="bold red"))
-    table = QueueTable(screen, nodes, owners)
-    return Group(title, *lines, table, Text(caption(screen, nodes)), *notes(screen))
+    return lines, QueueTable(screen, nodes, owners)
+
+
+def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
+    """The whole view: the lines above the table, the table, the count under it, the notes."""
+    head, table = parts(screen, interval, live)
+    return Group(*head, table, Text(caption(screen, table.nodes)), *notes(screen))
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The live view cut to the terminal it is drawn in, the count under the table always
+    shown: rows go first (the count says how many are shown), then, for one row to stay, the
+    notes and the lines above the table from the bottom up (the count says how many lines
+    went). Below MIN_COLUMNS x MIN_LINES it says the terminal is too small."""
+
+    screen: Screen
+    interval: float
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width, height = options.max_width, options.height or console.height
+        loose = options.update(height=None)
+        if width < MIN_COLUMNS or height < MIN_LINES:
+            said = f"top needs a terminal of {MIN_COLUMNS}x{MIN_LINES} at least: this one is "
+            yield Text(f"{said}{width}x{height}", style="bold")
+            return
+        head, table = parts(self.screen, self.interval)
+
+        def drawn(part: RenderableType) -> list[list[Segment]]:
+            return console.render_lines(part, loose, pad=False)
+
+        above = [line for text in head for line in drawn(text)]
+        below = [line for text in notes(self.screen) for line in drawn(text)]
+        rows, others = self.screen.rows, len(above) + len(below)
+        shown, cut = rows, 0
+        for _ in range(3):  # the count's lines grow with what it says: settled by the third
+            count = drawn(Text(caption(replace(self.screen, rows=shown), table.nodes, cut)))
+            room = max(0, height - len(count) - TABLE_HEAD)  # for the rows and the other lines
+            fits = rows[: min(room, max(min(1, len(rows)), room - others))]
+            if (fits, max(0, others - (room - len(fits)))) == (shown, cut):
+                break
+            shown, cut = fits, max(0, others - (room - len(fits)))
+        screen = replace(self.screen, rows=shown)
+        count = drawn(Text(caption(screen, table.nodes, cut)))
+        below, gone = below[: max(0, len(below) - cut)], max(0, cut - len(below))
+        above = above[: len(above) - gone]
+        lines = [*above, *drawn(replace(table, screen=screen)), *count, *below]
+        for n, line in enumerate(lines[:height]):
+            if n:
+                yield Segment.line()
+            yield from line
 
 
 def lines_besides_rows(screen: Screen, interval: float, width: int) -> int:
     """The lines the live view takes at `width` for all but its rows: the title, the server
     lines, the table's head and caption, the notes, each as wrapped."""
     console = Console(file=io.StringIO(), width=width, color_system=None)
-    parts: list[Group | Text] = [renderable(replace(screen, rows=()), interval), *notes(screen)]
-    return sum(len(console.render_lines(part, pad=False)) for part in parts)
+    drawn: list[Group | Text] = [renderable(replace(screen, rows=()), interval), *notes(screen)]
+    return sum(len(console.render_lines(part, pad=False)) for part in drawn)
 
 
 def plain_text(screen: Screen, interval: float, width: int) -> str:

@@ -22,7 +22,7 @@ from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
 from sweeperd.server.connection import Connection
 from sweeperd.server.urls import url_at
 from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, Unread, wall_clock
-from sweeperd.top.screen import lines_besides_rows, plain_text, renderable
+from sweeperd.top.screen import Fitted, lines_besides_rows, plain_text
 
 HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
 SPARE_LINES = 2  # left below the view
@@ -188,7 +188,7 @@ def _live(top: Top, view: ViewOptions) -> None:
         with _left_by(LEAVE_SIGNALS), live:
             while True:
                 screen = top.refresh()
-                live.update(renderable(screen, view.interval), refresh=True)
+                live.update(Fitted(screen, view.interval), refresh=True)
                 if view.fit:
                     size = shutil.get_terminal_size((100, 40))
                     top.resize(rows_for(screen, size.lines, size.columns, view.interval))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -17,8 +18,10 @@ import yaml
 from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import build_settings
 from sweeperd.constants import RUN
+from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.doc_pages import PAGES
 from tests.support.paths import REPO
+from tests.support.servers import RedisServer
 from tests.support.shipped import (
     DEPLOY,
     FLEET_MATCHERS,
@@ -30,10 +33,12 @@ from tests.support.shipped import (
     dashboard_panels,
     documented_metrics,
     durations,
+    environment_file,
     exported_names,
     metric_names,
     rules,
     selectors,
+    unit_directives,
     with_grafana_values,
 )
 
@@ -46,6 +51,7 @@ DOCKERFILES = (REPO / "Dockerfile", DEPLOY / "redis-module.Dockerfile")
 COMPOSE = REPO / "docker-compose.yml"
 UNIT = REPO / "systemd" / "sweeperd.service"
 ENV_EXAMPLE = REPO / "systemd" / "sweeperd.env.example"
+OPERATIONS = REPO / "docs" / "operations.md"
 
 # What sweeperd exports, as docs/metrics.md lists it (tests/repo/test_metric_names.py holds the
 # list to what a daemon exports).
@@ -156,18 +162,6 @@ def plain_default(default: object) -> str | None:
 def quotes(shown: str, value: str) -> bool:
     """Whether a value shown in the docs is `value`, or its start cut with `…`."""
     return shown == value or (shown.endswith("…") and value.startswith(shown[:-1]))
-
-
-def unit_directives(text: str) -> dict[str, list[str]]:
-    """A unit file's directives, each key with every value it was given, in order."""
-    directives: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";", "[")):
-            continue
-        key, _, value = line.partition("=")
-        directives.setdefault(key.strip(), []).append(value.strip())
-    return directives
 
 
 def dockerignored(path: str, patterns: list[str]) -> bool:
@@ -542,6 +536,46 @@ class TestSystemdUnit:
             for key, value in quoted
             if not any(quotes(value, set_to) for set_to in directives[key])
         } == set()
+
+    def test_the_env_example_copied_as_it_is_changes_nothing(
+        self, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """The env example copied as docs/operations.md says, SWEEPERD_CONFIG uncommented (its
+        next step), read as the unit's EnvironmentFile= reads it: it sets that one variable,
+        and the daemon started with it beside a TOML file runs the file's server, queues and
+        interval (the example once set a server and two queues of its own)."""
+        text, n = re.subn(r"^#(SWEEPERD_CONFIG)=.*$", r"\1=" + str(tmp_path / "sweeperd.toml"),
+                          ENV_EXAMPLE.read_text(), flags=re.M)  # fmt: skip
+        assert n == 1
+        variables = environment_file(text)
+        assert list(variables) == ["SWEEPERD_CONFIG"]
+        (tmp_path / "sweeperd.toml").write_text(
+            f'redis_url = "{redis_server.url}"\nqueues = ["alpha"]\ninterval = 7\n'
+        )
+        daemon = DaemonProcess(tmp_path)
+        outside = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPERD_")}
+        daemon.env = {**outside, **variables}  # none of this shell's SWEEPERD_ variables
+        with daemon as d:
+            wait_until(lambda: d.events("started"), what="the started line")
+            [started] = d.events("started")
+        assert (started["redis_url"], started["queue_names"], started["interval"]) == (
+            redis_server.url,
+            ["alpha"],
+            7.0,
+        )
+
+    def test_the_unit_names_documentation_that_is_installed(self) -> None:
+        """Documentation= is an https:// page, or a file the documented install commands put
+        where it says (docs/operations.md, "Running under systemd"; the systemd test checks
+        the installed machine)."""
+        install = OPERATIONS.read_text().split("## Running under systemd", 1)[1]
+        install = install.split("```sh\n", 1)[1].split("```", 1)[0]
+        for page in unit_directives(UNIT.read_text())["Documentation"]:
+            if page.startswith("https://"):
+                continue
+            path = Path(page.removeprefix("file://"))
+            assert page.startswith("file:///") and (REPO / "docs" / path.name).is_file(), page
+            assert f"install -m 0644 docs/*.md {path.parent}/" in install, page
 
     def test_env_example_lists_every_variable(self) -> None:
         """Each SWEEPERD_* variable of the contract appears in the env example."""

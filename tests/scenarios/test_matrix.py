@@ -47,8 +47,11 @@ DENIED = {"standalone": "zcount", "cluster": "cluster|slots", "sentinel": "zcoun
 
 UNREACHABLE = "cannot reach {dead}: Error 111 connecting to {node}. Connection refused"
 DOWN = (
-    "the cluster is down (CLUSTERDOWN The cluster is down): {node} failed, and no replica took over"
+    "the cluster is down (CLUSTERDOWN The cluster is down): {node} failed, and its replica "
+    "{replica} is down too: start the failed nodes again (a replica that is up takes over), or "
+    "move their slots to a primary that is up"
 )
+UP_AGAIN = "run it again once the cluster is up"
 LOADING = "{node} is loading its dataset (LOADING {name} is loading the dataset in memory)"
 AGAIN = "run it again once it has loaded"
 REFUSED = "refused, nothing written, {due}"
@@ -80,9 +83,9 @@ SAID: dict[tuple[str, str], tuple[int, str]] = {
     ("killed", "once"): (3, UNREACHABLE),
     ("killed", "dry-run"): (3, UNREACHABLE),
     ("killed", "inspect"): (3, UNREACHABLE),
-    ("down", "once"): (3, f"{DOWN}: {REFUSED}"),
-    ("down", "dry-run"): (3, f"{DOWN}: {REFUSED}"),
-    ("down", "inspect"): (3, DOWN),
+    ("down", "once"): (3, f"{DOWN}: {REFUSED}; {UP_AGAIN}"),
+    ("down", "dry-run"): (3, f"{DOWN}: {REFUSED}; {UP_AGAIN}"),
+    ("down", "inspect"): (3, f"{DOWN}; {UP_AGAIN}"),
     ("loading", "once"): (3, f"{LOADING}: {REFUSED}; {AGAIN}"),
     ("loading", "dry-run"): (3, f"{LOADING}: {AGAIN}"),
     ("loading", "inspect"): (3, f"{LOADING}: {AGAIN}"),
@@ -177,6 +180,7 @@ def expected(s: Situation, user: str, command: str) -> tuple[int, str] | None:
     names = {
         "dead": scene.named(failed) if failed else "",
         "node": failed.node if failed else "",
+        "replica": s.stopped.node if s.stopped else "",
         "name": "Valkey" if scene.kind == "valkey" else "Redis",
         "seed": scene.seed_node.node if isinstance(scene, ClusterScene) else "",
         # the node that refused, where it is not the URL's: Sentinel's primary

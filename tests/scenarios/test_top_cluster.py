@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import Connection, Topology
 from sweeperd.top.refresh import Screen, Top
-from sweeperd.top.screen import REPLICA_NOTE, STALE_NOTE, plain_text
+from sweeperd.top.screen import NEVER_NOTE, REPLICA_NOTE, plain_text
 from tests.support.clock import Clock
 from tests.support.helpers import PAST_MS
 from tests.support.invoke import Ran, sweeperd
@@ -283,7 +283,7 @@ class TestTopPartialOutage:
             body = top_once(others[0], "--json", *named)
             found = top_once(others[0], env=WIDE)
             label = line_of(found.out, victim.node).split()[0]
-            count = f"top 4 of 4 queues by expired leases; 0 of 4 queues read; server {label} "
+            count = f"4 of 4 queues shown, most expired first; 0 of 4 queues read; server {label} "
             live = LiveView(["--cluster", "--redis-url", others[0].url, "--interval", "0.2"])
             with live:
                 text = live.read_until([f"{count}not listed"])
@@ -307,10 +307,16 @@ class TestTopPartialOutage:
             "listed (give them with --queue)"
         )
         lines = found.out.splitlines()
-        assert lines[-2:] == [f"{count}not listed", STALE_NOTE], found.out
+        assert lines[-2:] == [f"{count}not listed", NEVER_NOTE], found.out  # none ever read
         assert {
-            line.split()[0] for line in lines if line.startswith("~") and not line.startswith("~ ")
-        } == {f"~{queue}" for queue, (node, _) in seeded.items() if node != victim.node}
+            line.split()[0] for line in lines if line.startswith("?") and not line.startswith("? ")
+        } == {f"?{queue}" for queue, (node, _) in seeded.items() if node != victim.node}
+        assert all(
+            line_of(found.out, other.node).endswith(
+                "CLUSTERDOWN The cluster is down (its queues never read)"
+            )
+            for other in others
+        ), found.out
         assert f"{count}not listed" in text and "UNREACHABLE" in text, text
         assert restored(live.received)
 
@@ -338,7 +344,7 @@ class TestTopPartialOutage:
         assert {
             line.split()[0] for line in lines if line.startswith("≈") and not line.startswith("≈ ")
         } == {f"≈{queue}" for queue, (node, _) in seeded.items() if node == victim.node}
-        assert lines[-2:] == ["top 6 of 6 queues by expired leases", REPLICA_NOTE], text.out
+        assert lines[-2:] == ["6 of 6 queues shown, most expired first", REPLICA_NOTE], text.out
 
     def test_hung_primary_read_on_its_replica(self, fresh: Cluster) -> None:
         """A primary that hangs (SIGSTOP: it takes connections and never answers) is read on

@@ -114,6 +114,7 @@ class Situation:
     queues: dict[tuple[str, str], str] = field(default_factory=dict)  # (user, command) -> queue
     owners: dict[str, RedisServer] = field(default_factory=dict)  # queue -> its primary, seeded
     failed: RedisServer | None = None  # the server killed or loading, or the promoted replica
+    stopped: RedisServer | None = None  # the failed primary's replica, paused with it (down)
     logs_from: dict[str, int] = field(default_factory=dict)  # user -> its daemon's log so far
     failures_before: dict[tuple[str, str], float] = field(default_factory=dict)
     urls: dict[str, list[str]] = field(default_factory=dict)  # user -> the URLs its cells give
@@ -246,7 +247,8 @@ def down(s: Situation) -> None:
     assert isinstance(scene, ClusterScene)
     s.failed, live = victim(scene), members_home(scene)
     s.seed(live)
-    scene.pause(scene.cluster.replica_of(s.failed))
+    s.stopped = scene.cluster.replica_of(s.failed)
+    scene.pause(s.stopped)
     kill(s.failed)
     with live.client() as c:
         wait_for(lambda: b"cluster_state:fail" in c.execute_command("CLUSTER", "INFO"), "down")

@@ -1,4 +1,5 @@
-"""The shipped Prometheus rules and Grafana dashboard, read as the tests read them."""
+"""The shipped Prometheus rules, Grafana dashboard and systemd files, read as the tests read
+them."""
 
 from __future__ import annotations
 
@@ -158,3 +159,31 @@ class Timing:
         whole = self.threshold_s is None or self.fires_after_s in said
         parts = self.threshold_s is not None and {self.threshold_s, self.for_s} <= said
         return said <= self.lengths and (whole or parts)
+
+
+def unit_directives(text: str) -> dict[str, list[str]]:
+    """A unit file's directives, each key with every value it was given, in order."""
+    directives: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        directives.setdefault(key.strip(), []).append(value.strip())
+    return directives
+
+
+def environment_file(text: str) -> dict[str, str]:
+    """The variables a unit's EnvironmentFile= sets from `text`, as systemd reads it: a line
+    starting with # or ; is a comment, blank lines are skipped, VALUE in quotes loses them."""
+    variables = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        variables[key.strip()] = value
+    return variables

@@ -118,6 +118,24 @@ class TestSharing:
         assert sharing.seen() == 0
         assert "its heartbeat expired unanswered" in sharing.describe()
 
+    def test_a_lost_membership_is_said_restored_when_the_heartbeat_answers(self, url: str) -> None:
+        """membership_lost (a warning) after a connection outage is followed by
+        membership_restored (after: lost) once a heartbeat answers again: the warning is
+        not left as the last word; said once."""
+        sharing = make_sharing(url, "r1")
+        sharing.refresh(0.0)
+        store = sharing.store
+        dead = connect(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
+        sharing.store = MembershipStore(dead, "emq", "r1", TTL_S)
+        with capture_logs() as logs:
+            sharing.refresh(TTL_S + 1)
+            sharing.store = store  # the server answers again
+            sharing.refresh(TTL_S + 2)
+            sharing.refresh(TTL_S + 3)
+        said = [(e["event"], e.get("after")) for e in logs if e["event"].startswith("member")]
+        assert said == [("membership_lost", None), ("membership_restored", "lost")]
+        assert sharing.seen() == 1
+
     def test_an_unreachable_heartbeat_leaves_the_sweeps_their_own_backoff(self, url: str) -> None:
         """A heartbeat that cannot reach the server marks it down but holds no sweep back: the
         node's next sweep is tried (and its failure counted) at once, however often the
@@ -149,6 +167,8 @@ class TestSharing:
             "membership_restored",
             "members_changed",
         ]
+        restored = next(e for e in logs if e["event"] == "membership_restored")
+        assert restored["after"] == "refused"
         assert sharing.owned(QUEUES) == QUEUES
         assert sharing.members == frozenset({"r1"})
         refused = next(e for e in logs if e["event"] == "membership_refused")

@@ -223,11 +223,13 @@ class TestCluster:
                 bare_cluster.revive(dead)
         words = (
             f"the cluster is down (CLUSTERDOWN The cluster is down): 127.0.0.1:{dead.port} "
-            "failed, and no replica took over"
+            "failed, and it has no replica: start the failed nodes again (a replica that is up "
+            "takes over), or move their slots to a primary that is up"
         )
         assert said.startswith(f"{words}: refused, nothing written")
-        assert inspected == words
-        assert inspected_json == {"reason": "cluster_down", "message": words}
+        assert said.endswith("; run it again once the cluster is up")
+        assert inspected == f"{words}; run it again once the cluster is up"
+        assert inspected_json == {"reason": "cluster_down", "message": inspected}
         [failed] = [e for e in d.events("sweep_failed") if e["reason"] == "cluster_down"]
         assert failed["error"] == words
 

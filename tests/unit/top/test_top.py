@@ -190,7 +190,7 @@ class TestTopDiscovery:
             f"queues not listed: {server['scan_error']} (grant +scan, or give them with --queue)"
         ), line
         assert text.out.splitlines()[-1] == (
-            "top 0 of 0 queues by expired leases; server 1 not listed"
+            "0 of 0 queues shown, most expired first; server 1 not listed"
         ), text.out
         assert named.code == 0 and named.json()["servers"][0]["scan_error"] is None
         assert [(row["queue"], row["expired"]) for row in named.json()["rows"]] == [("mail", 3)]
@@ -603,7 +603,7 @@ class TestTopLive:
         assert (code, err) == (0, "")
         assert all(w in first for w in ["reports", "rec/s", "verb loaded"]), first
         assert "43" in text
-        assert "top 3 of 3 queues by expired leases" in text
+        assert "3 of 3 queues shown, most expired first" in text
         assert restored(view.received)
 
     @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
