@@ -90,12 +90,12 @@ class TestRefusals:
             ),
             (
                 ["--user", "u", "--for", "run,reap"],
-                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top (commas or spaces "
+                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top, audit (commas or spaces "
                 "between), not 'run,reap'",
             ),
             (
                 ["--user", "u", "--for", ","],
-                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top (commas or spaces "
+                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top, audit (commas or spaces "
                 "between), not ','",
             ),
             (
