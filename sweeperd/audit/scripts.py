@@ -66,13 +66,15 @@ def row_prefix(keys: QueueKeys) -> str:
 
 def run(client: redis.Redis, script: LuaScript, keys: QueueKeys, ids: Sequence[bytes]) -> object:
     """One call of `script` on the queue's ids, the script loaded again when the server lacks
-    it (NOSCRIPT: nothing ran)."""
+    it (NOSCRIPT: nothing ran). OBSERVE goes by EVALSHA_RO, whose keys a read-only ACL user
+    (%R~) may name; EVALSHA would need them writable."""
     args: list[str | bytes] = [*keys_of(keys), row_prefix(keys), *ids]
+    send = client.evalsha_ro if script is OBSERVE else client.evalsha
     try:
-        return client.evalsha(script.sha, 4, *args)
+        return send(script.sha, 4, *args)
     except redis.exceptions.NoScriptError:
         script.load(client)
-        return client.evalsha(script.sha, 4, *args)
+        return send(script.sha, 4, *args)
 
 
 def score(raw: object) -> float | None:

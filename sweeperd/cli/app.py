@@ -257,7 +257,7 @@ def acl_command(ctx: typer.Context, **_given: object) -> None:
         reply.fail(usage(str(exc)))
     settings = settings_of(ctx, reply, needs_queue=False)
     reply.notes(settings)
-    reply.print(privileges.acl_line(user, settings, commands))
+    reply.print(privileges.acl_line(user, settings, commands, bool(ctx.params["repair"])))
 
 
 @app.command("demo")

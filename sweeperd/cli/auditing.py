@@ -42,8 +42,10 @@ def pace_of(params: dict[str, object]) -> Pace:
 
 
 def exit_code(result: AuditResult) -> int:
-    """3 when a server could not be read, 1 when anything was found or refused, else 0."""
-    if any(e.reason in UNREACHABLE_REASONS for e in result.failed.values()):
+    """3 when a server could not be read or serve (loading, a Cluster down), 130 after Ctrl-C,
+    1 when anything was found or refused, else 0."""
+    errors = [*result.failed.values(), *(a.error for a in result.queues if a.error)]
+    if any(e.reason in UNREACHABLE_REASONS for e in errors):
         return EXIT_UNREACHABLE
     if result.interrupted:
         return EXIT_INTERRUPTED

@@ -135,10 +135,13 @@ def audit_text(result: AuditResult, pace: Pace) -> str:
                 meaning, todo = MEANING[cls]
                 lines.append(f"  {cls}: {meaning}; {todo}")
     counted = ", ".join(f"{c} {totals[c]:,}" for c in CLASSES if c in totals)
-    lines.append(
-        f"findings: {result.findings:,}"
-        + (f" ({counted})" if counted else ": every job accounted for")
-    )
+    unread = len(result.failed) + sum(a.error is not None for a in result.queues)
+    if counted:
+        lines.append(f"findings: {result.findings:,} ({counted})")
+    elif unread:
+        lines.append(f"findings: 0 in the queues read; {unread:,} not read (above)")
+    else:
+        lines.append("findings: 0: every job accounted for")
     lines += [repair_text(done) for done in result.repairs]
     return "\n".join(lines)
 

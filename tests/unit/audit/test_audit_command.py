@@ -10,11 +10,12 @@ import redis
 from sweeperd import model
 from sweeperd.keyspace import QueueKeys
 from tests.support.audit_plant import Job, clean, plant, planted
-from tests.support.helpers import dump_all, hash_of, run_id
+from tests.support.helpers import acl_line, dump_all, hash_of, run_id
 from tests.support.invoke import Ran, sweeperd
 from tests.support.servers import RedisServer, free_port
 
 Q = QueueKeys("q")
+PASSWORD = "audit-7d1c9e"
 CLASSES = ("stranded", "unreachable_deadline", "two_sets", "state_mismatch", "rowless", "setless")
 
 
@@ -221,3 +222,49 @@ class TestRepair:
         r.zadd(Q.active, {"b": 10**13})
         assert scripts.repair(r, Q, [b"a", b"b", b"gone"]) == [b"a"]
         assert r.zscore(Q.active, "b") == 10**13
+
+
+class TestAclUser:
+    """The users `sweeperd acl --for audit` (and with --repair) prints are enough, and no more."""
+
+    def test_audit_and_repair_as_the_printed_users(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """The read-only user audits with nothing denied, and its repair is refused (noperm,
+        nothing written); the repair user repairs; the ACL LOG holds the one refusal."""
+        lines = {
+            "reader": acl_line("--for", "audit", user="reader", password=PASSWORD),
+            "repairer": acl_line("--for", "audit", "--repair", user="repairer", password=PASSWORD),
+        }
+        try:
+            for line in lines.values():
+                r.execute_command(*line.split())  # type: ignore[no-untyped-call]
+            r.acl_log_reset()
+            plant(r, Q, planted())
+            url = f"redis://reader:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+            read = sweeperd("audit", "--redis-url", url, "--grace", "0", "--json")
+            assert read.code == 1, read.err
+            assert read.json()["totals"]["stranded"] == 2
+            assert r.acl_log() == []
+            before = dump_all(r)
+            refused = sweeperd(
+                "audit", "--redis-url", url, "--grace", "0", "--json", "--repair", "--yes"
+            )
+            [done] = refused.json()["repaired"]
+            assert (refused.code, done["error"]["reason"], done["put"]) == (1, "noperm", [])
+            assert dump_all(r) == before
+            url = f"redis://repairer:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+            r.acl_log_reset()
+            fixed = sweeperd(
+                "audit", "--redis-url", url, "--grace", "0", "--json", "--repair", "--yes"
+            )
+            assert fixed.code == 1, fixed.err
+            [done] = fixed.json()["repaired"]
+            assert (done["error"], done["dead"], done["exempt"]) == (
+                None,
+                ["stranded-1"],
+                ["stranded-2"],  # its lease_epoch is an earlier run's
+            )
+            assert r.acl_log() == []
+        finally:
+            r.acl_deluser("reader", "repairer")

@@ -60,7 +60,10 @@ class TestAgainstTheModel:
     @settings(
         max_examples=60,
         deadline=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture],
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,  # one class, run once per server kind
+        ],
     )
     @given(drawn=keyspaces)
     def test_classes_equal_the_models(
