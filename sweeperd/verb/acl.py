@@ -98,7 +98,7 @@ def _sent_by(command: str, uses: Uses) -> list[str]:
     if command == ONCE:
         sent += [*DRY_RUN, *(ASKING if uses.cluster else ())]
     if command == INSPECT:
-        sent += NEXT_DUE
+        sent += [*NEXT_DUE]
     if command == TOP:
         sent += [*MEMBERS, *(DISCOVER if uses.scans else ())]
     return sent
