@@ -13,6 +13,7 @@ from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
 
 MICROSECONDS_DEADLINE = 1_767_225_660_000_000.0  # a deadline written in microseconds: year 57969
 DAY_MS = 86_400_000
+Client = redis.Redis | redis.RedisCluster  # a Cluster's client routes each queue's keys
 
 
 @dataclass
@@ -24,7 +25,7 @@ class Job:
     row: Mapping[str, str] | str | None = None
     sets: dict[str, float] = field(default_factory=dict)
 
-    def write(self, r: redis.Redis, keys: QueueKeys) -> None:
+    def write(self, r: Client, keys: QueueKeys) -> None:
         """The row, then the sets."""
         if isinstance(self.row, str):
             r.set(keys.job(self.job_id), self.row)
@@ -92,7 +93,7 @@ def clean() -> list[Job]:
     ]
 
 
-def plant(r: redis.Redis, keys: QueueKeys, jobs: list[Job]) -> dict[str, list[str]]:
+def plant(r: Client, keys: QueueKeys, jobs: list[Job]) -> dict[str, list[str]]:
     """The jobs written; what the model says the audit finds, class -> ids in byte order."""
     now = now_ms()
     found: dict[str, list[str]] = {}
