@@ -80,7 +80,7 @@ class Clocks:
     after each call (keys read so far on the node)."""
 
     clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    sleep: Callable[[float], object] = time.sleep
     interrupted: Callable[[], bool] = lambda: False
     progress: Callable[[int], None] = lambda read: None
 

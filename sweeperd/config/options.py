@@ -281,6 +281,17 @@ OPTIONS: dict[str, Option] = {
             parse=coercers.seconds_or_off,
         ),
         Option(
+            "audit_every",
+            "SECONDS",
+            (RUN,),
+            "Seconds between background audits of the queues this replica owns (every row "
+            "against its sets, paced as `sweeperd audit`, exported as sweeperd_audit_findings); "
+            "0: off. An audit reads every row: an hour (3600) suits most.",
+            0.0,
+            shown_default="0 (off)",
+            parse=coercers.seconds_or_off,
+        ),
+        Option(
             "sweep_at",
             "deadline|interval",
             (RUN,),
