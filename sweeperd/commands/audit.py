@@ -19,6 +19,7 @@ from sweeperd.constants import AUDIT_BATCH, TopologyMode
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError, reason_of
 from sweeperd.server.clusternodes import migrating_to
+from sweeperd.server.eviction import may_evict, read_eviction
 from sweeperd.server.topology import Layout, check_standalone, slot_of, source_of
 from sweeperd.verb.executors import choose
 
@@ -44,6 +45,7 @@ class AuditResult:
     queues: list[QueueAudit] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)
     failed: dict[str, SweepError] = field(default_factory=dict)  # node -> why it was not read
+    may_evict: dict[str, str] = field(default_factory=dict)  # node -> its allkeys-* policy
     interrupted: bool = False
     repairs: list[Repair] = field(default_factory=list)
 
@@ -105,6 +107,9 @@ def run_audit(
             on_node(node)
             client = connection.client(layout.primaries[node])
             try:
+                policy = read_eviction(client)[0]
+                if may_evict(policy):
+                    result.may_evict[node] = policy
                 audits = NodeAudit(client, root, pace, clocks).audit(group)
             except (redis.RedisError, SweepError) as exc:
                 result.failed[node] = failed_node(exc)

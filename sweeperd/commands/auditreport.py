@@ -11,6 +11,7 @@ from sweeperd.commands.audit import AuditResult, Repair
 from sweeperd.constants import AUDIT_SHOWN_IDS
 from sweeperd.keyspace import job_id_text
 from sweeperd.reasons import SweepError
+from sweeperd.server.eviction import eviction_note
 
 AUDIT_SCHEMA = 1
 JSON_IDS = 1000  # the ids of each class --json lists at the most (its count is exact)
@@ -57,6 +58,7 @@ def audit_json(result: AuditResult, pace: Pace) -> str:
         "max_lease_s": pace.max_lease_s,
         "nodes": result.nodes,
         "failed_nodes": {node: _error(e) for node, e in result.failed.items()},
+        "may_evict": result.may_evict,
         "queues": queues,
         "totals": {str(c): totals.get(c, 0) for c in CLASSES},
         "findings": result.findings,
@@ -127,6 +129,7 @@ def audit_text(result: AuditResult, pace: Pace) -> str:
     lines += [
         f"server {node} not read: {e.reason}: {e.message}" for node, e in result.failed.items()
     ]
+    lines += [f"warning: {eviction_note(n, p)}" for n, p in result.may_evict.items()]
     totals = result.totals()
     if totals:
         lines.append("what it means, and what to do:")

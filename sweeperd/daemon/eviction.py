@@ -12,25 +12,12 @@ from prometheus_client.registry import Collector
 
 from sweeperd.fleet.node import Node
 from sweeperd.metrics.families import FAMILIES
-from sweeperd.server.serverinfo import parse_info
+from sweeperd.server.eviction import may_evict, read_eviction
 
 log = structlog.get_logger("sweeperd.daemon")
 
 MAY_EVICT = FAMILIES["sweeperd_server_may_evict"]
 EVICTED = FAMILIES["sweeperd_server_evicted_keys"]
-
-
-def may_evict(policy: str) -> bool:
-    """A policy that may evict any key, a queue's sets and rows included: allkeys-*. The
-    volatile-* policies evict keys with a TTL only, and EchoMQ's keys have none."""
-    return policy.startswith("allkeys-")
-
-
-def read_eviction(client: redis.Redis) -> tuple[str, int]:
-    """The node's maxmemory-policy and evicted_keys, in one INFO call."""
-    raw = client.execute_command("INFO", "memory", "stats")  # type: ignore[no-untyped-call]
-    fields = parse_info(raw)
-    return fields.get("maxmemory_policy", ""), int(fields.get("evicted_keys", "0") or 0)
 
 
 class EvictionWatch(Collector):

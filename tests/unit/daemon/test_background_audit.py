@@ -10,6 +10,7 @@ import redis
 from sweeperd.keyspace import QueueKeys
 from tests.support.audit_plant import Job, clean, plant, planted
 from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.invoke import sweeperd
 from tests.support.servers import RedisServer
 
 Q = QueueKeys("q")
@@ -80,6 +81,24 @@ class TestEvictionWatch:
                 warned = daemon.events("server_may_evict")
             client.close()
         assert [(e["node"], e["policy"]) for e in warned] == [(server.node, "allkeys-lru")]
+
+    def test_inspect_and_audit_say_it(self, server_kind: str, tmp_path: Path) -> None:
+        """inspect ends with a warning line and says the policy in --json; audit says it under
+        its table and in --json."""
+        extra = {"maxmemory-policy": "allkeys-lru"}
+        with RedisServer(tmp_path / "server", kind=server_kind, extra=extra) as server:
+            text = sweeperd("inspect", "-q", "q", "--redis-url", server.url)
+            body = sweeperd("inspect", "-q", "q", "--redis-url", server.url, "--json").json()
+            audited = sweeperd("audit", "--redis-url", server.url, "--json").json()
+            said = sweeperd("audit", "--redis-url", server.url).out
+        assert text.out.splitlines()[-1] == (
+            "warning    the server has maxmemory-policy allkeys-lru: under memory pressure it "
+            "may evict a queue's sets or rows, losing jobs without a word; set noeviction "
+            "(docs/operations.md#alerts)"
+        )
+        assert body["maxmemory_policy"] == "allkeys-lru"
+        assert audited["may_evict"] == {server.node: "allkeys-lru"}
+        assert f"warning: {server.node} has maxmemory-policy allkeys-lru" in said
 
     def test_noeviction_is_quiet(
         self, r: redis.Redis, redis_server: RedisServer, tmp_path: Path
