@@ -15,6 +15,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from sweeperd.server.eviction import may_evict
 from sweeperd.top.read import ERROR, KEPT, MIGRATING, MOVED, OK, READ, REPLICA, STALE
 from sweeperd.top.refresh import QueueRow, Screen, ServerRow
 
@@ -90,6 +91,8 @@ def server_line(label: str, s: ServerRow, nodes: Mapping[str, str], standin: str
         line.append(f"run_id {s.run_id[:12]}…  up {uptime(s.uptime_s)}  {role}  {verb}")
     if s.scan_error is not None:
         line.append(_unlisted(s), style="bold red")
+    if may_evict(s.maxmemory_policy):
+        line.append(f"  MAY EVICT queue keys ({s.maxmemory_policy})", style="bold red")
     if s.restarted:
         line.append(
             f"  RESTARTED since the view started (run_id was {s.first_run_id[:12]}…)",

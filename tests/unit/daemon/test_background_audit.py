@@ -82,15 +82,20 @@ class TestEvictionWatch:
             client.close()
         assert [(e["node"], e["policy"]) for e in warned] == [(server.node, "allkeys-lru")]
 
-    def test_inspect_and_audit_say_it(self, server_kind: str, tmp_path: Path) -> None:
-        """inspect ends with a warning line and says the policy in --json; audit says it under
-        its table and in --json."""
+    def test_inspect_top_and_audit_say_it(self, server_kind: str, tmp_path: Path) -> None:
+        """inspect ends with a warning line and says the policy in --json; top marks the
+        server's line; audit says it under its table and in --json."""
         extra = {"maxmemory-policy": "allkeys-lru"}
         with RedisServer(tmp_path / "server", kind=server_kind, extra=extra) as server:
             text = sweeperd("inspect", "-q", "q", "--redis-url", server.url)
             body = sweeperd("inspect", "-q", "q", "--redis-url", server.url, "--json").json()
             audited = sweeperd("audit", "--redis-url", server.url, "--json").json()
             said = sweeperd("audit", "--redis-url", server.url).out
+            top = ("top", "-q", "q", "--redis-url", server.url, "--once", "--interval", "0.1")
+            viewed = sweeperd(*top, env={"COLUMNS": "200"}).out
+            [seen] = sweeperd(*top, "--json").json()["servers"]
+        assert "MAY EVICT queue keys (allkeys-lru)" in viewed
+        assert seen["maxmemory_policy"] == "allkeys-lru"
         assert text.out.splitlines()[-1] == (
             "warning    the server has maxmemory-policy allkeys-lru: under memory pressure it "
             "may evict a queue's sets or rows, losing jobs without a word; set noeviction "
