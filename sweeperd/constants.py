@@ -41,7 +41,7 @@ DEFAULT_TOP_RATE_WINDOW_S = 15.0  # top's rates: a multiple of a 1, 3, 5 or 15 s
 DEFAULT_AUDIT_GRACE_S = 5.0  # a candidate is reported only if still so when read again after it
 DEFAULT_MAX_LEASE_S = 86400.0  # a lease due further out is unreachable_deadline
 DEFAULT_AUDIT_RATE = 50_000.0  # keys read per second, at the most
-AUDIT_BATCH = 100  # ids one observing script reads: well under a millisecond of server time
+AUDIT_BATCH = 50  # ids one observing script reads: under a millisecond of server time
 AUDIT_SCAN_COUNT = 500  # keys one SCAN (or ZSCAN) call looks at
 AUDIT_SHOWN_IDS = 10  # the first ids of each class shown (--json lists every one)
 

@@ -226,7 +226,6 @@ class NodeAudit:
             except QUEUE_ERRORS as exc:
                 audit.fail(exc)
                 return
-            self.paced(len(seen))
             for one in seen:
                 if one.has_row != rows_only:
                     continue

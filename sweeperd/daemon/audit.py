@@ -22,6 +22,7 @@ log = structlog.get_logger("sweeperd.daemon")
 
 FINDINGS = FAMILIES["sweeperd_audit_findings"]
 COMPLETED = FAMILIES["sweeperd_audit_last_completed_timestamp_seconds"]
+PROGRESS_LOG_S = 10.0  # a long audit says how far it is this often
 
 
 class BackgroundAudit(Collector):
@@ -54,9 +55,13 @@ class BackgroundAudit(Collector):
             nodes = self.holder(queue)
             if nodes:
                 groups.setdefault(nodes[0].name, (nodes[0], []))[1].append(queue)
-        clocks = Clocks(sleep=self.stopping.wait, interrupted=self.stopping.is_set)
         audits: list[QueueAudit] = []
         for node, queues in groups.values():
+            clocks = Clocks(
+                sleep=self.stopping.wait,
+                interrupted=self.stopping.is_set,
+                progress=self.progress_logger(node.name, len(queues)),
+            )
             try:
                 audits += NodeAudit(node.client, self.root, self.pace, clocks).audit(queues)
             except (redis.RedisError, SweepError) as exc:
@@ -84,6 +89,18 @@ class BackgroundAudit(Collector):
             findings=sum(self.found.values()),
             seconds=round(time.monotonic() - started, 3),
         )
+
+    def progress_logger(self, node: str, queues: int) -> Callable[[int], None]:
+        """What a long audit of a node says: the keys read so far, every PROGRESS_LOG_S."""
+        logged = [time.monotonic()]
+
+        def told(read: int) -> None:
+            now = time.monotonic()
+            if now - logged[0] >= PROGRESS_LOG_S:
+                logged[0] = now
+                log.info("audit_progress", node=node, queues=queues, keys_read=read)
+
+        return told
 
     def collect(self) -> Iterator[Metric]:
         findings = FINDINGS.labelled()
