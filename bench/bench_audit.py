@@ -68,6 +68,7 @@ class Result:
     baseline: tuple[float, float, float]
     during: tuple[float, float, float]
     found: int
+    per_call_us: dict[str, float]  # the server's mean time per call of each command the audit sent
 
     def lines(self) -> list[str]:
         b, d = self.baseline, self.during
@@ -75,7 +76,8 @@ class Result:
         return [
             f"  {self.shape}: {self.rows:,} rows in {self.seconds:.1f} s = "
             f"{self.rows / self.seconds:,.0f} rows/s; stranded found {self.found}/{STRANDED}",
-            f"    longest call {self.longest_ms:.2f} ms, calls over 5 ms: {self.over_5ms}",
+            f"    longest call {self.longest_ms:.2f} ms, calls over 5 ms: {self.over_5ms}; mean "
+            + ", ".join(f"{c} {us:,.0f} us" for c, us in self.per_call_us.items()),
             f"    PING ms before p50 {b[0]:.3f} p99 {b[1]:.3f} max {b[2]:.3f}; during p50 "
             f"{d[0]:.3f} p99 {d[1]:.3f} max {d[2]:.3f} (p99 x{d[1] / max(b[1], 1e-9):.2f})",
             f"    audit CPU {self.cpu_s:.1f} s: {share:.2f} % of a core at --audit-every 3600",
@@ -98,6 +100,7 @@ def audited(server: RedisServer, shape: str, queues: list[str] | None, pace: Pac
     client.config_set("slowlog-log-slower-than", SLOW_US)
     client.config_set("slowlog-max-len", 1_000_000)
     client.slowlog_reset()
+    client.config_resetstat()
     with pinger(server.port) as before:
         time.sleep(BASELINE_S)
         baseline = before()
@@ -107,9 +110,16 @@ def audited(server: RedisServer, shape: str, queues: list[str] | None, pace: Pac
         seconds, cpu_s = time.perf_counter() - started, time.process_time() - cpu
         pings = during()
     longest, over = slow_calls(client)
+    with server.client() as plain:  # INFO parsed (sweeperd's client leaves it raw)
+        stats = plain.info("commandstats")
+    per_call = {
+        name: float(stats[f"cmdstat_{name}"]["usec_per_call"])
+        for name in ("evalsha_ro", "scan", "zscan")
+        if f"cmdstat_{name}" in stats
+    }
     found = sum(len(a.found.get(AuditClass.STRANDED, [])) for a in audits)
     rows = sum(a.rows for a in audits)
-    return Result(shape, rows, seconds, cpu_s, longest, over, baseline, pings, found)
+    return Result(shape, rows, seconds, cpu_s, longest, over, baseline, pings, found, per_call)
 
 
 def run(kind: str, rows: int, queues: int, pace: Pace, workdir: Path) -> list[Result]:
