@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 import redis
@@ -33,6 +34,7 @@ SETS = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())
 ROW = JOB.encode()
 # A queue's failure that ends its audit, not the node's: the others go on.
 QUEUE_ERRORS = (redis.ResponseError,)
+SETS_GROUP = 20  # queues whose sets' first pages are read in one round trip: 60 small reads
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,9 @@ class NodeAudit:
         self.last_candidate = -float("inf")
         self.interrupted = False
         self.queues: dict[str, QueueAudit] = {}
+        self.waiting: list[tuple[QueueAudit, Sequence[bytes], Seen]] = []  # ids to observe
+        self.waiting_ids = 0
+        self.held: dict[str, list[bytes]] = {}  # each queue's rows found, until a batch is full
 
     def audit(self, queues: Collection[str] | None) -> list[QueueAudit]:
         """Every queue named (None: every queue found on the node), read, then its candidates
@@ -121,9 +126,9 @@ class NodeAudit:
         for name in sorted(wanted or ()):
             self.queue(name)
         self.rows_pass(wanted)
-        for audit in list(self.queues.values()):
-            if not self.stopped():
-                self.sets_pass(audit)
+        self.flush()
+        if not self.stopped():
+            self.sets_pass()
         self.confirm()
         return sorted(self.queues.values(), key=lambda a: a.queue)
 
@@ -156,7 +161,8 @@ class NodeAudit:
 
     def rows_pass(self, wanted: set[str] | None) -> None:
         """Every row of the queues read: one SCAN of the node (of one queue's keys when one is
-        named), each batch of a queue's ids observed."""
+        named), each queue's ids observed a batch at a time (its last, smaller, batch sharing a
+        round trip with others')."""
         if wanted is not None and len(wanted) == 1:
             match = glob_escape(QueueKeys(next(iter(wanted)), self.root).prefix) + "*"
         else:
@@ -175,95 +181,157 @@ class NodeAudit:
             for queue, ids in rows.items():
                 audit = self.queue(queue)
                 audit.rows += len(ids)
-                self.look(audit, ids, rows_only=True)
+                held = self.held.setdefault(queue, [])
+                held += ids
+                if len(held) >= self.pace.batch:  # a queue's rows sent a full batch at a time
+                    self.look(audit, held, rows_only=True)
+                    held.clear()
+        for queue, held in self.held.items():
+            self.look(self.queues[queue], held, rows_only=True)
+        self.held.clear()
 
-    def sets_pass(self, audit: QueueAudit) -> None:
+    def sets_pass(self) -> None:
         """The ids of pending and dead, and the leases of active due too far out, observed: what
-        has no row is found here (the rows pass found the rest)."""
+        has no row is found here (the rows pass found the rest). The first page of each of a
+        queue's three reads goes in one round trip with SETS_GROUP queues' others; a set longer
+        than a page is read on, a page at a time."""
+        seconds, micros = self.client.time()
+        bound = int(seconds) * 1000 + int(micros) // 1000 + self.pace.max_lease_ms
+        audits = [a for a in self.queues.values() if a.error is None]
+        for start in range(0, len(audits), SETS_GROUP):
+            if self.stopped():
+                return
+            group = audits[start : start + SETS_GROUP]
+            pipe = self.client.pipeline(transaction=False)
+            for audit in group:
+                keys = QueueKeys(audit.queue, self.root)
+                pipe.zscan(keys.pending, 0, count=self.pace.scan_count)
+                pipe.zscan(keys.dead, 0, count=self.pace.scan_count)
+                pipe.zrangebyscore(keys.active, f"({bound}", "+inf", 0, self.pace.batch)
+            replies = pipe.execute(raise_on_error=False)
+            for n, audit in enumerate(group):
+                self.read_sets(audit, replies[3 * n : 3 * n + 3], bound)
+
+    def read_sets(self, audit: QueueAudit, first: Sequence[object], bound: int) -> None:
+        """One queue's sets from their first pages on, its ids without a row observed."""
         keys = QueueKeys(audit.queue, self.root)
         try:
-            for key in (keys.pending, keys.dead):
-                for ids in self.zscan(key):
+            for key, page in zip((keys.pending, keys.dead), first[:2], strict=True):
+                for ids in self.zscan(key, page):
                     self.look(audit, ids, rows_only=False)
-            for ids in self.far_leases(keys):
+            for ids in self.far_leases(keys, bound, first[2]):
                 self.look(audit, ids, rows_only=False)
         except QUEUE_ERRORS as exc:
             audit.fail(exc)
 
-    def zscan(self, key: str) -> Iterator[list[bytes]]:
-        cursor = 0
-        while not self.stopped():
-            cursor, pairs = self.client.zscan(key, cursor, count=self.pace.scan_count)
+    def zscan(self, key: str, page: object) -> Iterator[list[bytes]]:
+        """The members of a sorted set from its first page (an error raised), a page at a time."""
+        while True:
+            if isinstance(page, redis.RedisError):
+                raise page
+            cursor, pairs = cast(tuple[int, list[tuple[bytes, float]]], page)
             self.paced(len(pairs) or 1)
-            yield [cast(bytes, member) for member, _score in pairs]
-            if cursor == 0:
+            yield [member for member, _score in pairs]
+            if cursor == 0 or self.stopped():
                 return
+            page = self.client.zscan(key, cursor, count=self.pace.scan_count)
 
-    def far_leases(self, keys: QueueKeys) -> Iterator[list[bytes]]:
-        """The ids in active due later than now + the longest lease, a batch at a time."""
-        seconds, micros = self.client.time()
-        bound = int(seconds) * 1000 + int(micros) // 1000 + self.pace.max_lease_ms
+    def far_leases(self, keys: QueueKeys, bound: int, page: object) -> Iterator[list[bytes]]:
+        """The ids in active due later than `bound`, from the first page, a batch at a time."""
         start = 0
-        while not self.stopped():
-            ids = self.client.zrangebyscore(
-                keys.active, f"({bound}", "+inf", start=start, num=self.pace.batch
-            )
+        while True:
+            if isinstance(page, redis.RedisError):
+                raise page
+            ids = cast(list[bytes], page)
             self.paced(len(ids) or 1)
             if not ids:
                 return
-            yield cast(list[bytes], ids)
+            yield ids
+            if len(ids) < self.pace.batch or self.stopped():
+                return
             start += len(ids)
+            page = self.client.zrangebyscore(
+                keys.active, f"({bound}", "+inf", start=start, num=self.pace.batch
+            )
 
     def look(self, audit: QueueAudit, ids: Sequence[bytes], *, rows_only: bool) -> None:
-        """Observe `ids` of the queue in batches, keep what is wrong as candidates: in the
-        rows pass, ids with a row; in the sets pass, ids without one."""
-        if audit.error is not None or not ids:
+        """Observe `ids` of the queue, kept as candidates when wrong: in the rows pass ids with
+        a row, in the sets pass ids without one. Ids wait until a batch is full, so that many
+        small queues share a round trip (one pipeline of at most a batch of ids in all)."""
+        if audit.error is not None:
             return
-        keys = QueueKeys(audit.queue, self.root)
         for start in range(0, len(ids), self.pace.batch):
-            try:
-                now, seen = scripts.observe(self.client, keys, ids[start : start + self.pace.batch])
-            except QUEUE_ERRORS as exc:
-                audit.fail(exc)
-                return
-            for one in seen:
-                if one.has_row != rows_only:
-                    continue
-                verdict = classify(one, now, self.pace.max_lease_ms)
-                if verdict is not None:
-                    audit.candidates[one.job_id] = verdict
+            self.wait(audit, ids[start : start + self.pace.batch], partial(found, rows_only))
+
+    def wait(self, audit: QueueAudit, ids: Sequence[bytes], then: Seen) -> None:
+        """`ids` to observe, sent with those waiting when together they would be a batch."""
+        if self.waiting and self.waiting_ids + len(ids) > self.pace.batch:
+            self.flush()
+        self.waiting.append((audit, ids, then))
+        self.waiting_ids += len(ids)
+
+    def flush(self) -> None:
+        """Every call waiting, in one round trip; a queue whose call was refused fails."""
+        calls = [(a, ids, then) for a, ids, then in self.waiting if a.error is None]
+        self.waiting, self.waiting_ids = [], 0
+        if not calls:
+            return
+        queries = [(QueueKeys(a.queue, self.root), ids) for a, ids, _then in calls]
+        replies = scripts.observe_many(self.client, queries)
+        for (audit, _ids, then), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, QUEUE_ERRORS):
+                audit.fail(reply)
+            elif isinstance(reply, redis.RedisError):
+                raise reply
+            elif audit.error is None:
+                now, seen = reply
+                if then(audit, seen, now, self.pace.max_lease_ms):
                     self.last_candidate = self.clocks.clock()
 
     def confirm(self) -> None:
         """Each candidate read again, atomically, once the grace has passed since the last was
         found: only what is still so is reported."""
+        self.flush()
         if not any(a.candidates for a in self.queues.values()):
             return
         wait = self.last_candidate + self.pace.grace_s - self.clocks.clock()
         if wait > 0:
             self.clocks.sleep(wait)
         for audit in self.queues.values():
-            keys = QueueKeys(audit.queue, self.root)
             ids = list(audit.candidates)
             for start in range(0, len(ids), self.pace.batch):
-                try:
-                    now, seen = scripts.observe(
-                        self.client, keys, ids[start : start + self.pace.batch]
-                    )
-                except QUEUE_ERRORS as exc:
-                    audit.fail(exc)
-                    break
-                self.paced(len(seen))
-                confirmed(audit, seen, now, self.pace.max_lease_ms)
+                self.wait(audit, ids[start : start + self.pace.batch], confirmed)
+                self.paced(len(ids[start : start + self.pace.batch]))
+        self.flush()
+        for audit in self.queues.values():
+            audit.found = {c: sorted(audit.found[c]) for c in CLASSES if c in audit.found}
             audit.candidates.clear()
+
+
+Seen = Callable[[QueueAudit, Sequence[Observation], int, int], bool]
+
+
+def found(
+    rows_only: bool, audit: QueueAudit, seen: Sequence[Observation], now_ms: int, max_lease_ms: int
+) -> bool:
+    """What is wrong among `seen` kept as the queue's candidates (of ids with a row, or of ids
+    without one); whether any was."""
+    any_found = False
+    for one in seen:
+        if one.has_row == rows_only:
+            verdict = classify(one, now_ms, max_lease_ms)
+            if verdict is not None:
+                audit.candidates[one.job_id] = verdict
+                any_found = True
+    return any_found
 
 
 def confirmed(
     audit: QueueAudit, seen: Sequence[Observation], now_ms: int, max_lease_ms: int
-) -> None:
-    """The candidates read again that are still of the class first found, kept in byte order."""
+) -> bool:
+    """The candidates read again that are still of the class first found, kept as found."""
     for one in seen:
         first = audit.candidates.get(one.job_id)
         if first is not None and classify(one, now_ms, max_lease_ms) is first:
             audit.found.setdefault(first, []).append(one.job_id)
-    audit.found = {c: sorted(audit.found[c]) for c in CLASSES if c in audit.found}
+    return False

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import redis
+from redis.exceptions import NoScriptError
 
 from sweeperd.audit.classes import Observation
 from sweeperd.constants import JOB
@@ -66,15 +67,37 @@ def row_prefix(keys: QueueKeys) -> str:
 
 def run(client: redis.Redis, script: LuaScript, keys: QueueKeys, ids: Sequence[bytes]) -> object:
     """One call of `script` on the queue's ids, the script loaded again when the server lacks
-    it (NOSCRIPT: nothing ran). OBSERVE goes by EVALSHA_RO, whose keys a read-only ACL user
-    (%R~) may name; EVALSHA would need them writable."""
-    args: list[str | bytes] = [*keys_of(keys), row_prefix(keys), *ids]
-    send = client.evalsha_ro if script is OBSERVE else client.evalsha
-    try:
-        return send(script.sha, 4, *args)
-    except redis.exceptions.NoScriptError:
+    it (NOSCRIPT: nothing ran)."""
+    [reply] = run_many(client, script, [(keys, ids)])
+    if isinstance(reply, redis.RedisError):
+        raise reply
+    return reply
+
+
+def run_many(
+    client: redis.Redis, script: LuaScript, calls: Sequence[tuple[QueueKeys, Sequence[bytes]]]
+) -> list[object]:
+    """Calls of `script` in one round trip, each reply or its error in place; those the server
+    refused with NOSCRIPT (nothing ran) sent again once the script is loaded. OBSERVE goes by
+    EVALSHA_RO, whose keys a read-only ACL user (%R~) may name; EVALSHA needs them writable. A
+    connection failure raises."""
+    replies = _send(client, script, calls)
+    lost = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if lost:
         script.load(client)
-        return send(script.sha, 4, *args)
+        for n, reply in zip(lost, _send(client, script, [calls[n] for n in lost]), strict=True):
+            replies[n] = reply
+    return replies
+
+
+def _send(
+    client: redis.Redis, script: LuaScript, calls: Sequence[tuple[QueueKeys, Sequence[bytes]]]
+) -> list[object]:
+    command = "EVALSHA_RO" if script is OBSERVE else "EVALSHA"
+    pipe = client.pipeline(transaction=False)
+    for keys, ids in calls:
+        pipe.execute_command(command, script.sha, 4, *keys_of(keys), row_prefix(keys), *ids)  # type: ignore[no-untyped-call]
+    return list(pipe.execute(raise_on_error=False))
 
 
 def score(raw: object) -> float | None:
@@ -82,15 +105,13 @@ def score(raw: object) -> float | None:
     return None if raw is None else float(cast(bytes, raw))
 
 
-def observe(
-    client: redis.Redis, keys: QueueKeys, ids: Sequence[bytes]
-) -> tuple[int, list[Observation]]:
-    """The server's clock (ms) and what one atomic read sees of each id."""
-    now, *seen = cast(list[object], run(client, OBSERVE, keys, ids))
-    observations = []
+def observations(ids: Sequence[bytes], reply: object) -> tuple[int, list[Observation]]:
+    """The server's clock (ms) and what one OBSERVE call saw of each of `ids`."""
+    now, *seen = cast(list[object], reply)
+    found = []
     for job_id, raw in zip(ids, seen, strict=True):
         kind, state, active, pending, dead = cast(list[object], raw)
-        observations.append(
+        found.append(
             Observation(
                 job_id,
                 cast(bytes, kind).decode(),
@@ -100,7 +121,28 @@ def observe(
                 score(dead),
             )
         )
-    return cast(int, now), observations
+    return cast(int, now), found
+
+
+def observe_many(
+    client: redis.Redis, calls: Sequence[tuple[QueueKeys, Sequence[bytes]]]
+) -> list[tuple[int, list[Observation]] | redis.RedisError]:
+    """What one atomic read of each call's ids sees, all in one round trip; a call refused (a
+    slot migrating, a key of the wrong type) is its error, in place."""
+    return [
+        reply if isinstance(reply, redis.RedisError) else observations(ids, reply)
+        for (_keys, ids), reply in zip(calls, run_many(client, OBSERVE, calls), strict=True)
+    ]
+
+
+def observe(
+    client: redis.Redis, keys: QueueKeys, ids: Sequence[bytes]
+) -> tuple[int, list[Observation]]:
+    """The server's clock (ms) and what one atomic read sees of each id."""
+    [seen] = observe_many(client, [(keys, ids)])
+    if isinstance(seen, redis.RedisError):
+        raise seen
+    return seen
 
 
 def repair(client: redis.Redis, keys: QueueKeys, ids: Sequence[bytes]) -> list[bytes]:
