@@ -154,7 +154,9 @@ class NodeAudit:
         cursor = 0
         while not self.stopped():
             cursor, keys = self.client.scan(cursor, match=match, count=self.pace.scan_count)
-            self.paced(len(keys) or 1)
+            self.paced(
+                max(len(keys), self.pace.scan_count)
+            )  # the keys it looked at, matched or not
             yield cast(list[bytes], keys)
             if cursor == 0:
                 return

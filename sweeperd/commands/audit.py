@@ -4,7 +4,6 @@ expired leases and the queue swept by the counted verb, as `once` sweeps it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -75,22 +74,17 @@ def layout_of(settings: Settings) -> Layout:
 
 
 def run_audit(
-    settings: Settings,
-    queues: list[str] | None,
-    pace: Pace,
-    clocks: Clocks | None = None,
-    on_node: Callable[[str], None] = lambda node: None,
+    settings: Settings, queues: list[str] | None, pace: Pace, clocks: Clocks | None = None
 ) -> AuditResult:
     """The audit of `queues` (None: every queue each primary holds), each on the primary that
     owns its slot now; a node that cannot be read is said, and the others are read. Ctrl-C
     stops the reading; what was found so far is read again after the grace and reported."""
     layout = layout_of(settings)
     connection, root = settings.connection, settings.prefix_root
-    groups: dict[str, list[str] | None] = {}
     result = AuditResult()
-    if queues is None:
-        groups = dict.fromkeys(layout.primaries)
-    else:
+    groups: dict[str, list[str] | None] = dict.fromkeys(layout.primaries)
+    if queues is not None:
+        groups = {}
         for queue in queues:
             owner = layout.owner(slot_of(QueueKeys(queue, root).active))
             if owner is None:
@@ -98,13 +92,12 @@ def run_audit(
                 audit.error = SweepError(Reason.CONNECTION, "no primary serves its slot now")
                 result.queues.append(audit)
             else:
-                groups.setdefault(owner, []).append(queue)  # type: ignore[union-attr]
+                groups[owner] = [*(groups.get(owner) or []), queue]
     with interrupts_deferred() as interrupted:
         given = clocks or Clocks()
         clocks = Clocks(given.clock, given.sleep, interrupted, given.progress)
         for node, group in groups.items():
             result.nodes.append(node)
-            on_node(node)
             client = connection.client(layout.primaries[node])
             try:
                 policy = read_eviction(client)[0]

@@ -41,8 +41,9 @@ class TestPace:
     """--rate and the progress."""
 
     def test_the_rate_is_kept_on_the_time_passed_in(self, r: redis.Redis) -> None:
-        """At 100 keys/s the 300 rows and their second read take 6 s of the clock passed in,
-        and the progress is told after each call, rising."""
+        """At 100 keys/s the 300 rows (each SCAN call counted as the 50 keys it looked at, at
+        least) and their second read take 6 s and a few calls' more of the clock passed in, and
+        the progress is told after each call, rising."""
         told: list[int] = []
         fake = FakeTime()
         clocks = Clocks(fake.clock, fake.sleep, progress=told.append)
@@ -50,7 +51,7 @@ class TestPace:
         stranded(r)
         [audit] = NodeAudit(r, "emq", pace, clocks).audit(["q"])
         assert len(audit.found[AuditClass.STRANDED]) == ROWS
-        assert 6.0 <= fake.now <= 6.1  # the rows, their second read, an empty call or two
+        assert 6.0 <= fake.now <= 7.0
         assert told == sorted(told) and told[-1] >= ROWS
 
     def test_the_grace_is_waited_on_the_clock(self, r: redis.Redis) -> None:
