@@ -41,7 +41,7 @@ from sweeperd.server.connection import connect
 STRANDED = 100  # rows in state active in no set, planted among the clean ones
 SLOW_US = 500  # SLOWLOG keeps every command slower than this
 HOURLY_S = 3600.0
-BASELINE_S = 2.0  # the pinger alone, before the audit
+BASELINE_S = 5.0  # the pinger alone, before the audit (its interpreter starts within it)
 # KEYS: none. ARGV: the queue, the first row's number, how many rows, the lease deadline, how
 # many of them stranded (no lease). Rows `<n>` in state active, leased but the stranded.
 SEED = """
