@@ -93,7 +93,8 @@ def table(rows: list[list[str]]) -> list[str]:
 
 
 def repair_text(done: Repair) -> str:
-    """The closing line of one queue's repair: what was put back, and what the sweep did."""
+    """The closing line of one queue's repair: what was put back, and what the sweep did with
+    it; a refused sweep leaves them in active, expired, for the next sweep to judge."""
     put = f"{len(done.put):,} stranded put back in active as expired leases"
     swept = done.sweep
     if swept is None:
@@ -101,17 +102,18 @@ def repair_text(done: Repair) -> str:
         return f"repaired {done.queue}: {put}{said}"
     recovered, exempt = done.of_put(swept.recovered), done.of_put(swept.exempt)
     dead = done.of_put(swept.dead)
-    elsewhere = len(done.put) - len(recovered) - len(dead)
+    left = len(done.put) - len(recovered) - len(dead)
     text = (
         f"repaired {done.queue}: {put}; the counted sweep recovered {len(recovered):,} of them "
         f"({len(exempt):,} exempt: lease from an earlier server run), dead-lettered "
         f"{len(dead):,} (max_stalled {swept.max_stalled})"
     )
-    if elsewhere:
-        text += f", {elsewhere:,} taken by another sweep (a daemon's) first"
     if done.error is not None:
-        text += f"; then {done.error.reason}: {done.error.message}"
-    return text
+        return (
+            f"{text}; then it was refused ({done.error.reason}: {done.error.message}): "
+            f"{left:,} wait in active, expired, for the next sweep"
+        )
+    return text + (f", {left:,} taken by another sweep (a daemon's) first" if left else "")
 
 
 def audit_text(result: AuditResult, pace: Pace) -> str:

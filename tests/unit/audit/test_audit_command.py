@@ -214,6 +214,25 @@ class TestRepair:
             "(max_stalled 1)"
         )
 
+    def test_a_refused_sweep_leaves_them_expired(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A lane row among the expired leases makes the verb refuse the sweep: the stranded
+        job stays in active, expired, untouched otherwise, and the line says so (exit 1)."""
+        plant(r, Q, [Job("a", {"state": "active", "attempts": "1"})])
+        plant(r, Q, [Job("lane", {"state": "active", "group": "g"}, {"active": 1_000})])
+        ran = audit(redis_server, "--repair", "--yes", "-q", "q")
+        assert ran.code == 1
+        last = ran.out.splitlines()[-1]
+        assert last.startswith(
+            "repaired q: 1 stranded put back in active as expired leases; the counted sweep "
+            "recovered 0 of them (0 exempt: lease from an earlier server run), dead-lettered 0 "
+            "(max_stalled 1); then it was refused (lane: "
+        ), last
+        assert last.endswith("1 wait in active, expired, for the next sweep"), last
+        assert r.zscore(Q.active, "a") is not None
+        assert hash_of(r, Q.job("a")) == {b"state": b"active", b"attempts": b"1"}
+
     def test_a_row_changed_since_is_left(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """The repair script re-checks each id: one a worker took back meanwhile is not put."""
         from sweeperd.audit import scripts
