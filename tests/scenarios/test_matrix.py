@@ -79,7 +79,8 @@ SAID: dict[tuple[str, str], tuple[int, str]] = {
 }
 
 ONCE_ARGS = ("--max-stalled", "3", "--json", "--socket-timeout", "1")
-TOP_ARGS = ("--once", "--json", "--interval", "0.1", "--socket-timeout", "1")
+# Every queue a row: --rows, not the terminal's height (a row per queue of every cell and daemon).
+TOP_ARGS = ("--once", "--json", "--interval", "0.1", "--socket-timeout", "1", "--rows", "100")
 NOT_WRITTEN = {"a": "active:active:", "b": "active:active:"}
 RECOVERED = {"a": "pending:pending:1", "b": "pending:pending:1"}
 EXEMPT = {"a": "pending:pending:", "b": "pending:pending:"}  # leases of an earlier epoch
