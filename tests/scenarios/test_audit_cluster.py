@@ -4,6 +4,7 @@ owner, and a slot migrating before or during the audit said, never read half-mov
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from sweeperd.audit.reader import Clocks, Pace
@@ -12,6 +13,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.server.topology import slot_of
 from tests.support.audit_plant import Job, clean, plant, planted
 from tests.support.built_settings import build
+from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import dump_all
 from tests.support.invoke import Ran, sweeperd
 from tests.support.servers import RedisServer
@@ -181,3 +183,26 @@ class TestAuditCluster:
         assert list(body["failed_nodes"]) == [paused.node]
         assert {q["queue"] for q in body["queues"]} == {k.queue for _s, k in others}
         assert body["totals"]["stranded"] == len(others)
+
+    def test_the_daemon_audits_each_queue_on_its_owner(
+        self, fresh: Cluster, tmp_path: Path
+    ) -> None:
+        """run --cluster --audit-every: a stranded job in a queue on each primary, each
+        exported under its queue, read on the primary that owns it."""
+        queues = one_per_primary(fresh)
+        client = fresh.client()
+        for keys in queues.values():
+            plant(client, keys, [Job("lost", {"state": "active"}), *clean()])
+        named = [arg for keys in queues.values() for arg in ("-q", keys.queue)]
+        args = ("--cluster", "--redis-url", fresh.seed_url(), "--audit-every", "1", *named)
+        with DaemonProcess(tmp_path, *args, "--interval", "3600") as daemon:
+
+            def stranded_of(queue: str) -> float | None:
+                return daemon.value("sweeperd_audit_findings", queue=queue, **{"class": "stranded"})
+
+            for keys in queues.values():
+                wait_until(
+                    partial(stranded_of, keys.queue), what=f"{keys.queue}'s stranded job exported"
+                )
+                assert stranded_of(keys.queue) == 1
+            assert daemon.events("audit_failed") == []
