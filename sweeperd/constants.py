@@ -7,8 +7,8 @@ from enum import StrEnum
 VERB = "EMQ.STALLED.CHECK"
 
 # The commands that reach a server, and the one that says what they may send (`acl`).
-RUN, ONCE, INSPECT, TOP, ACL = "run", "once", "inspect", "top", "acl"
-COMMANDS = (RUN, ONCE, INSPECT, TOP)
+RUN, ONCE, INSPECT, TOP, AUDIT, ACL = "run", "once", "inspect", "top", "audit", "acl"
+COMMANDS = (RUN, ONCE, INSPECT, TOP, AUDIT)
 
 # Keyspace (docs/keyspace.md): every key of queue q lives under "<root>:{q}:".
 DEFAULT_PREFIX_ROOT = "emq"
@@ -36,6 +36,14 @@ MAX_INTERVAL_S = 86400.0  # a day: the longest interval (and discovery period) t
 DEFAULT_METRICS_ADDR = "0.0.0.0:9787"
 DEFAULT_JITTER_FRACTION = 0.1  # of the interval
 DEFAULT_TOP_RATE_WINDOW_S = 15.0  # top's rates: a multiple of a 1, 3, 5 or 15 s sweep interval
+
+# The audit (docs/commands.md#sweeperd-audit): every row read against the sets, paced.
+DEFAULT_AUDIT_GRACE_S = 5.0  # a candidate is reported only if still so when read again after it
+DEFAULT_MAX_LEASE_S = 86400.0  # a lease due further out is unreachable_deadline
+DEFAULT_AUDIT_RATE = 50_000.0  # keys read per second, at the most
+AUDIT_BATCH = 50  # ids one observing script reads: under a millisecond of server time
+AUDIT_SCAN_COUNT = 500  # keys one SCAN (or ZSCAN) call looks at
+AUDIT_SHOWN_IDS = 10  # the first ids of each class shown (--json lists every one)
 
 # Several replicas: sweeperd's own keys live under "<root>:sweeperd:", never a queue's
 # (docs/keyspace.md#sweeperds-own-keys). One sorted set, member id -> heartbeat deadline (ms,

@@ -1,5 +1,5 @@
-"""The commands: `run` (the daemon), `once`, `inspect`, `top`, `acl`, `demo` and `version`, and
-the entry point that turns a usage error into one line and exit 2."""
+"""The commands: `run` (the daemon), `once`, `inspect`, `top`, `audit`, `acl`, `demo` and
+`version`, and the entry point that turns a usage error into one line and exit 2."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import Settings
 from sweeperd.constants import (
     ACL,
+    AUDIT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REFUSED,
@@ -184,6 +185,31 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
     raise typer.Exit(code)
 
 
+@app.command("audit")
+@with_options(AUDIT)
+def audit_command(ctx: typer.Context, **_given: object) -> None:
+    """Every job accounted for: each row of the queues read against their three sets, what is
+    wrong named by a fixed class (stranded, unreachable_deadline, two_sets, state_mismatch,
+    rowless, setless), each with its count, first ids, meaning and fix.
+
+    The queues: --queue (repeatable), those of --config, or else every queue found on each
+    primary. It writes nothing: a paced SCAN of each queue's rows and of its sets, each batch of
+    ids read by one read-only script; a candidate is reported only if a second atomic read
+    after --grace finds it so still. A queue whose Cluster slot migrates is said, not audited.
+    Ctrl-C stops the reading and reports what was found so far (exit 130).
+
+    With --repair (a question on a terminal, --yes elsewhere) each stranded job is put back in
+    active as an expired lease and the queue swept by the counted verb, as `once --drain` does
+    at its max_stalled: each is counted, or exempt by its lease_epoch. Nothing else is changed.
+
+    Exit 0 when every job is accounted for, 1 when anything is found (or a queue's reads were
+    refused), 2 on a bad option, 3 when a server cannot be reached.
+    """
+    from sweeperd.cli import auditing  # the audit's reading and printing: loaded for audit only
+
+    raise typer.Exit(auditing.run(ctx))
+
+
 @app.command("run")
 @with_options(RUN)
 def run_command(ctx: typer.Context, **_given: object) -> None:
@@ -231,7 +257,7 @@ def acl_command(ctx: typer.Context, **_given: object) -> None:
         reply.fail(usage(str(exc)))
     settings = settings_of(ctx, reply, needs_queue=False)
     reply.notes(settings)
-    reply.print(privileges.acl_line(user, settings, commands))
+    reply.print(privileges.acl_line(user, settings, commands, bool(ctx.params["repair"])))
 
 
 @app.command("demo")

@@ -15,6 +15,7 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.clusternodes import AGAIN, cluster_down
 from sweeperd.server.connection import Connection
 from sweeperd.server.counts import SORTED_SET, Read, checked, count_reads, counts_of, queue_counts
+from sweeperd.server.eviction import read_eviction
 from sweeperd.server.serverinfo import has_verb, read_server_info
 from sweeperd.server.topology import primary_client
 
@@ -32,6 +33,7 @@ class Census:
     run_id: str
     verb_available: bool
     exists: bool  # any of the queue's own keys (see has_keys): false for a typo, a wrong root
+    maxmemory_policy: str = ""  # the server's: allkeys-* may evict the queue's keys
 
 
 def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
@@ -60,6 +62,7 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
         run_id=info.run_id.decode(),
         verb_available=has_verb(client),
         exists=counts.exists,
+        maxmemory_policy=read_eviction(client)[0],
     )
 
 

@@ -27,7 +27,7 @@ def commands_for(value: object) -> tuple[str, ...]:
     return acl.commands_named(str(value), OPTIONS["acl_for"].where)
 
 
-def uses_of(settings: Settings, commands: tuple[str, ...]) -> acl.Uses:
+def uses_of(settings: Settings, commands: tuple[str, ...], repair: bool = False) -> acl.Uses:
     """What the commands send with these settings: see verb/acl.py."""
     connection = settings.connection
     executor = settings.executor
@@ -40,9 +40,11 @@ def uses_of(settings: Settings, commands: tuple[str, ...]) -> acl.Uses:
         scans=not settings.queues,
         select=connection.db != 0,
         root=settings.prefix_root,
+        repair=repair,
     )
 
 
-def acl_line(user: str, settings: Settings, commands: tuple[str, ...]) -> str:
-    """The ACL SETUSER line, the word <password> standing for the password."""
-    return acl.setuser_line(user, uses_of(settings, commands))
+def acl_line(user: str, settings: Settings, commands: tuple[str, ...], repair: bool = False) -> str:
+    """The ACL SETUSER line, the word <password> standing for the password; `repair`: audit
+    --repair's grants too."""
+    return acl.setuser_line(user, uses_of(settings, commands, repair))

@@ -50,3 +50,33 @@ def drain_progress(queue: str, wanted: bool) -> Iterator[OnProgress | None]:
         return
     with drain_bar(queue, Console(stderr=True)) as update:
         yield update
+
+
+@contextmanager
+def audit_progress(
+    wanted: bool, clock: Callable[[], float] = time.monotonic
+) -> Iterator[Callable[[int], None] | None]:
+    """On a terminal's stderr, when wanted: the keys an audit has read so far on the server it
+    reads, and the rate; None otherwise. It disappears when done."""
+    if not (wanted and sys.stderr.isatty()):
+        yield None
+        return
+    columns = (
+        TextColumn("auditing"),
+        TextColumn("{task.completed:,.0f} keys read"),
+        TextColumn("{task.fields[rate]:,.0f}/s"),
+        TimeElapsedColumn(),
+    )
+    started = clock()
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("audit", total=None, rate=0.0)
+        done = [0]
+
+        def update(read: int) -> None:
+            if read < done[-1]:  # the next server: its count starts again
+                done.append(0)
+            done[-1] = read
+            total = sum(done)
+            bar.update(task, completed=total, rate=total / max(clock() - started, 1e-9))
+
+        yield update

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from sweeperd.commands.inspect import Census
 from sweeperd.commands.outcome import OnceResult
 from sweeperd.keyspace import QueueKeys, job_id_text
+from sweeperd.server.eviction import eviction_note, may_evict
 
 FRAME_LINES = 8  # lines of a `once` summary besides the ids
 
@@ -87,6 +88,8 @@ def census_text(c: Census, keys: QueueKeys) -> str:
     due = "next due: none" if c.next_due_s is None else f"next due in {c.next_due_s:.1f}s"
     failed = "not an integer" if c.failed is None else str(c.failed)
     note = [] if c.exists else [f"note       {keys.absent()}"]
+    if may_evict(c.maxmemory_policy):
+        note.append(f"warning    {eviction_note('the server', c.maxmemory_policy)}")
     return "\n".join(
         [
             f"queue      {c.queue}",

@@ -105,6 +105,22 @@ def seconds_or_off(given: Given) -> float:
     return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
 
 
+def grace_seconds(given: Given) -> float:
+    """audit --grace: seconds from 0 (no second read's wait) up to an hour."""
+    return _bounded(given, "a number of seconds from 0 up to 3600", 0, 3600, low_ok=True)
+
+
+def max_lease_seconds(given: Given) -> float:
+    """audit --max-lease: the longest lease, seconds above 0 and at most a year."""
+    what = "a positive number of seconds up to 31536000 (a year)"
+    return _bounded(given, what, 0, 31_536_000, low_ok=False)
+
+
+def keys_per_second(given: Given) -> float:
+    """audit --rate: keys read per second, above 0 and at most ten million."""
+    return _bounded(given, "a positive number of keys per second", 0, 1e7, low_ok=False)
+
+
 def fraction(given: Given) -> float:
     """A fraction from 0 to 1, both taken."""
     return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)

@@ -11,13 +11,17 @@ from sweeperd.config import coercers
 from sweeperd.config.coercers import Given
 from sweeperd.constants import (
     ACL,
+    AUDIT,
     COMMANDS,
+    DEFAULT_AUDIT_GRACE_S,
+    DEFAULT_AUDIT_RATE,
     DEFAULT_CALL_TARGET_MS,
     DEFAULT_DRAIN_SHARE,
     DEFAULT_HEARTBEAT_S,
     DEFAULT_INTERVAL_S,
     DEFAULT_JITTER_FRACTION,
     DEFAULT_LIMIT,
+    DEFAULT_MAX_LEASE_S,
     DEFAULT_MAX_STALLED,
     DEFAULT_METRICS_ADDR,
     DEFAULT_PREFIX_ROOT,
@@ -212,7 +216,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "max_stalled",
             "N",
-            (RUN, ONCE),
+            (RUN, ONCE, AUDIT),
             "The stall budget: a job whose stalled count reaches it is dead-lettered. "
             "run: a [queue.<name>] table's own value wins; once: this one does.",
             DEFAULT_MAX_STALLED,
@@ -221,7 +225,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "limit",
             "N",
-            (RUN, ONCE),
+            (RUN, ONCE, AUDIT),
             "Expired leases one call takes at the most. run: a [queue.<name>] table's own "
             "value wins; once: this one does.",
             DEFAULT_LIMIT,
@@ -230,7 +234,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "call_target_ms",
             "MS",
-            (RUN, ONCE),
+            (RUN, ONCE, AUDIT),
             "The server time one call stays under: calls are sized to take three quarters "
             "of it, never above --limit.",
             DEFAULT_CALL_TARGET_MS,
@@ -239,7 +243,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "executor",
             "auto|native|script",
-            (RUN, ONCE, ACL),
+            (RUN, ONCE, AUDIT, ACL),
             "native: the module's verb; script: the Lua port; auto: native where loaded.",
             ExecutorChoice.AUTO.value,
             parse=coercers.choice_of(ExecutorChoice),
@@ -275,6 +279,17 @@ OPTIONS: dict[str, Option] = {
             (RUN, ACL),
             "Seconds between SCANs for <root>:{*}:active (new queues swept; one no scan found "
             "for an hour dropped); 0: off.",
+            0.0,
+            shown_default="0 (off)",
+            parse=coercers.seconds_or_off,
+        ),
+        Option(
+            "audit_every",
+            "SECONDS",
+            (RUN,),
+            "Seconds between background audits of the queues this replica owns (every row "
+            "against its sets, paced as `sweeperd audit`, exported as sweeperd_audit_findings); "
+            "0: off. An audit reads every row: an hour (3600) suits most.",
             0.0,
             shown_default="0 (off)",
             parse=coercers.seconds_or_off,
@@ -378,9 +393,51 @@ OPTIONS: dict[str, Option] = {
         Option(
             "yes",
             "",
-            (ONCE,),
+            (ONCE, AUDIT),
             "Sweep at the default max_stalled without asking: on a terminal, once shows a dry "
-            "run's counts and asks before it dead-letters a job at a budget nobody set.",
+            "run's counts and asks before it dead-letters a job at a budget nobody set; audit "
+            "--repair asks before it repairs, and needs --yes off a terminal.",
+            False,
+            toml=False,
+        ),
+        Option(
+            "grace",
+            "SECONDS",
+            (AUDIT,),
+            "audit: a candidate is reported only if a second atomic read, this long after it "
+            "was found, finds it so still (0 to 3600): a worker mid-claim is not a finding.",
+            DEFAULT_AUDIT_GRACE_S,
+            toml=False,
+            setting=False,
+        ),
+        Option(
+            "max_lease",
+            "SECONDS",
+            (AUDIT,),
+            "audit: the longest lease a worker takes: one due further out is "
+            "unreachable_deadline (a deadline in seconds or microseconds, +inf).",
+            DEFAULT_MAX_LEASE_S,
+            toml=False,
+            setting=False,
+        ),
+        Option(
+            "rate",
+            "KEYS",
+            (AUDIT,),
+            "audit: keys read per second at the most, on each server (calls stay small "
+            "whatever it is).",
+            DEFAULT_AUDIT_RATE,
+            shown_default="50000",
+            toml=False,
+            setting=False,
+        ),
+        Option(
+            "repair",
+            "",
+            (AUDIT, ACL),
+            "audit: put each stranded job back in active as an expired lease and sweep the "
+            "queue with the counted verb (after a question on a terminal; --yes elsewhere); "
+            "acl: grant what that needs.",
             False,
             toml=False,
         ),
@@ -428,7 +485,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "json",
             "",
-            (ONCE, INSPECT, TOP),
+            (ONCE, INSPECT, TOP, AUDIT),
             "Print one JSON object (with an `error` field on any failure).",
             False,
             toml=False,

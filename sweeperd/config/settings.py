@@ -65,6 +65,7 @@ class DaemonSettings:
     heartbeat: float  # seconds: a member's time to live, renewed three times within it
     instance_id: str  # this replica's member id among the replicas sharing the queues
     web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
+    audit_every: float = 0.0  # seconds between background audits of the owned queues; 0 = off
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sweeperd import __version__
 from sweeperd.config.settings import ConfigError, DaemonSettings, Settings
 from sweeperd.constants import SweepAt
+from sweeperd.daemon.audit import BackgroundAudit
 from sweeperd.daemon.discovery import Discovery
+from sweeperd.daemon.eviction import EvictionWatch
 from sweeperd.daemon.health import HEARTBEAT_S, Health
 from sweeperd.daemon.http import MetricsServer, serve
 from sweeperd.daemon.notify import Notifier
@@ -45,6 +47,7 @@ SWITCH_INTERVAL_S = 0.001  # a thread waiting for the GIL gets it this soon (Pyt
 TURN_S = 0.5  # the main thread's loop: signals, readiness, watchdog
 OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
 LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
+AUDIT_FIRST_S = 30.0  # the first background audit at the latest this long after the start
 
 
 class StopRequested(BaseException):
@@ -73,6 +76,8 @@ class Daemon:
                 "default": ThreadPoolExecutor(1),
                 "beat": ThreadPoolExecutor(1),
                 "members": ThreadPoolExecutor(1),
+                "eviction": ThreadPoolExecutor(1),  # a hung server's INFO must not stop others
+                "audit": ThreadPoolExecutor(1),  # an audit is long: nothing waits for it
             },  # default: discovery; batches: SWEEPS
         )
         self.schedule = Schedule(
@@ -112,6 +117,15 @@ class Daemon:
             )
         )
         self._stop_requested = threading.Event()
+        self.eviction = EvictionWatch(self.fleet.nodes)
+        self.audit = BackgroundAudit(
+            s.prefix_root,
+            self.queues.sweeping,
+            lambda queue: self.fleet.holding((queue,)),
+            self._stop_requested,
+        )
+        self.metrics.add_collector(self.eviction)
+        self.metrics.add_collector(self.audit)
         self._reload_requested = threading.Event()
         self._signalled = threading.Event()  # either signal: the main loop acts now
         self._server: MetricsServer | None = None
@@ -211,6 +225,26 @@ class Daemon:
                 id="discover",
                 coalesce=True,
                 next_run_time=datetime.now(UTC),
+            )
+        self.scheduler.add_job(
+            self.eviction.look,
+            "interval",
+            seconds=self.settings.interval,
+            id="eviction",
+            coalesce=True,
+            executor="eviction",
+            next_run_time=datetime.now(UTC),
+        )
+        every = self.settings.daemon.audit_every
+        if every:  # the first once the queues are owned: a heartbeat or the period, sooner
+            self.scheduler.add_job(
+                self.audit.run,
+                "interval",
+                seconds=every,
+                id="audit",
+                coalesce=True,
+                executor="audit",
+                next_run_time=datetime.now(UTC) + timedelta(seconds=min(every, AUDIT_FIRST_S)),
             )
         if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
             self._wakes.add()

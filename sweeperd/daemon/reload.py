@@ -15,9 +15,13 @@ log = structlog.get_logger("sweeperd.daemon")
 def in_effect(running: Settings, wanted: Settings) -> Settings:
     """What a SIGHUP puts in place: the file's settings, but the servers and their clients, the
     root of every key (the membership's too) and the executor as they run; of the daemon's own,
-    only the schedule's spread and discovery's period change (not the HTTP side, the replicas
-    or the series exported). restart_only() names each kept one as the options do."""
-    daemon = replace(running.daemon, jitter=wanted.daemon.jitter, discover=wanted.daemon.discover)
+    only the schedule's spread, discovery's and the audit's periods change (not the HTTP side,
+    the replicas or the series exported). restart_only() names each kept one as the options
+    do."""
+    w = wanted.daemon
+    daemon = replace(
+        running.daemon, jitter=w.jitter, discover=w.discover, audit_every=w.audit_every
+    )
     return replace(
         wanted,
         connection=running.connection,

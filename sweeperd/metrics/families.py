@@ -131,6 +131,31 @@ FAMILIES = _table(
         "--queue-metrics full).",
         ("queue",),
     ),
+    # The background audit (--audit-every) and what the servers say of eviction (daemon/).
+    Described(
+        "sweeperd_audit_findings",
+        GAUGE,
+        "Jobs the last background audit found wrong, by class (docs/commands.md); a queue's "
+        "class with none found has no series.",
+        ("queue", "class"),
+    ),
+    Described(
+        "sweeperd_audit_last_completed_timestamp_seconds",
+        GAUGE,
+        "When the last background audit of this replica's queues completed (absent until one has).",
+    ),
+    Described(
+        "sweeperd_server_may_evict",
+        GAUGE,
+        "1 when the node's maxmemory-policy may evict a queue's keys (allkeys-*), else 0.",
+        ("node", "policy"),
+    ),
+    Described(
+        "sweeperd_server_evicted_keys",
+        COUNTER,
+        "Keys the node evicted (INFO stats evicted_keys, since the server started).",
+        ("node",),
+    ),
     # The daemon's state, read at scrape time (metrics/state.py).
     Described(
         "sweeperd_redis_up",

@@ -96,6 +96,7 @@ class ServerRow:
     replaced: bool = False  # unreachable and out of the slot map: another primary has its slots
     reads_for: str | None = None  # the primary this replica is read for (it cannot be now)
     scan_error: str | None = None  # why discovery could not list its queues (SCAN failed)
+    maxmemory_policy: str = ""  # allkeys-* may evict its queues' keys: shown aloud
 
     @property
     def restarted(self) -> bool:
@@ -138,7 +139,7 @@ class NodeReader:
         pipe = self.client.pipeline(transaction=False)
         if self.readonly:
             pipe.execute_command("READONLY")  # type: ignore[no-untyped-call]
-        pipe.execute_command("INFO", "server", "replication")  # type: ignore[no-untyped-call]
+        pipe.execute_command("INFO", "server", "replication", "memory")  # type: ignore[no-untyped-call]
         pipe.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
         for queue in queues:
             pipe.zcount(QueueKeys(queue, self.root).active, "-inf", due)
@@ -195,6 +196,7 @@ class NodeReader:
             verb_loaded=verb_in(command_info),
             first_run_id=self.first_run_id,
             error=error,
+            maxmemory_policy=info.get("maxmemory_policy", ""),
         )
 
     def _said(self, exc: redis.RedisError) -> str:

@@ -16,6 +16,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from sweeperd.server.eviction import may_evict
 from sweeperd.top.read import (
     ERROR,
     KEPT,
@@ -118,6 +119,8 @@ def server_line(
         line.append(f"run_id {s.run_id[:12]}…  up {uptime(s.uptime_s)}  {role}  {verb}")
     if s.scan_error is not None:
         line.append(_unlisted(s), style="bold red")
+    if may_evict(s.maxmemory_policy):
+        line.append(f"  MAY EVICT queue keys ({s.maxmemory_policy})", style="bold red")
     if s.restarted:
         line.append(
             f"  RESTARTED since the view started (run_id was {s.first_run_id[:12]}…)",

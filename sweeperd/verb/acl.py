@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sweeperd.constants import COMMANDS, DEFAULT_PREFIX_ROOT, INSPECT, ONCE, RUN, TOP, VERB
+from sweeperd.constants import AUDIT, COMMANDS, DEFAULT_PREFIX_ROOT, INSPECT, ONCE, RUN, TOP, VERB
 from sweeperd.server.scan import glob_escape
 
 SWEEPS = (RUN, ONCE)  # the commands that write: the others' keys are read-only (%R~)
@@ -36,6 +36,15 @@ DRY_RUN = ("exists", "type", "zrangebyscore", "hgetall")
 COUNTS = ("zcount", "zcard", "zrange", "hget")  # a queue's counts, as inspect and top read them
 MEMBERS = ("zrangebyscore",)  # top: the replicas' live members
 NEXT_DUE = ("zrangebyscore",)  # inspect: the first lease not yet due
+# audit: the SCAN of a queue's keys, the ZSCAN of its sets, the leases due too far out, and the
+# observing script (loaded, sent) with what it reads of each id; --cluster, where a migrating
+# slot goes (CLUSTER NODES).
+AUDIT_READS = (
+    *("scan", "zscan", "zrangebyscore", "time", "script|load", "evalsha_ro"),
+    *("type", "hget", "zscore"),
+)
+# audit --repair: the repair script (EVALSHA) and its ZADD, then the queue swept as once does.
+AUDIT_REPAIR = ("evalsha", "zadd")
 # --cluster: the slot map (CLUSTER SLOTS: primaries and replicas), for every command.
 CLUSTER_MAP = ("cluster|slots",)
 # --cluster, run, once and inspect: the failed primaries of a Cluster down, and (run, once)
@@ -64,21 +73,29 @@ class Uses:
     scans: bool = True  # top without a queue named: it finds them by SCAN
     select: bool = False  # the URL's db is not 0
     root: str = DEFAULT_PREFIX_ROOT
+    repair: bool = False  # audit --repair: it writes, and sweeps as once does
 
     @property
     def writes(self) -> bool:
-        return any(command in SWEEPS for command in self.commands)
+        repairs = self.repair and AUDIT in self.commands
+        return repairs or any(command in SWEEPS for command in self.commands)
+
+
+def _sweep_sent(uses: Uses) -> list[str]:
+    """What a sweep sends (run's, once's, audit --repair's): the verb, its script and its
+    accounting."""
+    native, port = "native" in uses.executors, "script" in uses.executors
+    sent = [*(VERB_KNOWN if native else ()), *SCRIPTS, *ACCOUNTING]
+    sent += [*(NATIVE if native else ()), *(PORT if port else ())]
+    return sent + list(CLUSTER_NODES if uses.cluster else ())
 
 
 def _sent_by(command: str, uses: Uses) -> list[str]:
     """The commands one sweeperd command sends, beyond INFO and the topology's own."""
-    native, port = "native" in uses.executors, "script" in uses.executors
-    if command in SWEEPS:
-        sent = [*(VERB_KNOWN if native else ()), *SCRIPTS, *ACCOUNTING]
-        sent += [*(NATIVE if native else ()), *(PORT if port else ())]
-        sent += CLUSTER_NODES if uses.cluster else ()
-    else:
-        sent = [*VERB_KNOWN, *COUNTS]
+    if command == AUDIT:
+        sent = [*AUDIT_READS, *(CLUSTER_NODES if uses.cluster else ())]
+        return sent + ([*AUDIT_REPAIR, *_sweep_sent(uses)] if uses.repair else [])
+    sent = _sweep_sent(uses) if command in SWEEPS else [*VERB_KNOWN, *COUNTS]
     if command == RUN:
         sent += [*(SHARING if uses.sharing else ()), *(DISCOVER if uses.discover else ())]
     if command == ONCE:

@@ -79,6 +79,8 @@ ALERTS = frozenset(
         "SweeperdSweepHeld",
         "SweeperdGhostsRemoved",
         "SweeperdQueuesUnowned",
+        "SweeperdJobsStranded",
+        "SweeperdServerMayEvict",
     }
 )
 ENV_VARS = tuple(o.env_name for o in OPTIONS.values() if RUN in o.commands)

@@ -1,4 +1,4 @@
-"""The operator matrix: run, once, once --dry-run, inspect, top --once --json and acl on one
+"""The operator matrix: run, once, once --dry-run, inspect, top --once --json, audit and acl on one
 server, a 3+3 Cluster and Sentinel, as the default user and as the user `sweeperd acl` prints
 for the row, healthy and in each failure an operator meets. A topology is started once and a
 condition set up once for all its cells; each cell asserts the exit code, the one line said
@@ -40,7 +40,15 @@ CONDITIONS = {
     "cluster": ("healthy", "killed", "failover", "down", "denied", "replica", "nouser", "seeddead"),
     "sentinel": ("healthy", "killed", "denied"),
 }
-COMMANDS = ("once", "dry-run", "inspect", "top", "run", "acl")  # acl last: the ACL LOG then
+COMMANDS = (
+    "once",
+    "dry-run",
+    "inspect",
+    "top",
+    "audit",
+    "run",
+    "acl",
+)  # acl last: the ACL LOG then
 # The command taken away: CLUSTER SLOTS, which every command reads first in a Cluster; ZCOUNT
 # elsewhere (inspect's and the sweep's; the dry run sends none, and predicts).
 DENIED = {"standalone": "zcount", "cluster": "cluster|slots", "sentinel": "zcount"}
@@ -106,7 +114,8 @@ SAID: dict[tuple[str, str], tuple[int, str]] = {
 PARTIAL = ("killed", "replica", "nouser")  # one primary fails: the others' queues are swept
 
 ONCE_ARGS = ("--max-stalled", "3", "--json", "--socket-timeout", "1")
-TOP_ARGS = ("--once", "--json", "--interval", "0.1", "--socket-timeout", "1")
+# Every queue a row: --rows, not the terminal's height (a row per queue of every cell and daemon).
+TOP_ARGS = ("--once", "--json", "--interval", "0.1", "--socket-timeout", "1", "--rows", "100")
 NOT_WRITTEN = {"a": "active:active:", "b": "active:active:"}
 RECOVERED = {"a": "pending:pending:1", "b": "pending:pending:1"}
 EXEMPT = {"a": "pending:pending:", "b": "pending:pending:"}  # leases of an earlier epoch
@@ -301,6 +310,27 @@ def check_top(s: Situation, user: str) -> None:
     assert not s.readable(queue) or s.ids(queue) == NOT_WRITTEN
 
 
+def check_audit(s: Situation, user: str) -> None:
+    """audit: the queue's leases read and clean (the acl user's grants are enough), nothing
+    written; a server that failed is exit 3, a refused slot map the line inspect says; during a
+    failover, clean or its queue said moved (exit 1)."""
+    queue = s.queues[(user, "audit")]
+    args = ("-q", queue, "--json", "--grace", "0", "--socket-timeout", "1")
+    ran = sweeperd("audit", *args, *s.scene.flags(user))
+    if (s.name, DENIED[s.scene.name]) == ("denied", "cluster|slots"):
+        refusal = expected(s, user, "inspect")
+        assert refusal is not None
+        said(ran, *refusal)
+    elif s.name in ("killed", "down", "loading"):
+        assert ran.code == 3, (ran.out, ran.err)
+    elif s.name == "failover" and ran.code != 0:
+        [audited] = ran.json()["queues"]
+        assert (ran.code, audited["error"]["reason"]) == (1, "moved"), ran.out
+    else:
+        assert (ran.code, ran.json()["findings"]) == (0, 0), (ran.out, ran.err)
+    assert not s.readable(queue) or s.ids(queue) == NOT_WRITTEN
+
+
 def check_acl(s: Situation, user: str) -> None:
     """acl reaches no server: the row's line in every condition. Once the acl user's commands
     and daemon ran, the ACL LOG holds nothing refused to that user but the condition's denial."""
@@ -353,6 +383,7 @@ CHECKS: dict[str, Callable[[Situation, str], None]] = {
     "dry-run": lambda s, user: check_once(s, user, "dry-run"),
     "inspect": check_inspect,
     "top": check_top,
+    "audit": check_audit,
     "acl": check_acl,
     "sharing": check_sharing,
 }

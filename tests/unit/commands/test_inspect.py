@@ -62,6 +62,7 @@ class TestInspectJson:
             "run_id": run_id(r).decode(),
             "verb_available": True,
             "exists": True,
+            "maxmemory_policy": "noeviction",
         }
         assert dump_all(r) == before
 
@@ -93,6 +94,7 @@ class TestInspectJson:
             "run_id": run_id(r).decode(),
             "verb_available": True,
             "exists": False,
+            "maxmemory_policy": "noeviction",
         }
         assert r.dbsize() == 0
 

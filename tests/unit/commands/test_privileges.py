@@ -58,8 +58,8 @@ class TestLine:
         assert (ran.code, ran.out, ran.err) == (0, f"{line}\n", "")
 
     def test_every_command_by_default_from_the_env_and_the_file(self, tmp_path: Path) -> None:
-        """Without --for, the line covers run, once, inspect and top; the user, the commands and
-        the settings come from env vars and --config as they do for run."""
+        """Without --for, the line covers run, once, inspect, top and audit; the user, the
+        commands and the settings come from env vars and --config as they do for run."""
         config = tmp_path / "sweeperd.toml"
         config.write_text('cluster = true\nexecutor = "native"\nqueues = ["emails"]\n')
         every = sweeperd("acl", "--user", "u", "--config", str(config))
@@ -67,13 +67,24 @@ class TestLine:
         rules = every.out.split()
         for rule in ("+cluster|slots", "+emq.stalled.check", "+hgetall", "+zrem", "+asking"):
             assert rule in rules
-        assert "+scan" not in rules and "+hmget" not in rules  # queues named; no Lua port
+        assert "+hmget" not in rules  # no Lua port
+        assert "+scan" in rules  # audit reads a named queue's rows by SCAN too
         env = {"SWEEPERD_ACL_USER": "u", "SWEEPERD_ACL_FOR": "inspect", "SWEEPERD_CLUSTER": "1"}
         ran = sweeperd("acl", env=env)
         # and in a Cluster down, which primaries failed
         assert ran.out == f"{HEAD} %R~emq:* +info +cluster|slots {INSPECT} +cluster|nodes\n", (
             ran.err
         )
+
+    def test_audit_reads_and_its_repair_writes(self) -> None:
+        """--for audit is read-only (EVALSHA_RO, %R~); with --repair it writes, as once does."""
+        read = sweeperd("acl", "--user", "u", "--for", "audit").out.split()
+        assert "%R~emq:*" in read and "+evalsha_ro" in read
+        assert not {"+evalsha", "+zadd", "+emq.stalled.check"} & set(read)
+        repair = sweeperd("acl", "--user", "u", "--for", "audit", "--repair", "--cluster")
+        rules = repair.out.split()
+        assert "~emq:*" in rules and {"+evalsha", "+zadd", "+emq.stalled.check"} <= set(rules)
+        assert "+cluster|nodes" in rules
 
     def test_it_reaches_no_server(self) -> None:
         """A URL where nothing listens changes nothing: the line is made from the options."""
@@ -97,12 +108,12 @@ class TestRefusals:
             ),
             (
                 ["--user", "u", "--for", "run,reap"],
-                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top (commas or spaces "
+                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top, audit (commas or spaces "
                 "between), not 'run,reap'",
             ),
             (
                 ["--user", "u", "--for", ","],
-                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top (commas or spaces "
+                "--for (SWEEPERD_ACL_FOR) takes run, once, inspect, top, audit (commas or spaces "
                 "between), not ','",
             ),
             (

@@ -104,7 +104,8 @@ class TestRestartOnly:
 class TestInEffect:
     def test_restart_only_settings_run_on_and_the_others_change(self) -> None:
         """A file that changes every setting: after the SIGHUP each restart-only setting has its
-        running value, every other one the file's (the daemon's jitter and discovery too)."""
+        running value, every other one the file's (the daemon's jitter, discovery and audit
+        period too)."""
         running = settings_for("redis://127.0.0.1:6379/0")
         wanted = settings_for(
             "redis://127.0.0.2:6380/1",
@@ -119,6 +120,7 @@ class TestInEffect:
             socket_timeout="0.5",
             jitter="0.5",
             discover="7",
+            audit_every="600",
             interval="2",
             max_stalled="4",
             limit="9",
@@ -150,4 +152,8 @@ class TestInEffect:
         )
         assert (fresh.call_target_ms, fresh.drain_share) == (3, 0.5)
         assert [q.name for q in fresh.queues] == ["other"]
-        assert (fresh.daemon.jitter, fresh.daemon.discover) == (0.5, 7)
+        assert (fresh.daemon.jitter, fresh.daemon.discover, fresh.daemon.audit_every) == (
+            0.5,
+            7,
+            600,
+        )

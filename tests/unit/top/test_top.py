@@ -493,6 +493,7 @@ class TestTopJson:
             "replaced": False,
             "reads_for": None,
             "scan_error": None,
+            "maxmemory_policy": "noeviction",
         }
         row = body["rows"][0]
         assert set(row) == {
