@@ -135,8 +135,9 @@ class QueueSeries:
         if depths is not None and self.owned:  # a call that outlived the ownership: unknown
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
-            self.jobs = (depths.active, depths.pending, depths.dead)
-            self.failed = depths.failed or 0
+            if (jobs := depths.jobs) is not None:  # a brief reply read none: the last stand
+                self.jobs = jobs
+                self.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
             if reply.taken:
                 recovered, dead, exempt = reply.sizes

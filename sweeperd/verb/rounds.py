@@ -38,9 +38,7 @@ class Packed:
         found = self._commands.get(key)
         if found is not None:
             return found
-        command = resp(
-            executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
-        )
+        command = resp(call.args(executor))
         if len(self._commands) >= PACKED_MAX:
             self._commands.clear()
         self._commands[key] = command
@@ -131,7 +129,7 @@ class InFlight:
         self.call = call
         self._connection: Connection | None = None
         self._error: Exception | None = None
-        args = executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
+        args = call.args(executor)
         try:
             self._connection = client.connection_pool.get_connection()
             self._connection.send_command(*args)  # type: ignore[no-untyped-call]

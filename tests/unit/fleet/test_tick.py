@@ -169,6 +169,22 @@ class TestTickWakes:
         assert host is not None and outcome.wake == host + GRACE_S
         assert not outcome.restarted
 
+    def test_brief_rounds_read_the_epoch_once(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Idle brief calls read no run_id: a tick's look reads it, and a wake round sends its
+        first call whole, so each round reads INFO once, whatever its size."""
+        rig = Rig(redis_server.url, wakes=True, brief=True)
+        lease(r, A, b"j", server_ms(r) + 60_000, attempts="1")
+        idle = [queue("a"), queue("b"), queue("c")]
+        r.config_resetstat()
+        outcome = rig.tick(*idle)
+        assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
+        r.config_resetstat()
+        rig.ticks.run(idle, rig.clock(), look=False, woken=True)
+        assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
+        assert not outcome.restarted and rig.node.restarts == 0
+
     def test_a_scheduled_tick_leaves_a_queue_to_its_wake(
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
@@ -204,3 +220,22 @@ class TestTickWakes:
             assert outcome.restarted and rig.node.restarts == 1
             assert rig.node.run_id not in (None, before)
             assert not rig.tick(queue("a"), look=False).restarted
+
+    def test_a_brief_wake_round_sees_a_restart(self, server_kind: str, tmp_path: Path) -> None:
+        """Brief idle calls carry no run_id; the round's first call, sent whole, does: a
+        restart is seen and counted once. Where that call is refused (no run_id in any reply),
+        the node is looked at instead."""
+        with RedisServer(tmp_path, kind=server_kind) as server:
+            rig = Rig(server.url, wakes=True, brief=True)
+            server.restart()
+            rig.node.client.connection_pool.disconnect()
+            outcome = rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
+            assert outcome.restarted and rig.node.restarts == 1
+            server.restart()
+            rig.node.client.connection_pool.disconnect()
+            c = rig.node.client
+            c.set(A.active, "not a zset")
+            outcome = rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
+            assert outcome.restarted and rig.node.restarts == 2
+            assert not rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False).restarted
+            c.connection_pool.disconnect()
