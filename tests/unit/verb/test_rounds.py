@@ -8,9 +8,10 @@ import redis
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import connect
+from sweeperd.server.packed import resp
 from sweeperd.verb.executors import NATIVE
 from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply, keeps_draining
-from sweeperd.verb.rounds import Packed, resp, sweep_round
+from sweeperd.verb.rounds import Packed, sweep_round
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 from tests.support.targets import Target
 
