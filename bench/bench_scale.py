@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--queues", type=int, nargs="+", default=[10_000, 30_000, 100_000])
     parser.add_argument("--intervals", type=int, nargs="+", default=[60, 5])
     parser.add_argument("--seconds", type=float, default=30.0, help="idle CPU window")
-    parser.add_argument("--levels", nargs="+", default=["basic", "full"])
+    parser.add_argument("--levels", nargs="+", default=["sparse", "basic", "full"])
     parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     opts = parser.parse_args()
     kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
