@@ -75,8 +75,14 @@ def node_totals(node: str) -> Totals:
     return Totals(f'node="{escaped(node)}"', (node,))
 
 
+NO_FAILURES: dict[str, int] = {}  # shared by every queue that has none: never written
+NO_NODES: dict[str, Totals] = {}  # likewise: a queue's totals by node (full)
+
+
 class QueueSeries:
-    """One queue's numbers: plain values, rendered as samples only when scraped."""
+    """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
+    queues each byte here is 100 kB: the dicts a queue seldom fills are shared empty ones
+    until it does."""
 
     __slots__ = (
         "dead",
@@ -104,7 +110,7 @@ class QueueSeries:
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
-        self.failures: dict[str, int] = {}  # a reason appears when it happens
+        self.failures = NO_FAILURES  # a reason appears when it happens
         self.last_success: float | None = None  # absent until a call succeeds: 0 reads as 1970
         # The gauges of its state: None (absent) until a call of this replica read them, as a
         # 0 would say "nothing expired" of a server never read.
@@ -115,7 +121,7 @@ class QueueSeries:
         self.owned = owned  # False: not this replica's (yet): its state's gauges stay absent
         # With full: its totals on each node it was routed to or called on, by node; one
         # routed elsewhere since keeps its own (counters never go backwards).
-        self.on: dict[str, Totals] = {}
+        self.on = NO_NODES
         self.said_at: float | None = None  # sparse: when a call last had something to say
         self.shown_at: float | None = None  # sparse: the scrape its series appeared in
 
@@ -129,7 +135,7 @@ class QueueSeries:
         """sparse: its series gone, its counters restart at 0 (rates stay right across the
         gap: the next appearance shows 0 first, then what it counts from now)."""
         self.recovered = self.dead = self.exempt = 0
-        self.failures = {}
+        self.failures = NO_FAILURES
         self.shown_at = None
 
     def at(self, node: str) -> Totals:
@@ -137,6 +143,8 @@ class QueueSeries:
         lock held."""
         found = self.on.get(node)
         if found is None:
+            if self.on is NO_NODES:
+                self.on = {}
             label = f'{self.label},node="{escaped(node)}"'
             found = self.on[node] = Totals(label, (self.name, node))
         return found
@@ -179,6 +187,8 @@ class QueueSeries:
 
     def failed_with(self, reason: Reason) -> None:
         label = Reason(reason).value
+        if self.failures is NO_FAILURES:
+            self.failures = {}
         self.failures[label] = self.failures.get(label, 0) + 1
 
 
