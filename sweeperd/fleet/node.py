@@ -115,7 +115,7 @@ class Node:
         results = self.judged(sweep_round(self.client, executor, calls, self._packed))
         end = self._clock()
         took = end - now
-        if len(results) == 1 and isinstance(results[0].reply, SweepReply):
+        if len(results) == 1 and isinstance(results[0].reply, SweepReply) and _timed(results[0]):
             self.observe(results[0].call.limit, results[0].reply.taken, results[0].seconds(took))
         if epoch is not None:
             return Swept(results, epoch.restarted, took, (epoch.info.time_ms, read))
@@ -306,3 +306,9 @@ class Node:
         if self.clustered or self.last_answer is None:
             return False
         return now - self.last_answer <= seconds
+
+
+def _timed(result: CallResult) -> bool:
+    """A call that says how long it ran: not a brief reply, which found nothing due and is
+    timed by nothing but its round trip (no measure of what a call of that size costs)."""
+    return result.depths is None or result.depths.run_id is not None

@@ -13,6 +13,7 @@ from sweeperd.fleet.deadlines import GRACE_S, Deadlines
 from sweeperd.fleet.node import Node
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import connect
+from tests.support.clock import Clock
 from tests.support.helpers import lease, server_ms
 from tests.support.node_rig import NODE, Rig, queue, seed
 from tests.support.servers import RedisServer
@@ -184,6 +185,16 @@ class TestTickWakes:
         rig.ticks.run(idle, rig.clock(), look=False, woken=True)
         assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
         assert not outcome.restarted and rig.node.restarts == 0
+
+    def test_a_brief_reply_does_not_size_the_calls(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A brief reply found nothing due and says nothing of what a call costs: its round trip
+        (here 10 ms, five times the call target) leaves the call size as it was."""
+        rig = Rig(redis_server.url, wakes=True, brief=True, clock=Clock(step=0.01), size=400)
+        rig.tick(queue("a"))
+        rig.tick(queue("a"))
+        assert rig.node.call_size(1000) == 400
 
     def test_a_scheduled_tick_leaves_a_queue_to_its_wake(
         self, r: redis.Redis, redis_server: RedisServer
