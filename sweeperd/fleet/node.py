@@ -103,14 +103,16 @@ class Node:
 
         Without `look` (a queue woken at its deadline: one round trip, not two) the round goes
         out on the executor of the last look, and the epoch a reply carries is the watch: a
-        reply from another run of the server is looked at then (noticed). Brief calls (those
-        that find nothing due reply without the run_id) are sent whole first in such a round,
-        and where no whole reply came back (the first call refused) the node is looked at."""
+        reply from another run of the server is looked at then (noticed). A round of brief calls
+        (those that find nothing due reply without the run_id, or any ACL check) sends its
+        first call whole: it carries the run_id, and an ACL user without a command the sweep
+        needs is refused there every round, not only once a lease falls due. Where no whole
+        reply came back (the first call refused) the node is looked at."""
         epoch = self.look(now) if look or self._executor is None else None
         read = self._clock()
         executor = epoch.executor if epoch is not None else self._executor
         assert executor is not None  # chosen by the look above, or an earlier one
-        if epoch is None and calls and calls[0].brief:
+        if calls and calls[0].brief:
             calls = [replace(calls[0], brief=False), *calls[1:]]
         results = self.judged(sweep_round(self.client, executor, calls, self._packed))
         end = self._clock()

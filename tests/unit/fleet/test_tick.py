@@ -173,14 +173,15 @@ class TestTickWakes:
     def test_brief_rounds_read_the_epoch_once(
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
-        """Idle brief calls read no run_id: a tick's look reads it, and a wake round sends its
-        first call whole, so each round reads INFO once, whatever its size."""
+        """Idle brief calls read no run_id nor INFO: a round sends its first call whole (the
+        run_id and the ACL checks), so a round reads INFO once beside its tick's look, whatever
+        its size."""
         rig = Rig(redis_server.url, wakes=True, brief=True)
         lease(r, A, b"j", server_ms(r) + 60_000, attempts="1")
         idle = [queue("a"), queue("b"), queue("c")]
         r.config_resetstat()
         outcome = rig.tick(*idle)
-        assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
+        assert (calls(r, "info"), calls(r, "evalsha")) == (2, 3)
         r.config_resetstat()
         rig.ticks.run(idle, rig.clock(), look=False, woken=True)
         assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
