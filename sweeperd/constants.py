@@ -77,8 +77,10 @@ class ExecutorChoice(StrEnum):
 
 
 class QueueMetrics(StrEnum):
-    """--queue-metrics: how much is exported per queue: what an operator needs, or all."""
+    """--queue-metrics: how much is exported per queue: what an operator needs of the queues
+    that have something to say, of every queue, or all."""
 
+    SPARSE = "sparse"
     BASIC = "basic"
     FULL = "full"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -22,9 +23,12 @@ def job_id_text(job_id: bytes | str) -> str:
     return job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
 
 
+NOT_IN_A_TAG = re.compile(r"[{}\s]")  # \s: what str.isspace() calls whitespace
+
+
 def is_queue_name(name: object) -> bool:
     """A queue name fits in a hash tag: not empty, no braces, no whitespace."""
-    return isinstance(name, str) and bool(name) and not any(c in "{}" or c.isspace() for c in name)
+    return isinstance(name, str) and bool(name) and NOT_IN_A_TAG.search(name) is None
 
 
 @dataclass(frozen=True)

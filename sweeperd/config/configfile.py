@@ -108,7 +108,8 @@ def unlisted_tables(
     if file.listed is None:
         return ()
     names = [*file.listed, *named]
-    unlisted = tuple(name for name in file.queues if name not in names)
+    known = set(names)
+    unlisted = tuple(name for name in file.queues if name not in known)
     if unlisted and not discover:
         name = unlisted[0]
         close = difflib.get_close_matches(name, names, n=1)

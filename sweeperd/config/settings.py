@@ -40,7 +40,7 @@ DEFAULTS: dict[str, object] = {k: OPTIONS[k].default for k in SETTING_KEYS if k 
 KNOWN_KEYS = (*DEFAULTS, "queues")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     name: str
     interval: float  # seconds between two sweeps

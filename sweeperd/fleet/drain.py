@@ -192,7 +192,8 @@ class Drainer:
                 self._report(Outcome(moved=(name,)))
             return
         reply = self.ledger.record(name, result, self._wall_clock(), level=logging.DEBUG)
-        if result.depths is not None and self.node.noticed(result.depths.run_id):
+        run_id = None if result.depths is None else result.depths.run_id
+        if run_id is not None and self.node.noticed(run_id):
             self._report(RESTARTED)
         if reply is None:
             self.forget(name)

@@ -218,7 +218,9 @@ class Fleet:
             if self._fan_out
             else None
         )
-        ticks = Tick(node, ledger, drainer, t.prefix_root, deadlines)
+        # Only --queue-metrics full exports the set sizes an idle call's whole reply reads.
+        brief = not self._metrics.numbers.full
+        ticks = Tick(node, ledger, drainer, t.prefix_root, deadlines, brief=brief)
         made = Member(node, ledger, drainer, ticks, pool, deadlines)
         if self._started:
             drainer.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 import structlog
@@ -107,21 +107,30 @@ class Node:
         raises (the node down, loading, demoted, no verb) and a connection failure.
 
         Without `look` (a queue woken at its deadline: one round trip, not two) the round goes
-        out on the executor of the last look, and the epoch each reply carries is the watch: a
-        reply from another run of the server is looked at then (noticed)."""
+        out on the executor of the last look, and the epoch a reply carries is the watch: a
+        reply from another run of the server is looked at then (noticed). A round of brief calls
+        (those that find nothing due reply without the run_id, or any ACL check) sends its
+        first call whole: it carries the run_id, and an ACL user without a command the sweep
+        needs is refused there every round, not only once a lease falls due. Where no whole
+        reply came back (the first call refused) the node is looked at."""
         epoch = self.look(now) if look or self._executor is None else None
         read = self._clock()
         executor = epoch.executor if epoch is not None else self._executor
         assert executor is not None  # chosen by the look above, or an earlier one
+        if calls and calls[0].brief:
+            calls = [replace(calls[0], brief=False), *calls[1:]]
         results = self.judged(sweep_round(self.client, executor, calls, self._packed))
         end = self._clock()
         took = end - now
-        if len(results) == 1 and isinstance(results[0].reply, SweepReply):
+        if len(results) == 1 and isinstance(results[0].reply, SweepReply) and _timed(results[0]):
             self.observe(results[0].call.limit, results[0].reply.taken, results[0].seconds(took))
         if epoch is not None:
             return Swept(results, epoch.restarted, took, (epoch.info.time_ms, read))
-        depths = next((r.depths for r in results if r.depths is not None), None)
-        if depths is None:
+        depths = next((r.depths for r in results if r.depths and r.depths.run_id), None)
+        if depths is None or depths.run_id is None:
+            if any(r.depths is not None for r in results):  # all brief: the epoch unread
+                epoch = self.look(end)
+                return Swept(results, epoch.restarted, took, (epoch.info.time_ms, self._clock()))
             return Swept(results, False, took)
         self.answered(end)
         return Swept(results, self.noticed(depths.run_id), took, (depths.now_ms, end))
@@ -316,3 +325,9 @@ class Node:
         if self.clustered or self.last_answer is None:
             return False
         return now - self.last_answer <= seconds
+
+
+def _timed(result: CallResult) -> bool:
+    """A call that says how long it ran: not a brief reply, which found nothing due and is
+    timed by nothing but its round trip (no measure of what a call of that size costs)."""
+    return result.depths is None or result.depths.run_id is not None

@@ -35,6 +35,7 @@ class Tick:
     drainer: Drainer
     prefix_root: str
     deadlines: Deadlines | None = None  # each queue's next wake at its deadline; None: off
+    brief: bool = False  # an idle call replies without its counts (the set sizes unexported)
     clock: Callable[[], float] = time.monotonic  # for how long a failed tick took
     wall_clock: Callable[[], float] = time.time
 
@@ -120,6 +121,7 @@ class Tick:
                 q.max_stalled,
                 min(q.limit, share),
                 listed=ID_CAP,  # the log's ids: the counts are whole
+                brief=self.brief,
             )
             for q in queues
         ]

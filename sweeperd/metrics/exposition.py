@@ -67,17 +67,30 @@ def _family(name: str, rows: Iterable[Row], labels: tuple[str, ...] | None = Non
 
 def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
     """Every family at the numbers' level, read from them as they are now."""
-    queues, nodes = numbers.listed()
-    yield _family("sweeperd_recovered", ((q.label, q.values, q.recovered) for q in queues))
-    yield _family("sweeperd_dead", ((q.label, q.values, q.dead) for q in queues))
-    yield _family("sweeperd_exempt", ((q.label, q.values, q.exempt) for q in queues))
+    queues, nodes, zeroed = numbers.shown()
+    # sparse: a queue's counters show 0 in the scrapes of its first minute (numbers.shown)
+    yield _family(
+        "sweeperd_recovered",
+        ((q.label, q.values, 0 if q.name in zeroed else q.recovered) for q in queues),
+    )
+    yield _family(
+        "sweeperd_dead", ((q.label, q.values, 0 if q.name in zeroed else q.dead) for q in queues)
+    )
+    yield _family(
+        "sweeperd_exempt",
+        ((q.label, q.values, 0 if q.name in zeroed else q.exempt) for q in queues),
+    )
     failures = [
-        (f'{q.label},reason="{reason}"', (q.name, reason), count)
+        (f'{q.label},reason="{reason}"', (q.name, reason), 0 if q.name in zeroed else count)
         for q in queues
         for reason, count in list(q.failures.items())
     ]
     yield _family("sweeperd_sweep_failures", failures)
-    successes = [(q.label, q.values, at) for q in queues if (at := q.last_success) is not None]
+    successes = [
+        (q.label, q.values, at)
+        for q in queues
+        if (at := q.last_success) is not None and (q.owned or not numbers.sparse)
+    ]
     yield _family("sweeperd_last_success_timestamp_seconds", successes)
     expired = [(q.label, q.values, n) for q in queues if (n := q.expired) is not None]
     yield _family("sweeperd_expired_leases", expired)

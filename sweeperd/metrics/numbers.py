@@ -5,6 +5,7 @@ labelled child per series), a scrape reads them."""
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 
@@ -18,6 +19,14 @@ DURATION_BUCKETS_S = (1e-3, 5e-3, 0.025, 0.1, 0.5, 2.5, 10.0)
 # How long after its deadline a lease was taken: a round trip when swept at its deadline, up to
 # the interval when swept at its interval, longer while a backlog drains.
 DELAY_BUCKETS_S = (5e-3, 0.025, 0.05, 0.25, 1.0, 5.0, 60.0)
+# --queue-metrics sparse (docs/metrics.md#how-many-series): a queue's series are exported while
+# it has something to say (leases taken, a failure, leases left expired: SAID_FOR_S after the
+# last such call; or, owned, no success for STALE_S), its counters at 0 for ZERO_FIRST_S first
+# (every Prometheus scraping at least once a minute sees the 0 before the counts), and restarted
+# at 0 once it is quiet again (its next appearance starts from 0 too).
+SAID_FOR_S = 1800.0
+STALE_S = 150.0  # half SweeperdQueueNotSwept's 300 s
+ZERO_FIRST_S = 60.0
 
 
 def escaped(value: str) -> str:
@@ -66,8 +75,14 @@ def node_totals(node: str) -> Totals:
     return Totals(f'node="{escaped(node)}"', (node,))
 
 
+NO_FAILURES: dict[str, int] = {}  # shared by every queue that has none: never written
+NO_NODES: dict[str, Totals] = {}  # likewise: a queue's totals by node (full)
+
+
 class QueueSeries:
-    """One queue's numbers: plain values, rendered as samples only when scraped."""
+    """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
+    queues each byte here is 100 kB: the dicts a queue seldom fills are shared empty ones
+    until it does."""
 
     __slots__ = (
         "dead",
@@ -83,6 +98,8 @@ class QueueSeries:
         "on",
         "owned",
         "recovered",
+        "said_at",
+        "shown_at",
         "values",
     )
 
@@ -93,7 +110,7 @@ class QueueSeries:
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
-        self.failures: dict[str, int] = {}  # a reason appears when it happens
+        self.failures = NO_FAILURES  # a reason appears when it happens
         self.last_success: float | None = None  # absent until a call succeeds: 0 reads as 1970
         # The gauges of its state: None (absent) until a call of this replica read them, as a
         # 0 would say "nothing expired" of a server never read.
@@ -104,13 +121,30 @@ class QueueSeries:
         self.owned = owned  # False: not this replica's (yet): its state's gauges stay absent
         # With full: its totals on each node it was routed to or called on, by node; one
         # routed elsewhere since keeps its own (counters never go backwards).
-        self.on: dict[str, Totals] = {}
+        self.on = NO_NODES
+        self.said_at: float | None = None  # sparse: when a call last had something to say
+        self.shown_at: float | None = None  # sparse: the scrape its series appeared in
+
+    def speaks(self, now: float) -> bool:
+        """sparse: whether its series are exported at `now` (see SAID_FOR_S)."""
+        if self.said_at is not None and now - self.said_at < SAID_FOR_S:
+            return True
+        return self.owned and self.last_success is not None and now - self.last_success > STALE_S
+
+    def quiet(self) -> None:
+        """sparse: its series gone, its counters restart at 0 (rates stay right across the
+        gap: the next appearance shows 0 first, then what it counts from now)."""
+        self.recovered = self.dead = self.exempt = 0
+        self.failures = NO_FAILURES
+        self.shown_at = None
 
     def at(self, node: str) -> Totals:
         """The queue's totals on the node (with full), at zero on first use; call with the
         lock held."""
         found = self.on.get(node)
         if found is None:
+            if self.on is NO_NODES:
+                self.on = {}
             label = f'{self.label},node="{escaped(node)}"'
             found = self.on[node] = Totals(label, (self.name, node))
         return found
@@ -135,8 +169,9 @@ class QueueSeries:
         if depths is not None and self.owned:  # a call that outlived the ownership: unknown
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
-            self.jobs = (depths.active, depths.pending, depths.dead)
-            self.failed = depths.failed or 0
+            if (jobs := depths.jobs) is not None:  # a brief reply read none: the last stand
+                self.jobs = jobs
+                self.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
             if reply.taken:
                 recovered, dead, exempt = reply.sizes
@@ -144,11 +179,16 @@ class QueueSeries:
                 self.dead += dead
                 self.exempt += exempt
             self.last_success = at
+            if reply.taken or (depths is not None and depths.expired):
+                self.said_at = at
         else:
             self.failed_with(reply.reason)
+            self.said_at = at
 
     def failed_with(self, reason: Reason) -> None:
         label = Reason(reason).value
+        if self.failures is NO_FAILURES:
+            self.failures = {}
         self.failures[label] = self.failures.get(label, 0) + 1
 
 
@@ -158,6 +198,8 @@ class SweepNumbers:
     def __init__(self, level: QueueMetrics) -> None:
         self.level = level
         self.full = level is QueueMetrics.FULL  # a queue's totals on each node are kept too
+        self.sparse = level is QueueMetrics.SPARSE  # only the queues with something to say
+        self.clock: Callable[[], float] = time.time  # a scrape's now, for sparse
         self.lock = threading.Lock()  # held by writers; a scrape holds it only to list them
         self.queues: dict[str, QueueSeries] = {}
         self.nodes: dict[str, Totals] = {}
@@ -187,6 +229,28 @@ class SweepNumbers:
         number is whole, but one that meets a call being counted may show part of it."""
         with self.lock:
             return list(self.queues.values()), list(self.nodes.values())
+
+    def shown(self) -> tuple[list[QueueSeries], list[Totals], set[str]]:
+        """What a scrape exports now: the queues (at sparse those with something to say, the
+        others made quiet), the nodes, and the queues whose counters still show 0."""
+        if not self.sparse:
+            queues, nodes = self.listed()
+            return queues, nodes, set()
+        now = self.clock()
+        shown: list[QueueSeries] = []
+        zeroed: set[str] = set()
+        with self.lock:
+            for q in self.queues.values():
+                if not q.speaks(now):
+                    if q.shown_at is not None:
+                        q.quiet()
+                    continue
+                if q.shown_at is None:
+                    q.shown_at = now
+                if now - q.shown_at < ZERO_FIRST_S:
+                    zeroed.add(q.name)
+                shown.append(q)
+            return shown, list(self.nodes.values()), zeroed
 
     # The ledger's: what each call did.
     def record(self, node: str, queue: str, result: CallResult, at: float) -> None:
@@ -228,6 +292,7 @@ class SweepNumbers:
             for t in self.totals(node, q):
                 t.sweeps += 1
             q.failed_with(reason)
+            q.said_at = self.clock()
 
     def record_ticks(self, node: str, queues: Sequence[str], *, duration_s: float) -> None:
         """A tick of these queues that took `duration_s`, there and back."""

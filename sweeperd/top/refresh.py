@@ -31,6 +31,10 @@ from sweeperd.top.read import (
 from sweeperd.top.standins import Standins
 
 Clock = Callable[[], float]  # seconds since the epoch: time.time, or a test's own
+# The queues a refresh reads on one primary beyond those it shows (the busiest, read in detail):
+# the rest in turn, so that a refresh's cost to the server stays bounded at any number of
+# queues; each is read at least once every ceil(queues / READS_PER_REFRESH) refreshes.
+READS_PER_REFRESH = 2_000
 __all__ = ["Clock", "QueueRow", "Screen", "ServerRow", "Top", "Unread", "wall_clock"]
 
 
@@ -77,8 +81,11 @@ class Top:
         rows: int,
         clock: Clock,
         window: float = DEFAULT_TOP_RATE_WINDOW_S,
+        reads: int = READS_PER_REFRESH,
     ) -> None:
         self._connection = connection
+        self._reads = reads  # queues read per primary per refresh, beyond those shown
+        self._turns: dict[str, int] = {}  # primary -> where its next refresh's reads start
         self._root = root
         self._discover = not queues  # no queue given: those found on each primary
         self._queues: set[str] = set(queues)  # every queue the view has known: they stay
@@ -106,14 +113,16 @@ class Top:
 
     def refresh(self) -> Screen:
         """One read of every primary: one round trip each (two on the first refresh, whose
-        first pass finds which queues to show), and the layout first when it may have changed."""
+        first pass reads every queue's expired count to find which to show), and the layout
+        first when it may have changed. After the first pass a refresh reads the queues shown,
+        any never read, and `reads` more per primary in turn: the rest keep their last numbers."""
         if self._detail is None:
-            self._detail = {row.queue for row in self._read_all(set()).rows}
+            self._detail = {row.queue for row in self._read_all(set(), every=True).rows}
         screen = self._read_all(self._detail)
         self._detail = {row.queue for row in screen.rows}
         return screen
 
-    def _read_all(self, detail: set[str]) -> Screen:
+    def _read_all(self, detail: set[str], *, every: bool = False) -> Screen:
         now = self._clock()
         failures: list[Unread] = []
         members_error = None
@@ -128,7 +137,9 @@ class Top:
         standins: list[ServerRow] = []
         for node, reader in self._readers.items():
             wanted = members_key(self._root) if node == members_at else None
-            read, standin = self._read(node, reader, detail, now, wanted)
+            queues = self._routes.get(node, [])
+            chosen = queues if every else self._chosen(node, queues, detail)
+            read, standin = self._read(node, reader, chosen, detail, now, wanted)
             if read.failure is not None:
                 failures.append(Unread(self._address(node), read.failure))
             self._servers[node] = replace(read.server, scan_error=self._unlisted.get(node))
@@ -139,35 +150,69 @@ class Top:
                 self._members = read.members or ()
                 members_error = read.members_error
             rows += (self._row(row, read.server.run_id, now) for row in read.rows)
+            if len(chosen) < len(queues):
+                rows += self._unread(node, queues, chosen, down=read.failure is not None)
         self._stand_in(standins)
         rows += self._orphans()
         self._remap = bool(failures) or self._layout_may_have_changed(rows)
-        shown = tuple(replace(r, owner=owner(r.queue, self._members)) for r in rows)
+        top = tuple(replace(r, owner=owner(r.queue, self._members)) for r in self._top(rows))
         for member in self._members:
             self._seen.setdefault(member, len(self._seen))
         return Screen(
             now,
             tuple(self._servers.values()),
-            self._top(shown),
-            len(shown),
+            top,
+            len(rows),
             tuple(failures),
             self._members,
             members_error,
             self._rates.window_s,
-            sum(1 for row in shown if row.state not in READ),
+            sum(1 for row in rows if row.state not in READ),
             dict(self._seen),
         )
 
+    def _chosen(self, node: str, queues: Sequence[str], detail: set[str]) -> list[str]:
+        """The primary's queues this refresh reads: those shown (the busiest), those never
+        read, and the next `reads` of the others in turn."""
+        if len(queues) <= self._reads:
+            return list(queues)
+        start = self._turns.get(node, 0) % len(queues)
+        turn = [
+            *queues[start : start + self._reads],
+            *queues[: max(0, start + self._reads - len(queues))],
+        ]
+        self._turns[node] = start + self._reads
+        taken = set(turn)
+        extra = [q for q in queues if q not in taken and (q in detail or q not in self._last)]
+        return turn + extra
+
+    def _unread(
+        self, node: str, queues: Sequence[str], chosen: Sequence[str], *, down: bool
+    ) -> list[QueueRow]:
+        """The rows of the queues not read this refresh: as last read, or stale when their
+        server could not be read."""
+        read_now = set(chosen)
+        return [
+            self._kept(q, node, STALE, None) if down or q not in self._last else self._last[q]
+            for q in queues
+            if q not in read_now
+        ]
+
     def _read(
-        self, node: str, reader: NodeReader, detail: set[str], now: float, wanted: str | None
+        self,
+        node: str,
+        reader: NodeReader,
+        queues: Sequence[str],
+        detail: set[str],
+        now: float,
+        wanted: str | None,
     ) -> tuple[NodeRead, NodeRead | None]:
-        """A primary's read, and a replica's in its place when it cannot be reached (or is
-        loading, or hangs)."""
-        queues = self._routes.get(node, [])
+        """A primary's read of `queues`, and a replica's in its place when it cannot be
+        reached (or is loading, or hangs)."""
         try:
             read = reader.read(queues, detail, now, wanted)
         except redis.RedisError as exc:
-            read = self._down(reader, exc)
+            read = self._down(reader, queues, exc)
         if not isinstance(read.failure, UNREACHABLE):
             return read, None
         replicas = self._map.replicas_of.get(node, ()) if self._map is not None else ()
@@ -203,12 +248,10 @@ class Top:
         before = self._last.get(queue) or QueueRow(queue, node or "", None)
         return replace(before, node=node or before.node, state=state, error=error)
 
-    def _down(self, reader: NodeReader, exc: redis.RedisError) -> NodeRead:
+    def _down(self, reader: NodeReader, queues: Sequence[str], exc: redis.RedisError) -> NodeRead:
         """A server that cannot be read: its line says why, its queues keep their last rows."""
         server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=error_text(exc))
-        stale = [
-            QueueRow(q, reader.node, None, state=STALE) for q in self._routes.get(reader.node, [])
-        ]
+        stale = [QueueRow(q, reader.node, None, state=STALE) for q in queues]
         return NodeRead(server, stale, failure=exc)
 
     def _unreadable(self, error: str) -> None:

@@ -21,10 +21,18 @@ class Executor:
     script: LuaScript
 
     def args(
-        self, keys: QueueKeys, max_stalled: int, limit: int, bound_ms: int, listed: int = 0
+        self,
+        keys: QueueKeys,
+        max_stalled: int,
+        limit: int,
+        bound_ms: int,
+        listed: int = 0,
+        *,
+        brief: bool = False,
     ) -> list[object]:
         """EVALSHA of the sweep script for `keys`; `bound_ms` bounds the expired count, `listed`
-        the ids the reply lists (0: all)."""
+        the ids the reply lists (0: all); `brief` lets a call that finds nothing due reply with
+        its clock and earliest deadline alone."""
         return [
             "EVALSHA",
             self.script.sha,
@@ -39,6 +47,7 @@ class Executor:
             limit,
             bound_ms,
             listed,
+            int(brief),
         ]
 
     def prepare(self, client: redis.Redis) -> None:

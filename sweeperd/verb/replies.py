@@ -16,13 +16,22 @@ from sweeperd.verb.executors import Executor
 @dataclass(frozen=True, slots=True)
 class Call:
     """One sweep of one queue; `bound_ms` (server clock, 0 = the call's now) bounds `expired`;
-    `listed` caps the ids the reply lists (0 = every id; the counts stay whole)."""
+    `listed` caps the ids the reply lists (0 = every id; the counts stay whole); `brief` lets
+    a call that finds nothing due reply with its clock and earliest deadline alone (no run_id,
+    no counts: see Depths)."""
 
     keys: QueueKeys
     max_stalled: int
     limit: int
     bound_ms: int = 0
     listed: int = 0
+    brief: bool = False
+
+    def args(self, executor: Executor) -> list[object]:
+        """The call as `executor` sends it."""
+        return executor.args(
+            self.keys, self.max_stalled, self.limit, self.bound_ms, self.listed, brief=self.brief
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +77,16 @@ NOTHING_RAW = [[], [], [], 0, []]  # the sweep's reply when it took nothing
 
 @dataclass(frozen=True, slots=True)
 class Depths:
-    """A queue's numbers right after its sweep, on the server's clock (`now_ms`)."""
+    """A queue's numbers right after its sweep, on the server's clock (`now_ms`). A brief
+    reply (a call that found nothing due, Call.brief) says only the clock and the earliest
+    deadline: its run_id and set sizes are None, nothing is expired."""
 
-    run_id: bytes
+    run_id: bytes | None
     now_ms: int
     expired: int  # leases due by the call's bound
-    active: int
-    pending: int
-    dead: int
+    active: int | None
+    pending: int | None
+    dead: int | None
     failed: int | None  # the metrics:failed count; None when it is not an integer
     earliest_ms: float | None  # the earliest deadline left in active, due or not; None: none
     server_us: int = 0  # how long the call ran on the server, in microseconds
@@ -94,6 +105,18 @@ class Depths:
         if oldest is None:
             return 0.0
         return (self.now_ms - max(oldest, 0.0)) / 1000
+
+    @property
+    def jobs(self) -> tuple[int, int, int] | None:
+        """The active, pending and dead sets' sizes; None when the reply was brief."""
+        if self.active is None or self.pending is None or self.dead is None:
+            return None
+        return self.active, self.pending, self.dead
+
+    @classmethod
+    def brief(cls, now_ms: int, earliest: object) -> Depths:
+        """A brief reply's: the server's clock and the earliest deadline, nothing expired."""
+        return cls(None, now_ms, 0, None, None, None, None, _score(earliest))
 
     @classmethod
     def parse(cls, raw: object) -> Depths | None:
@@ -176,6 +199,8 @@ def result_of(call: Call, raw: object) -> CallResult:
         return CallResult(call, SweepError.of(raw))
     if not (isinstance(raw, list) and len(raw) == 2):
         return CallResult(call, SweepError.of(ValueError(f"the sweep replied {raw!r}")))
+    if isinstance(raw[0], int):  # brief: nothing was due, {now, earliest deadline}
+        return CallResult(call, NOTHING, Depths.brief(*raw))
     verdict, stats = raw
     depths = Depths.parse(stats)
     if isinstance(verdict, BaseException):

@@ -9,18 +9,9 @@ import redis
 from redis.connection import Connection
 
 from sweeperd.server.denied import user_of
+from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
 from sweeperd.verb.executors import Executor
 from sweeperd.verb.replies import Call, CallResult, named, result_of
-
-
-def resp(args: Sequence[object]) -> bytes:
-    """A command as RESP puts it on the wire: an array of bulk strings."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
 
 PACKED_MAX = 1 << 17  # commands kept packed: more queues than that are packed anew each round
 
@@ -38,29 +29,11 @@ class Packed:
         found = self._commands.get(key)
         if found is not None:
             return found
-        command = resp(
-            executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
-        )
+        command = resp(call.args(executor))
         if len(self._commands) >= PACKED_MAX:
             self._commands.clear()
         self._commands[key] = command
         return command
-
-
-# A call's error reply: its result, not a broken connection (redis-py makes -LOADING one).
-ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
-
-
-def _exchange(connection: Connection, commands: bytes, count: int) -> list[object]:
-    """Send the packed commands, read their `count` replies; an error reply is its reply."""
-    connection.send_packed_command([commands])  # type: ignore[no-untyped-call]
-    replies: list[object] = []
-    for _ in range(count):
-        try:
-            replies.append(connection.read_response())
-        except ERROR_REPLIES as exc:
-            replies.append(exc)
-    return replies
 
 
 def _send(
@@ -75,18 +48,7 @@ def _send(
     its deadline, round after round, costs a fifth less than redis-py packing it anew).
     """
     commands = b"".join([packed(executor, call) for call in calls])
-    pool = client.connection_pool
-    connection = pool.get_connection()
-    try:
-        return connection.retry.call_with_retry(
-            lambda: _exchange(connection, commands, len(calls)),
-            lambda _error: connection.disconnect(),  # type: ignore[no-untyped-call]
-        )
-    except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread
-        raise
-    finally:
-        pool.release(connection)
+    return round_trip(client, commands, len(calls))
 
 
 def _lost(reply: object) -> bool:
@@ -131,7 +93,7 @@ class InFlight:
         self.call = call
         self._connection: Connection | None = None
         self._error: Exception | None = None
-        args = executor.args(call.keys, call.max_stalled, call.limit, call.bound_ms, call.listed)
+        args = call.args(executor)
         try:
             self._connection = client.connection_pool.get_connection()
             self._connection.send_command(*args)  # type: ignore[no-untyped-call]

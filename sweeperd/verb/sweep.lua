@@ -15,6 +15,9 @@
 -- ARGV[3]  limit: leases the call takes at most, passed to the verb as given
 -- ARGV[4]  bound: ms; `expired` counts leases with a deadline at or before it; 0 = now
 -- ARGV[5]  listed: ids listed at most per list when the call took more (0 = every id)
+-- ARGV[6]  brief: '1' lets a call that finds nothing due (bound 0) reply after one read (see
+--          below): no INFO, no counts, nothing written, as the verb writes nothing then either
+--          (absent or '0': every call replies whole)
 -- Replies {verdict, stats}:
 --   verdict  the verb's error reply unchanged, or {recovered, dead, exempt, ghosts, ghost_ids}:
 --            the verb's two lists, the recovered ids whose lease_epoch is not the run_id, how
@@ -30,6 +33,8 @@
 --            server time is the microseconds this script ran; the delay is how long after its
 --            deadline the call took its oldest lease: ms as text (from 1970 for a deadline
 --            before it, -inf too), false when the call took none
+-- A brief reply (ARGV[6], nothing due) is {now, earliest deadline} alone, in place of
+-- {verdict, stats}: the verdict is the verb's empty one, the server time and counts unread.
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
 -- Exempt is judged by each recovered id's lease_epoch, which the verb never writes. Where a call
 -- may recover most of what it takes (max_stalled above 1), one SORT_RO reads the epochs of
@@ -40,6 +45,30 @@
 -- active small enough to be a listpack (SORT would turn it into a skiplist for good), a user
 -- without +sort_ro and +object|encoding or who may not read every key (%R~*), a Redis 7.0
 -- Cluster (SORT's GET is refused there), a prefix holding SORT's '*'.
+
+local LLONG_MAX = '9223372036854775807'
+
+-- the limit as a number when the verb takes it (a positive 64-bit integer), else nil
+local function positive_limit(raw)
+  if not string.find(raw, '^[1-9][0-9]*$') then return nil end
+  if #raw > #LLONG_MAX or (#raw == #LLONG_MAX and raw > LLONG_MAX) then return nil end
+  return tonumber(raw)
+end
+
+-- Nothing due: the verb would select nothing, write nothing and reply {{}, {}} (once its two
+-- arguments pass), so a brief call stops at active's first lease, before anything else is
+-- defined or read. Any other case (a refused argument, active of the wrong type, a lease due)
+-- goes the whole way below.
+if ARGV[6] == '1' and ARGV[4] == '0' and positive_limit(ARGV[2]) and positive_limit(ARGV[3]) then
+  local first_lease = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if not first_lease['err'] then
+    local t = redis.call('TIME')
+    local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if #first_lease == 0 or tonumber(first_lease[2]) > now_ms then
+      return {now_ms, first_lease[2] or false}
+    end
+  end
+end
 
 -- a read of a key that may have the wrong type: false then; any other refusal (an ACL user
 -- without the command) fails the script, naming the command
@@ -76,14 +105,6 @@ local function dropped(head, recovered, died)
 end
 
 local EPOCHS_PAGE = 1000  -- epochs one SORT_RO reads at most: its reply is one Lua table
-local LLONG_MAX = '9223372036854775807'
-
--- the limit as a number when the verb takes it (a positive 64-bit integer), else nil
-local function positive_limit(raw)
-  if not string.find(raw, '^[1-9][0-9]*$') then return nil end
-  if #raw > #LLONG_MAX or (#raw == #LLONG_MAX and raw > LLONG_MAX) then return nil end
-  return tonumber(raw)
-end
 
 -- redis.pcall(command...)'s reply, or nil where the user may not send it (checked first: a
 -- refused command would write the ACL LOG on every call), the server does not know it, or it

@@ -44,7 +44,8 @@ def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> Queue
 class Rig:
     """A node, its metrics, ledger, drainer and ticks on the module server, time passed in (a
     Clock, or time.monotonic where a thread runs); `size` is the node's first call size; with
-    `wakes`, its queues' wakes at their deadlines (`deadlines`)."""
+    `wakes`, its queues' wakes at their deadlines (`deadlines`); with `brief`, idle calls reply
+    briefly (as the daemon's do at --queue-metrics basic)."""
 
     def __init__(
         self,
@@ -54,6 +55,7 @@ class Rig:
         size: int = FIRST_SIZE,
         clock: Callable[[], float] | None = None,
         wakes: bool = False,
+        brief: bool = False,
     ) -> None:
         self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
         self.clock = clock or Clock()
@@ -76,7 +78,13 @@ class Rig:
             clock=self.clock,
         )
         self.ticks = Tick(
-            self.node, self.ledger, self.drainer, "emq", self.deadlines, clock=self.clock
+            self.node,
+            self.ledger,
+            self.drainer,
+            "emq",
+            self.deadlines,
+            brief=brief,
+            clock=self.clock,
         )
         self.node.look(self.clock())
 

@@ -464,7 +464,7 @@ class TestValueErrors:
             ("jitter", 1.5, "must be a fraction between 0 and 1, not 1.5"),
             ("jitter", -0.1, "must be a fraction between 0 and 1, not -0.1"),
             ("executor", "lua", "must be one of auto, native, script, not 'lua'"),
-            ("queue_metrics", "all", "must be one of basic, full, not 'all'"),
+            ("queue_metrics", "all", "must be one of sparse, basic, full, not 'all'"),
             ("log_format", "xml", "must be one of json, console, auto, not 'xml'"),
             (
                 "log_level",

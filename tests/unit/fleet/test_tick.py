@@ -13,6 +13,7 @@ from sweeperd.fleet.deadlines import GRACE_S, Deadlines
 from sweeperd.fleet.node import Node
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import connect
+from tests.support.clock import Clock
 from tests.support.helpers import lease, server_ms
 from tests.support.node_rig import NODE, Rig, queue, seed
 from tests.support.servers import RedisServer
@@ -169,6 +170,33 @@ class TestTickWakes:
         assert host is not None and outcome.wake == host + GRACE_S
         assert not outcome.restarted
 
+    def test_brief_rounds_read_the_epoch_once(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """Idle brief calls read no run_id nor INFO: a round sends its first call whole (the
+        run_id and the ACL checks), so a round reads INFO once beside its tick's look, whatever
+        its size."""
+        rig = Rig(redis_server.url, wakes=True, brief=True)
+        lease(r, A, b"j", server_ms(r) + 60_000, attempts="1")
+        idle = [queue("a"), queue("b"), queue("c")]
+        r.config_resetstat()
+        outcome = rig.tick(*idle)
+        assert (calls(r, "info"), calls(r, "evalsha")) == (2, 3)
+        r.config_resetstat()
+        rig.ticks.run(idle, rig.clock(), look=False, woken=True)
+        assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
+        assert not outcome.restarted and rig.node.restarts == 0
+
+    def test_a_brief_reply_does_not_size_the_calls(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A brief reply found nothing due and says nothing of what a call costs: its round trip
+        (here 10 ms, five times the call target) leaves the call size as it was."""
+        rig = Rig(redis_server.url, wakes=True, brief=True, clock=Clock(step=0.01), size=400)
+        rig.tick(queue("a"))
+        rig.tick(queue("a"))
+        assert rig.node.call_size(1000) == 400
+
     def test_a_scheduled_tick_leaves_a_queue_to_its_wake(
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
@@ -204,3 +232,22 @@ class TestTickWakes:
             assert outcome.restarted and rig.node.restarts == 1
             assert rig.node.run_id not in (None, before)
             assert not rig.tick(queue("a"), look=False).restarted
+
+    def test_a_brief_wake_round_sees_a_restart(self, server_kind: str, tmp_path: Path) -> None:
+        """Brief idle calls carry no run_id; the round's first call, sent whole, does: a
+        restart is seen and counted once. Where that call is refused (no run_id in any reply),
+        the node is looked at instead."""
+        with RedisServer(tmp_path, kind=server_kind) as server:
+            rig = Rig(server.url, wakes=True, brief=True)
+            server.restart()
+            rig.node.client.connection_pool.disconnect()
+            outcome = rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
+            assert outcome.restarted and rig.node.restarts == 1
+            server.restart()
+            rig.node.client.connection_pool.disconnect()
+            c = rig.node.client
+            c.set(A.active, "not a zset")
+            outcome = rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
+            assert outcome.restarted and rig.node.restarts == 2
+            assert not rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False).restarted
+            c.connection_pool.disconnect()

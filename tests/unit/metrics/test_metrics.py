@@ -464,7 +464,7 @@ class TestQueueLifecycle:
             assert value(m, "sweeperd_sweeps_total", node=NODE) == 2 + 3
             assert value(m, "sweeperd_ghosts_removed_total", node=NODE) == 3 + 2
 
-    @pytest.mark.parametrize("level", list(QueueMetrics))
+    @pytest.mark.parametrize("level", [QueueMetrics.BASIC, QueueMetrics.FULL])  # sparse: TestSparse
     def test_disown_keeps_counters_and_last_success(self, level: QueueMetrics) -> None:
         """A queue owned by another replica now keeps its counters and last success (sums over
         replicas stay whole) and loses the gauges of its state; owned again, it has them back."""
@@ -628,3 +628,89 @@ class TestExposition:
         }
         assert len(helps) == 25
         assert all(len(text) > 20 for text in helps.values())
+
+
+class TestSparse:
+    """sparse: a queue's series while it has something to say, its counters at 0 first."""
+
+    @pytest.fixture
+    def sparse(self) -> Metrics:
+        m = Metrics(CollectorRegistry(), version="9.9.9", level=QueueMetrics.SPARSE)
+        m.numbers.clock = lambda: self.now
+        self.now = 1_000.0
+        return m
+
+    def queue_series(self, m: Metrics) -> set[str]:
+        return {
+            f"{s.name}{sorted(s.labels.items())}"
+            for metric in m.registry.collect()
+            for s in metric.samples
+            if "queue" in s.labels
+        }
+
+    def test_idle_queues_export_nothing_the_node_counts_every_call(self, sparse: Metrics) -> None:
+        """1,000 queues swept with nothing to say: no queue's series; the node's sweeps whole."""
+        for n in range(1000):
+            sparse.numbers.add_queue(f"q{n}")
+            sparse.numbers.record(NODE, f"q{n}", result(reply(), depths()), 999.0)
+        assert self.queue_series(sparse) == set()
+        assert value(sparse, "sweeperd_sweeps_total", node=NODE) == 1000
+
+    def test_a_recovery_appears_at_zero_then_counts(self, sparse: Metrics) -> None:
+        """Its counters show 0 for their first minute (a rate sees the whole increase), then
+        what it counted; the gauges what they are from the start."""
+        sparse.numbers.add_queue("q")
+        sparse.numbers.record(NODE, "q", result(reply(recovered=2, exempt=1), depths()), 999.0)
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 0
+        assert value(sparse, "sweeperd_exempt_total", queue="q") == 0
+        assert value(sparse, "sweeperd_last_success_timestamp_seconds", queue="q") == 999.0
+        assert value(sparse, "sweeperd_expired_leases", queue="q") == 0
+        self.now += 59
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 0
+        self.now += 1
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 2
+        assert value(sparse, "sweeperd_exempt_total", queue="q") == 1
+
+    def test_a_quiet_queue_goes_and_comes_back_from_zero(self, sparse: Metrics) -> None:
+        """Half an hour after its last word its series go and its counters restart: its next
+        recovery shows 0, then 1 (never its old 2 plus 1, which a rate would miss)."""
+        sparse.numbers.add_queue("q")
+        sparse.numbers.record(NODE, "q", result(reply(recovered=2), depths()), 1_000.0)
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 0
+        self.now = 1_000.0 + 1_799
+        sparse.numbers.record(NODE, "q", result(reply(), depths()), self.now)
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 2
+        self.now = 1_000.0 + 1_800
+        assert self.queue_series(sparse) == set()
+        sparse.numbers.record(NODE, "q", result(reply(recovered=1), depths()), self.now)
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 0
+        self.now += 60
+        assert value(sparse, "sweeperd_recovered_total", queue="q") == 1
+
+    def test_a_backlog_and_a_failure_are_something_to_say(self, sparse: Metrics) -> None:
+        """Leases left expired show the gauges; a failure its reason's counter, at 0 first."""
+        sparse.numbers.add_queue("late")
+        sparse.numbers.add_queue("refused")
+        sparse.numbers.record(
+            NODE, "late", result(reply(), depths(expired=4, oldest_ms=4_000)), 999.0
+        )
+        sparse.numbers.record(NODE, "refused", result(Reason.LANE), 999.0)
+        assert value(sparse, "sweeperd_expired_leases", queue="late") == 4
+        assert value(sparse, "sweeperd_oldest_expired_age_seconds", queue="late") == 6.0
+        assert value(sparse, "sweeperd_sweep_failures_total", queue="refused", reason="lane") == 0
+        self.now += 60
+        assert value(sparse, "sweeperd_sweep_failures_total", queue="refused", reason="lane") == 1
+
+    def test_an_owned_queue_not_swept_says_its_last_success(self, sparse: Metrics) -> None:
+        """No success for 150 s: its last success is exported (SweeperdQueueNotSwept reads it at
+        300 s); another replica's queue never says it (its owner does)."""
+        sparse.numbers.add_queue("mine")
+        sparse.numbers.add_queue("theirs")
+        for queue in ("mine", "theirs"):
+            sparse.numbers.record(NODE, queue, result(reply(), depths()), 1_000.0)
+        sparse.numbers.disown_queue("theirs")
+        self.now = 1_000.0 + 150
+        assert self.queue_series(sparse) == set()
+        self.now += 1
+        assert value(sparse, "sweeperd_last_success_timestamp_seconds", queue="mine") == 1_000.0
+        assert value(sparse, "sweeperd_last_success_timestamp_seconds", queue="theirs") is None

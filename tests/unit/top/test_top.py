@@ -15,7 +15,7 @@ from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, ExecutorChoice
 from sweeperd.keyspace import QueueKeys, members_key
 from sweeperd.ownership import owner
 from sweeperd.server.connection import Connection
-from sweeperd.top.refresh import Screen, Top
+from sweeperd.top.refresh import READS_PER_REFRESH, Screen, Top
 from sweeperd.top.screen import plain_text
 from sweeperd.verb.executors import choose
 from tests.support.clock import Clock
@@ -63,10 +63,11 @@ def viewer(
     queues: tuple[str, ...] = (),
     rows: int = 10,
     clock: Clock | None = None,
-    **options: float,
+    window: float = DEFAULT_TOP_RATE_WINDOW_S,
+    reads: int = READS_PER_REFRESH,
 ) -> Top:
     connection = Connection.checked(server.url, None, 5.0)
-    return Top(connection, "emq", queues, rows, clock or Clock(1_000_000.0), **options)
+    return Top(connection, "emq", queues, rows, clock or Clock(1_000_000.0), window, reads)
 
 
 def bursts(
@@ -88,6 +89,12 @@ def live_members(r: redis.Redis, *ids: str, gone: tuple[str, ...] = ()) -> None:
     """Members as the daemon's heartbeats leave them: `ids` live a minute more, `gone` expired."""
     deadlines = {m: now_ms() + 60_000 for m in ids} | {m: now_ms() - 1_000 for m in gone}
     r.zadd(members_key("emq"), deadlines)
+
+
+def calls(r: redis.Redis, command: str) -> int:
+    """How often the server ran `command` since its stats were reset."""
+    stats = r.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
 
 
 def top(server: RedisServer, *args: str) -> Ran:
@@ -138,6 +145,34 @@ class TestTopRows:
             "mail": (3, 4),
             "nowhere": (0, 0),
         }
+
+
+class TestTopBudget:
+    """A refresh's reads: every queue's expired count on the first, then the queues shown, those
+    never read and a budget of others in turn; the rest keep their last numbers."""
+
+    def test_each_refresh_reads_its_budget(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """40 queues, 3 rows, a budget of 10: the first refresh reads all 40 (to find the
+        busiest), each next one 10 in turn and the 3 shown, so a backlog that grows on a
+        queue not shown is seen within four refreshes; the view always counts all 40."""
+        names = [f"q{n:02}" for n in range(40)]
+        for n, name in enumerate(names[:3]):
+            for job in range(n + 1):
+                lease(r, QueueKeys(name), f"j{job}".encode(), attempts=1)
+        view = viewer(redis_server, tuple(names), rows=3, reads=10)
+        r.config_resetstat()
+        first = view.refresh()
+        assert [row.queue for row in first.rows] == ["q02", "q01", "q00"]
+        assert calls(r, "zcount") == 40 + 10  # every queue, then the first turn (the 3 in it)
+        for job in range(5):
+            lease(r, QueueKeys("q39"), f"j{job}".encode(), attempts=1)
+        seen = []
+        for _ in range(4):
+            r.config_resetstat()
+            screen = view.refresh()
+            assert calls(r, "zcount") <= 10 + 3 and screen.queues == 40
+            seen.append(screen.rows[0].queue)
+        assert seen[-1] == "q39" and seen[0] == "q02"
 
 
 class TestTopDiscovery:

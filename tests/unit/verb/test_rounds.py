@@ -8,9 +8,10 @@ import redis
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import connect
+from sweeperd.server.packed import resp
 from sweeperd.verb.executors import NATIVE
-from sweeperd.verb.replies import Call, Depths, SweepReply, keeps_draining
-from sweeperd.verb.rounds import Packed, resp, sweep_round
+from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply, keeps_draining
+from sweeperd.verb.rounds import Packed, sweep_round
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
 from tests.support.targets import Target
 
@@ -22,7 +23,7 @@ def commands_called(r: redis.Redis, name: str) -> int:
     return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
 
 
-def numbers(d: Depths | None) -> tuple[int, int, int, int, int | None]:
+def numbers(d: Depths | None) -> tuple[int, int | None, int | None, int | None, int | None]:
     """expired, active, pending, dead and failed of a result's depths."""
     assert d is not None
     return (d.expired, d.active, d.pending, d.dead, d.failed)
@@ -215,3 +216,72 @@ class TestPackedRound:
         client = connect("redis://127.0.0.1:1/0", socket_timeout=1.0)
         with pytest.raises(redis.ConnectionError):
             sweep_round(client, NATIVE, [Call(A, 2, 100), Call(B, 2, 100)])
+
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+def refusal(result: CallResult) -> tuple[Reason | None, str | None]:
+    """A refused call's reason and text; (None, None) for a reply."""
+    error = result.reply
+    return (error.reason, error.message) if isinstance(error, SweepError) else (None, None)
+
+
+class TestBriefCalls:
+    """A brief call that finds nothing due replies after one read, as the verb would (it selects
+    nothing, writes nothing); any other brief call is the whole call."""
+
+    def test_an_idle_brief_call_reads_one_lease_and_writes_nothing(self, on: Target) -> None:
+        """Nothing due: the verb's empty verdict, the server's clock and the earliest deadline;
+        no INFO, no verb, no count, the keyspace byte for byte as it was."""
+        c = on.client
+        deadline = now_ms() + FUTURE_OFFSET_MS
+        lease(c, A, b"later", deadline, attempts="1")
+        before = dump_all(c)
+        c.config_resetstat()
+        [idle, empty] = sweep_round(
+            c, on.executor, [Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True)]
+        )
+        assert (idle.reply, empty.reply) == (SweepReply(), SweepReply())
+        assert idle.depths is not None and empty.depths is not None
+        assert (idle.depths.run_id, idle.depths.jobs, idle.depths.failed) == (None, None, None)
+        assert (idle.depths.expired, idle.depths.earliest_ms) == (0, float(deadline))
+        assert empty.depths.earliest_ms is None
+        assert abs(idle.depths.now_ms - now_ms()) < 60_000
+        assert idle.due_next_ms == deadline and not keeps_draining(idle)
+        called = ("info", "zcard", "zcount", "hget", "emq.stalled.check", "zrange")
+        assert [commands_called(c, name) for name in called] == [0, 0, 0, 0, 0, 2]
+        assert dump_all(c) == before
+
+    def test_a_brief_call_with_a_lease_due_is_the_whole_call(self, on: Target) -> None:
+        """A lease due: the brief call sweeps and replies as the whole call does, counts and
+        run_id included."""
+        c = on.client
+        lease(c, A, b"due", attempts="1")
+        lease(c, A, b"later", now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        lease(c, B, b"due", attempts="1")
+        lease(c, B, b"later", now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        [brief] = sweep_round(c, on.executor, [Call(A, 2, 100, brief=True)])
+        [whole] = sweep_round(c, on.executor, [Call(B, 2, 100)])
+        assert brief.reply == whole.reply == SweepReply((b"due",), ())
+        assert numbers(brief.depths) == numbers(whole.depths) == (0, 1, 1, 0, 0)
+        assert brief.depths is not None and brief.depths.run_id == run_id(c)
+
+    @pytest.mark.parametrize("args", [(0, 100), (1, 0), (-1, 100)])
+    def test_a_brief_call_refuses_as_the_verb_does(self, on: Target, args: tuple[int, int]) -> None:
+        """Arguments the verb refuses are refused by a brief call too, with the verb's text,
+        though nothing is due; so is an active set of the wrong type."""
+        c = on.client
+        c.set(B.active, "not a zset")
+        before = dump_all(c)
+        max_stalled, limit = args
+        brief, whole = (
+            sweep_round(c, on.executor, [Call(A, max_stalled, limit, brief=b)])[0]
+            for b in (True, False)
+        )
+        assert refusal(brief) == refusal(whole) != (None, None)
+        [wrong, wrong_whole] = (
+            sweep_round(c, on.executor, [Call(B, 1, 100, brief=b)])[0] for b in (True, False)
+        )
+        assert refusal(wrong) == refusal(wrong_whole) == (Reason.WRONGTYPE, WRONGTYPE)
+        assert dump_all(c) == before

@@ -1,0 +1,226 @@
+"""Many queues on one replica: the settings of 200,000 queues; per server and queue count, the
+daemon's time to ready, idle CPU and RSS at --interval 60 and 5, the server's µs per idle sweep
+call (whole and brief, both executors), /metrics' size and time per --queue-metrics level, and
+top's first view and the ZCOUNTs of each refresh after it; on Redis and on Valkey."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_fanout import cpu_seconds, memory_mib, scrape
+from sweeperd.config.settings import build_settings
+from sweeperd.keyspace import QueueKeys
+from sweeperd.server.connection import Connection, connect
+from sweeperd.top.refresh import READS_PER_REFRESH, Top, wall_clock
+from sweeperd.verb.executors import NATIVE, SCRIPT
+from sweeperd.verb.replies import Call
+from sweeperd.verb.rounds import sweep_round
+from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.servers import SERVER_KINDS, RedisServer
+
+READY_TIMEOUT_S = 300.0
+FULL_UP_TO = 30_000  # full's scrape above this many queues takes minutes and a gigabyte
+IDLE_CALLS = 20_000  # idle calls timed per executor and form, in rounds of 1,000
+SETTINGS_QUEUES = (100_000, 200_000)
+
+
+def names(queues: int) -> list[str]:
+    return [f"tenant-{n:06}" for n in range(queues)]
+
+
+def config_file(workdir: Path, queues: int) -> Path:
+    """A TOML file listing `queues` queues."""
+    path = workdir / f"queues-{queues}.toml"
+    if not path.exists():
+        listed = ", ".join(f'"{name}"' for name in names(queues))
+        path.write_text(f"queues = [{listed}]\n")
+    return path
+
+
+def settings_seconds(workdir: Path, queues: int) -> float:
+    """CPU seconds to read and check the settings of a file listing `queues` queues."""
+    path = config_file(workdir, queues)
+    started = time.process_time()
+    build_settings({}, path, logs_to_tty=False)
+    return time.process_time() - started
+
+
+def seed(server: RedisServer, queues: int) -> None:
+    """A lease far from due in every tenth queue; the others empty (idle queues either way)."""
+    client = server.client()
+    pipe = client.pipeline(transaction=False)
+    far = int(time.time() * 1000) + 3_600_000
+    for name in names(queues)[::10]:
+        pipe.zadd(QueueKeys(name).active, {"live": far})
+    pipe.execute()
+    client.close()
+
+
+def evalsha_us(client: redis.Redis) -> float:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return float(stats.get("usec_per_call", "nan")) if isinstance(stats, dict) else float("nan")
+
+
+def calls_of(client: redis.Redis, command: str) -> int:
+    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
+
+
+def idle_call_us(server: RedisServer) -> dict[str, float]:
+    """The server's µs per idle sweep call (INFO commandstats), whole and brief, each executor;
+    the forms take turns and the least of three turns is kept."""
+    client, stats = connect(server.url, socket_timeout=30.0), server.client()
+    found: dict[str, float] = {}
+    for _ in range(3):
+        for executor in (NATIVE, SCRIPT):
+            executor.prepare(client)
+            for brief in (False, True):
+                calls = [Call(QueueKeys(f"idle-{n}"), 1, 100, brief=brief) for n in range(1000)]
+                stats.config_resetstat()
+                for _ in range(IDLE_CALLS // len(calls)):
+                    sweep_round(client, executor, calls)
+                key = f"{executor.name} {'brief' if brief else 'whole'}"
+                found[key] = min(found.get(key, float("inf")), evalsha_us(stats))
+    client.close()
+    stats.close()
+    return found
+
+
+@contextmanager
+def daemon(workdir: Path, server: RedisServer, queues: int, *args: str) -> Iterator[DaemonProcess]:
+    config = config_file(workdir, queues)
+    argv = ["--config", str(config), "--redis-url", server.url, "--log-level", "warning", *args]
+    with DaemonProcess(workdir, *argv) as process:
+        yield process
+
+
+def run_figures(
+    workdir: Path, server: RedisServer, queues: int, interval: int, seconds: float
+) -> dict[str, float]:
+    """Time to ready, then idle CPU over `seconds` once the start-up sweeps are done, RSS, and
+    the server's µs per sweep call over that window."""
+    stats = server.client()
+    started = time.monotonic()
+    with daemon(workdir, server, queues, "--interval", str(interval)) as process:
+        assert process.process is not None
+        wait_until(lambda: process.get("/readyz")[0] == 200, READY_TIMEOUT_S, "ready")
+        ready_s = time.monotonic() - started
+        time.sleep(min(interval, 10) + 2)  # the start-up round of every queue is done
+        pid = process.process.pid
+        stats.config_resetstat()
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(seconds)
+        cpu1, t1 = cpu_seconds(pid), time.monotonic()
+        figures = {
+            "ready_s": ready_s,
+            "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+            "rss_mib": memory_mib(pid, "VmRSS"),
+            "call_us": evalsha_us(stats),
+            "calls_per_s": calls_of(stats, "evalsha") / (t1 - t0),
+        }
+        process.stop()
+    stats.close()
+    return figures
+
+
+def scrape_figures(
+    workdir: Path, server: RedisServer, queues: int, level: str
+) -> tuple[float, float]:
+    """/metrics at `level` once every queue was swept: MiB and seconds of the slowest of 3."""
+    with daemon(workdir, server, queues, "--interval", "60", "--queue-metrics", level) as process:
+        wait_until(lambda: process.get("/readyz")[0] == 200, READY_TIMEOUT_S, "ready")
+        time.sleep(12)
+        slowest, size = 0.0, 0
+        for _ in range(3):
+            started = time.monotonic()
+            size = len(scrape(process).encode())
+            slowest = max(slowest, time.monotonic() - started)
+        process.stop()
+    return size / 2**20, slowest
+
+
+def top_figures(server: RedisServer, queues: int) -> dict[str, float]:
+    """top's first view (CPU and wall seconds to its first screen) and the ZCOUNTs the server
+    ran for each refresh after it."""
+    stats = server.client()
+    connection = Connection.checked(server.url, None, 30.0)
+    wall, cpu = time.monotonic(), time.process_time()
+    view = Top(connection, "emq", names(queues), 20, wall_clock)
+    stats.config_resetstat()
+    view.refresh()
+    first = {
+        "first_view_s": time.monotonic() - wall,
+        "first_view_cpu_s": time.process_time() - cpu,
+        "first_zcounts": calls_of(stats, "zcount"),
+    }
+    stats.config_resetstat()
+    started = time.monotonic()
+    view.refresh()
+    refresh_s = time.monotonic() - started
+    zcounts = calls_of(stats, "zcount")
+    view.close()
+    stats.close()
+    return {**first, "refresh_s": refresh_s, "refresh_zcounts": zcounts}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--queues", type=int, nargs="+", default=[10_000, 30_000, 100_000])
+    parser.add_argument("--intervals", type=int, nargs="+", default=[60, 5])
+    parser.add_argument("--seconds", type=float, default=30.0, help="idle CPU window")
+    parser.add_argument("--levels", nargs="+", default=["sparse", "basic", "full"])
+    parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
+    opts = parser.parse_args()
+    kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        for queues in SETTINGS_QUEUES:
+            print(f"settings of {queues:,} queues: {settings_seconds(workdir, queues):.2f} s CPU")
+        for kind in kinds:
+            with RedisServer(
+                workdir / kind, kind=kind, module=RedisServer(workdir).module
+            ) as server:
+                idle = idle_call_us(server)
+                said = ", ".join(f"{key} {us:.1f}" for key, us in idle.items())
+                print(f"{kind}: server µs per idle sweep call: {said}")
+                for queues in opts.queues:
+                    server.client().flushall()
+                    seed(server, queues)
+                    for interval in opts.intervals:
+                        f = run_figures(workdir, server, queues, interval, opts.seconds)
+                        print(
+                            f"{kind} {queues:>7,} queues --interval {interval:>2}: ready "
+                            f"{f['ready_s']:.1f} s, idle CPU {f['cpu_percent']:.1f} %, RSS "
+                            f"{f['rss_mib']:.0f} MiB, {f['calls_per_s']:.0f} calls/s at "
+                            f"{f['call_us']:.1f} µs each on the server"
+                        )
+                    for level in opts.levels:
+                        if level == "full" and queues > FULL_UP_TO:
+                            print(f"{kind} {queues:>7,} queues /metrics at full: not measured")
+                            continue
+                        mib, seconds = scrape_figures(workdir, server, queues, level)
+                        print(
+                            f"{kind} {queues:>7,} queues /metrics at {level}: {mib:.1f} MiB in "
+                            f"{seconds:.2f} s"
+                        )
+                    t = top_figures(server, queues)
+                    print(
+                        f"{kind} {queues:>7,} queues top: first view {t['first_view_s']:.2f} s "
+                        f"({t['first_view_cpu_s']:.2f} s CPU, {t['first_zcounts']:,} ZCOUNTs), "
+                        f"then {t['refresh_s']:.2f} s and {t['refresh_zcounts']:,.0f} ZCOUNTs a "
+                        f"refresh (budget {READS_PER_REFRESH:,} and the rows shown)"
+                    )
+
+
+if __name__ == "__main__":
+    main()
