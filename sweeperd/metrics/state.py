@@ -22,6 +22,7 @@ class NodeState:
     up: bool | None = None  # None until it answered or failed once
     run_id: str | None = None  # with the executor: what sweeps it now
     executor: str | None = None
+    hearing: bool = False  # the server tells it of its queues' new leases (CLIENT TRACKING)
 
 
 @dataclass
@@ -40,6 +41,7 @@ STATE = (
     "sweeperd_redis_up",
     "sweeperd_server_restarts",
     "sweeperd_server_info",
+    "sweeperd_deadline_source",
     "sweeperd_ready",
     "sweeperd_members",
     "sweeperd_owned_queues",
@@ -55,9 +57,14 @@ class StateCollector(Collector):
         self.read = read
 
     def collect(self) -> Iterator[Metric]:
-        up, restarts, info = (
+        up, restarts, info, source = (
             FAMILIES[name].labelled()
-            for name in ("sweeperd_redis_up", "sweeperd_server_restarts", "sweeperd_server_info")
+            for name in (
+                "sweeperd_redis_up",
+                "sweeperd_server_restarts",
+                "sweeperd_server_info",
+                "sweeperd_deadline_source",
+            )
         )
         for node in self.read.nodes():
             restarts.add_metric([node.name], node.restarts)
@@ -65,7 +72,9 @@ class StateCollector(Collector):
                 up.add_metric([node.name], 1 if node.up else 0)
             if node.run_id is not None and node.executor is not None:
                 info.add_metric([node.name, node.run_id, node.executor], 1)
-        yield from (up, restarts, info)
+            if node.up is not None:
+                source.add_metric([node.name], 1 if node.hearing else 0)
+        yield from (up, restarts, info, source)
         read = self.read
         values = {
             "sweeperd_ready": 1 if read.ready() else 0,
