@@ -52,13 +52,14 @@ format:
 	$(VENV)/bin/ruff format sweeperd tests bench
 	$(VENV)/bin/ruff check --fix sweeperd tests bench
 
-bench: system module venv  ## the verb, the executors, the fan-out, a mass stall, the epoch reads and the recovery latency, measured
+bench: system module venv  ## the verb, the executors, the fan-out, a mass stall, the epoch reads, the recovery latency and the live fleet, measured
 	$(PY) bench/bench_verb.py
 	$(PY) bench/bench_executors.py
 	$(PY) bench/bench_fanout.py
 	$(PY) bench/bench_mass.py
 	$(PY) bench/bench_epochs.py --runs 2
 	$(PY) bench/bench_latency.py
+	$(PY) bench/bench_live.py
 
 clean:
 	$(MAKE) -C module clean

@@ -289,7 +289,7 @@ OPTIONS: dict[str, Option] = {
         Option(
             "deadline_source",
             "tracking|off",
-            (RUN,),
+            (RUN, ACL),
             "tracking: the server says when a queue's leases change (CLIENT TRACKING), and a "
             "lease taken since its queue's last sweep is back at its deadline too; off: such a "
             "lease waits for the queue's next sweep (its interval at the latest).",

@@ -104,7 +104,12 @@ class Member:
 
     def state(self) -> NodeState:
         """Its node's state, and whether the server tells it of its queues' new leases."""
-        return replace(self.node.state(), hearing=self.source is SourceState.TRACKING)
+        listener = self.listener
+        return replace(
+            self.node.state(),
+            hearing=listener is not None and listener.source is SourceState.TRACKING,
+            reads=0 if listener is None else listener.reads,
+        )
 
 
 @dataclass

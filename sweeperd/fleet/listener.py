@@ -32,7 +32,8 @@ PING_S = 5.0  # both connections are checked this often: a dead peer is found by
 RETRY_FIRST_S = 0.5  # a lost connection is made again after this, doubling
 RETRY_MAX_S = 30.0
 REFUSED_RETRY_S = 60.0  # a refusal is asked again this often (an ACL may be granted meanwhile)
-SHARE = 0.5  # a changed queue is read again within this share of its shortest lease seen
+SHARE = 0.2  # a changed queue is read again within this share of the shortest lease seen on
+OBSERVED = 64  # the primary, once this many new earliest leases were seen (till then, at once)
 
 
 class SourceState(StrEnum):
@@ -46,11 +47,10 @@ class SourceState(StrEnum):
 
 @dataclass
 class Watched:
-    """A queue the listener tracks: its settings, and what its reads learned."""
+    """A queue the listener tracks: its settings, its earliest lease and when it was read."""
 
     queue: QueueSettings
     head: tuple[bytes, float] | None = None  # the earliest lease last read: id, deadline (ms)
-    shortest_s: float | None = None  # the least time a new earliest lease had left when read
     read_s: float = float("-inf")  # when it was last read (monotonic)
 
 
@@ -64,8 +64,8 @@ class Listener:
     A queue is tracked once a tick swept it here (`track`), and left when it is no longer swept
     here (`forget`, or a read the Cluster sends elsewhere). Invalidations are coalesced: the
     queues changed since the last round are read in one pipelined round, at most one round per
-    ROUND_S, and a queue is read again no sooner than SHARE of the shortest lease it was seen
-    to take (a busy queue costs a read per a few of its claims, not one per claim). Tracking is
+    ROUND_S, and a queue is read again no sooner than SHARE of the shortest lease seen on the
+    primary (a busy queue costs a read per a few of its claims, not one per claim). Tracking is
     lost with either connection: both are made again and every queue read again at once.
     """
 
@@ -93,6 +93,8 @@ class Listener:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._said_refused = False
+        self._shortest_s = float("inf")  # the least time a new earliest lease had left, read
+        self._observed = 0  # how many new earliest leases the reads found
         self.reads = 0  # ZRANGE reads sent, for the bench and the tests
 
     # What the fleet tells it.
@@ -216,10 +218,11 @@ class Listener:
                 self._take(subscriber)
 
     def _ping(self, subscriber: Wire, reader: Wire) -> None:
-        """Both connections answer, or the failure raises (a peer gone without a word)."""
-        subscriber.send_command("PING")
-        reader.send_command("PING")
-        reader.read_response()  # the subscriber's pong is read with the messages
+        """Both connections answer, or the failure raises (a peer gone without a word): the
+        subscription asked again, the reader's id, both already granted (no PING in the ACL)."""
+        subscriber.send_command("SUBSCRIBE", CHANNEL)
+        reader.send_command("CLIENT", "ID")
+        reader.read_response()  # the subscriber's answer is read with the messages
 
     def _take(self, subscriber: Wire) -> None:
         """Every message waiting: the keys changed (all of them when the server flushed)."""
@@ -234,26 +237,27 @@ class Listener:
             if not subscriber.can_read(timeout=0):
                 return
 
-    def _gap(self, watched: Watched) -> float:
-        """How long after its last read a changed queue is read again."""
-        if watched.shortest_s is None:
+    def _gap(self) -> float:
+        """How long after its last read a changed queue is read again: at once until enough
+        leases were seen, then a share of the shortest (the queues of one primary usually take
+        leases alike): a lease is learned well before its deadline, and a busy queue of long
+        leases is read every few seconds, not at each claim."""
+        if self._observed < OBSERVED:
             return 0.0
-        return min(SHARE * watched.shortest_s, watched.queue.interval)
+        return SHARE * self._shortest_s
 
     def _due(self, now: float) -> list[bytes]:
         """The changed queues whose gap since their last read has passed."""
+        gap = self._gap()
         with self._lock:
-            return [
-                key
-                for key in self._changed
-                if now - self._watched[key].read_s >= self._gap(self._watched[key])
-            ]
+            return [key for key in self._changed if now - self._watched[key].read_s >= gap]
 
     def _next_read(self, now: float, last_round: float) -> float:
         """How long to wait for messages before the next round may read a changed queue."""
+        gap = self._gap()
         with self._lock:
             soonest = min(
-                (self._watched[k].read_s + self._gap(self._watched[k]) for k in self._changed),
+                (self._watched[k].read_s + gap for k in self._changed),
                 default=now + POLL_S,
             )
         return min(POLL_S, max(soonest - now, last_round + ROUND_S - now, 0.0))
@@ -294,7 +298,8 @@ class Listener:
 
     def _learn(self, watched: Watched, head: tuple[bytes, float] | None, now: float) -> None:
         """A new earliest lease (another id, due sooner than the last one read) had at least
-        this long left: the shortest such time is how soon the queue is read again."""
+        this long left: the shortest such time on the primary is how soon a queue is read
+        again."""
         before, first = watched.head, watched.read_s == float("-inf")
         watched.head, watched.read_s = head, now
         if first or head is None:
@@ -304,9 +309,8 @@ class Listener:
         at = self._deadlines.host_s(head[1])
         if at is None:
             return
-        left = max(0.0, at - now)
-        if watched.shortest_s is None or left < watched.shortest_s:
-            watched.shortest_s = left
+        self._observed += 1
+        self._shortest_s = min(self._shortest_s, max(0.0, at - now))
 
 
 class Wire:

@@ -159,6 +159,13 @@ FAMILIES = _table(
         ("node",),
     ),
     Described(
+        "sweeperd_deadline_reads",
+        COUNTER,
+        "A changed queue's earliest deadline read (ZRANGE) after the node said it changed: the "
+        "cost of hearing new leases, beside sweeperd_sweeps_total.",
+        ("node",),
+    ),
+    Described(
         "sweeperd_ready", GAUGE, "1 when every node answered within the readiness window, else 0."
     ),
     Described(

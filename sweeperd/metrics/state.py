@@ -23,6 +23,7 @@ class NodeState:
     run_id: str | None = None  # with the executor: what sweeps it now
     executor: str | None = None
     hearing: bool = False  # the server tells it of its queues' new leases (CLIENT TRACKING)
+    reads: int = 0  # earliest deadlines read after a change was heard
 
 
 @dataclass
@@ -42,6 +43,7 @@ STATE = (
     "sweeperd_server_restarts",
     "sweeperd_server_info",
     "sweeperd_deadline_source",
+    "sweeperd_deadline_reads",
     "sweeperd_ready",
     "sweeperd_members",
     "sweeperd_owned_queues",
@@ -57,13 +59,14 @@ class StateCollector(Collector):
         self.read = read
 
     def collect(self) -> Iterator[Metric]:
-        up, restarts, info, source = (
+        up, restarts, info, source, reads = (
             FAMILIES[name].labelled()
             for name in (
                 "sweeperd_redis_up",
                 "sweeperd_server_restarts",
                 "sweeperd_server_info",
                 "sweeperd_deadline_source",
+                "sweeperd_deadline_reads",
             )
         )
         for node in self.read.nodes():
@@ -74,7 +77,8 @@ class StateCollector(Collector):
                 info.add_metric([node.name, node.run_id, node.executor], 1)
             if node.up is not None:
                 source.add_metric([node.name], 1 if node.hearing else 0)
-        yield from (up, restarts, info, source)
+                reads.add_metric([node.name], node.reads)
+        yield from (up, restarts, info, source, reads)
         read = self.read
         values = {
             "sweeperd_ready": 1 if read.ready() else 0,
