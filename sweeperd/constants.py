@@ -107,6 +107,13 @@ class SweepAt(StrEnum):
     INTERVAL = "interval"  # at its interval only
 
 
+class DeadlineSource(StrEnum):
+    """--deadline-source: how a lease taken since its queue's last sweep is learned."""
+
+    TRACKING = "tracking"  # the server says when a queue changes (CLIENT TRACKING): read then
+    OFF = "off"  # at the queue's next sweep (its interval at the latest)
+
+
 class TopologyMode(StrEnum):
     """How the primaries are found: the URL's server, a Cluster's slot map, or Sentinel."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import Settings
-from sweeperd.constants import COMMANDS, ExecutorChoice, Shard, TopologyMode
+from sweeperd.constants import COMMANDS, DeadlineSource, ExecutorChoice, Shard, TopologyMode
 from sweeperd.verb import acl
 
 
@@ -36,6 +36,7 @@ def uses_of(settings: Settings, commands: tuple[str, ...], repair: bool = False)
         executors=acl.EXECUTORS if executor is ExecutorChoice.AUTO else (executor.value,),
         cluster=connection.topology.mode is TopologyMode.CLUSTER,
         sharing=settings.daemon.shard is Shard.ON,
+        tracking=settings.daemon.deadline_source is DeadlineSource.TRACKING,
         discover=settings.daemon.discover > 0,
         scans=not settings.queues,
         select=connection.db != 0,

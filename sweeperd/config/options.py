@@ -32,6 +32,7 @@ from sweeperd.constants import (
     ONCE,
     RUN,
     TOP,
+    DeadlineSource,
     ExecutorChoice,
     LogFormat,
     QueueMetrics,
@@ -302,6 +303,16 @@ OPTIONS: dict[str, Option] = {
             "at the latest; interval: at its interval only.",
             SweepAt.DEADLINE.value,
             parse=coercers.choice_of(SweepAt),
+        ),
+        Option(
+            "deadline_source",
+            "tracking|off",
+            (RUN, ACL),
+            "tracking: the server says when a queue's leases change (CLIENT TRACKING), and a "
+            "lease taken since its queue's last sweep is back at its deadline too; off: such a "
+            "lease waits for the queue's next sweep (its interval at the latest).",
+            DeadlineSource.TRACKING.value,
+            parse=coercers.choice_of(DeadlineSource),
         ),
         Option(
             "shard",

@@ -20,7 +20,14 @@ from sweeperd.config.configfile import (
 from sweeperd.config.connsettings import connection_of
 from sweeperd.config.options import OPTIONS, SETTING_KEYS
 from sweeperd.config.webconfig import BadWebConfig, WebConfig, load_web_config
-from sweeperd.constants import ExecutorChoice, LogFormat, QueueMetrics, Shard, SweepAt
+from sweeperd.constants import (
+    DeadlineSource,
+    ExecutorChoice,
+    LogFormat,
+    QueueMetrics,
+    Shard,
+    SweepAt,
+)
 from sweeperd.logs import NAMES_CAP, cap_ids
 from sweeperd.server.connection import Connection
 
@@ -59,6 +66,7 @@ class DaemonSettings:
     metrics_port: int
     jitter: float  # fraction of the interval, 0..1
     sweep_at: SweepAt  # deadline: each queue at its earliest lease's deadline too; interval: not
+    deadline_source: DeadlineSource  # tracking: a new lease is heard of when it is taken
     discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
     queue_metrics: QueueMetrics  # the series exported per queue
     shard: Shard  # on: replicas share the queues; off: this one sweeps them all

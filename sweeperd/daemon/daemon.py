@@ -18,7 +18,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from sweeperd import __version__
 from sweeperd.config.settings import ConfigError, DaemonSettings, Settings
-from sweeperd.constants import SweepAt
+from sweeperd.constants import DeadlineSource, SweepAt
 from sweeperd.daemon.audit import BackgroundAudit
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.eviction import EvictionWatch
@@ -279,7 +279,9 @@ class Daemon:
             self.metrics.registry,
             healthy=health.healthy,
             ready=health.ready,
-            landing=lambda: f"{health.status_text(health.ready())}\n{self.sharing.describe()}",
+            landing=lambda: "\n".join(
+                [health.status_text(health.ready()), health.sources(), self.sharing.describe()]
+            ),
             web=d.web_config,
             exposition=self.metrics.exposition,
             waiting=health.waiting,
@@ -394,6 +396,7 @@ def tuning(s: Settings) -> Tuning:
         s.call_target_ms / 1000,
         s.drain_share,
         at_deadlines=s.daemon.sweep_at is SweepAt.DEADLINE,
+        hear_changes=s.daemon.deadline_source is DeadlineSource.TRACKING,
     )
 
 

@@ -11,6 +11,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from sweeperd.config.settings import Settings
 from sweeperd.daemon.schedule import Schedule
 from sweeperd.fleet.fleet import Fleet
+from sweeperd.fleet.listener import SourceState
 
 HEARTBEAT_S = 1.0  # the scheduler proves it is alive this often
 READY_INTERVALS = 3  # ready while every node answered within this many intervals
@@ -86,6 +87,16 @@ class Health:
         answer = [n.name for n in known if n.answered_within(now, window)]
         said = ", ".join(f"{n.name} ({n.error or 'no answer yet'})" for n in late) or "them"
         return f"waiting for {said} to answer" + (f"; {', '.join(answer)} answer" if answer else "")
+
+    def sources(self) -> str:
+        """Where each primary's deadlines come from, for the landing page: a lease taken since
+        its queue's last sweep is back at its deadline only where the server tells of it."""
+        lines = [
+            f"deadline source on {name}: {source}"
+            + ("" if source is SourceState.TRACKING else f" (the interval alone: {why})")
+            for name, source, why in self._fleet.sources()
+        ]
+        return "\n".join(lines)
 
     def node_names(self) -> str:
         """The primaries swept now, or where they are asked for while none is known."""

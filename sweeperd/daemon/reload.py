@@ -57,6 +57,7 @@ def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
         "metrics_addr": same(f"{f'[{bound}]' if ':' in bound else bound}:{d.metrics_port}"),
         "web_config_file": (web, str(web.path) if web else None),
         "sweep_at": same(str(d.sweep_at)),
+        "deadline_source": same(str(d.deadline_source)),
         "shard": same(str(d.shard)),
         "heartbeat": same(d.heartbeat),
         "instance_id": same(d.instance_id),

@@ -46,6 +46,7 @@ class Deadlines:
         # queue -> when it is woken (monotonic seconds), and how long it may wait for others
         self.wakes: dict[str, tuple[float, float]] = {}
         self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
+        self.heard: dict[str, float] = {}  # queue -> when a read of its change last armed it
         self.lock = threading.Lock()
 
     def measured(self, server_ms: float, host_s: float) -> None:
@@ -81,15 +82,51 @@ class Deadlines:
         """A round's queues armed as arm() arms one (queue, earliest_ms, interval_s), under one
         lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
-            offset, wakes = self.offset_ms, self.wakes
+            heard = self.heard
             for queue, earliest_ms, interval_s in swept:
-                if queue in wakes:
-                    self._drop(queue)
-                if earliest_ms is None or offset is None:
-                    continue
-                at = max((earliest_ms - offset) / 1000 + self.grace_s, swept_s + self.floor_s)
-                if at <= swept_s + HORIZON_INTERVALS * interval_s:
-                    self._add(queue, at, min(self.window_s, WINDOW_SHARE * interval_s))
+                if heard and heard.get(queue, swept_s) > swept_s:
+                    self._keep_sooner(queue, earliest_ms, swept_s, interval_s)
+                else:
+                    self._rearm(queue, earliest_ms, swept_s, interval_s)
+
+    def learn(self, read_s: float, read: Iterable[tuple[str, float | None, float]]) -> None:
+        """Queues whose change was heard, read at `read_s` (monotonic): armed as arm_round arms
+        them. A sweep that read a queue before this read and ends after it keeps the sooner of
+        the two wakes: a lease taken between the two reads is in this one only."""
+        with self.lock:
+            for queue, earliest_ms, interval_s in read:
+                self.heard[queue] = read_s
+                self._rearm(queue, earliest_ms, read_s, interval_s)
+
+    def _keep_sooner(
+        self, queue: str, earliest_ms: float | None, swept_s: float, interval_s: float
+    ) -> None:
+        """Hold the lock; a read heard after the sweep armed the queue: the sooner wake stays."""
+        kept = self.wakes.get(queue)
+        at = self._wake_at(earliest_ms, swept_s, interval_s)
+        if at is not None and (kept is None or at < kept[0]):
+            self._rearm(queue, earliest_ms, swept_s, interval_s)
+
+    def _wake_at(
+        self, earliest_ms: float | None, swept_s: float, interval_s: float
+    ) -> float | None:
+        """When a queue read at `swept_s` is woken for `earliest_ms`; None: not armed. Hold the
+        lock."""
+        offset = self.offset_ms
+        if earliest_ms is None or offset is None:
+            return None
+        at = max((earliest_ms - offset) / 1000 + self.grace_s, swept_s + self.floor_s)
+        return at if at <= swept_s + HORIZON_INTERVALS * interval_s else None
+
+    def _rearm(
+        self, queue: str, earliest_ms: float | None, swept_s: float, interval_s: float
+    ) -> None:
+        """Hold the lock; the queue's wake replaced by the one its read says (none, maybe)."""
+        if queue in self.wakes:
+            self._drop(queue)
+        at = self._wake_at(earliest_ms, swept_s, interval_s)
+        if at is not None:
+            self._add(queue, at, min(self.window_s, WINDOW_SHARE * interval_s))
 
     def deferred(self, queues: Iterable[str], now_s: float) -> None:
         """Queues woken while a sweep of theirs was in flight (a tick holds them): woken again
@@ -119,6 +156,7 @@ class Deadlines:
         primary's, held by a migrating slot)."""
         with self.lock:
             self._drop(queue)
+            self.heard.pop(queue, None)
 
     def next_wake(self) -> float | None:
         """When to wake next (monotonic): the soonest wake, or a later one that every wake

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
@@ -20,6 +20,7 @@ from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.holds import Holds
 from sweeperd.fleet.layoutwatch import LayoutWatch, slot_moves
 from sweeperd.fleet.ledger import Ledger
+from sweeperd.fleet.listener import Listener, SourceState
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
 from sweeperd.fleet.routes import Routes, Slots
@@ -50,7 +51,7 @@ RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a que
 @dataclass
 class Member:
     """One primary: its node, its ledger, its drainer and ticks, its queues' wakes at their
-    deadlines, and the queues its ticks hold now."""
+    deadlines and the listener that hears them change, and the queues its ticks hold now."""
 
     node: Node
     ledger: Ledger
@@ -58,6 +59,7 @@ class Member:
     ticks: Tick
     pool: ThreadPoolExecutor | None  # None: the scheduler's thread runs the tick
     deadlines: Deadlines | None = None  # None: queues swept at their interval only
+    listener: Listener | None = None  # None: a deadline is learned by a sweep only
     busy: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -72,6 +74,43 @@ class Member:
         with self.lock:
             self.busy.difference_update(q.name for q in queues)
 
+    def start(self) -> None:
+        """Its threads: the drainer's, and the listener's."""
+        self.drainer.start()
+        if self.listener is not None:
+            self.listener.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Its threads end (the drainer's within `timeout_s`), its ticks' pool is let go."""
+        if self.listener is not None:
+            self.listener.stop(0)
+        self.drainer.stop(timeout_s)
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def forget(self, queue: str) -> None:
+        """The queue leaves its drain, ledger, wakes and listener."""
+        self.drainer.forget(queue)
+        self.ledger.forget(queue)
+        if self.deadlines is not None:
+            self.deadlines.forget(queue)
+        if self.listener is not None:
+            self.listener.forget(queue)
+
+    @property
+    def source(self) -> SourceState:
+        """Where its queues' deadlines come from now (the interval's sweeps, at the least)."""
+        return SourceState.OFF if self.listener is None else self.listener.source
+
+    def state(self) -> NodeState:
+        """Its node's state, and whether the server tells it of its queues' new leases."""
+        listener = self.listener
+        return replace(
+            self.node.state(),
+            hearing=listener is not None and listener.source is SourceState.TRACKING,
+            reads=0 if listener is None else listener.reads,
+        )
+
 
 @dataclass
 class Tuning:
@@ -82,6 +121,7 @@ class Tuning:
     call_target_s: float
     drain_share: float
     at_deadlines: bool = False  # each queue swept at its deadline too (a restart changes it)
+    hear_changes: bool = False  # and woken by the server's word of a new lease (CLIENT TRACKING)
 
 
 @dataclass(frozen=True)
@@ -221,17 +261,27 @@ class Fleet:
         # Only --queue-metrics full exports the set sizes an idle call's whole reply reads.
         brief = not self._metrics.numbers.full
         ticks = Tick(node, ledger, drainer, t.prefix_root, deadlines, brief=brief)
-        made = Member(node, ledger, drainer, ticks, pool, deadlines)
+        listener = (
+            Listener(
+                name,
+                node.client,
+                t.prefix_root,
+                deadlines,
+                armed=lambda at: self.tell(Outcome(wake=at)),
+                clock=self._clock,
+            )
+            if deadlines is not None and t.hear_changes
+            else None
+        )
+        made = Member(node, ledger, drainer, ticks, pool, deadlines, listener)
         if self._started:
-            drainer.start()
+            made.start()
         return made
 
     def _drop(self, member: Member) -> None:
         """A primary no more (failed over, demoted, removed): its threads end, its state's
         series go; its restarts stay, as counters do."""
-        member.drainer.stop(0)
-        if member.pool is not None:
-            member.pool.shutdown(wait=False, cancel_futures=True)
+        member.stop(0)
         self._retired[member.node.name] = Retired(member.node.restarts, self._clock())
 
     def _forget_retired(self, now: float) -> None:
@@ -260,7 +310,16 @@ class Fleet:
         """Every primary's state now, and the restarts of those no longer primaries."""
         with self._lock:
             retired = [NodeState(name, r.restarts) for name, r in self._retired.items()]
-            return [m.node.state() for m in self._members.values()] + retired
+            return [m.state() for m in self._members.values()] + retired
+
+    def sources(self) -> list[tuple[str, SourceState, str]]:
+        """Each primary's source of deadlines now, and why it is that one."""
+        with self._lock:
+            members = list(self._members.values())
+        return [
+            (m.node.name, m.source, m.listener.why if m.listener else "--deadline-source off")
+            for m in members
+        ]
 
     def retune(self, tuning: Tuning) -> None:
         """SIGHUP's new call target and drain share, in place."""
@@ -275,10 +334,7 @@ class Fleet:
         with self._lock:
             members = list(self._members.values())
         for m in members:
-            m.drainer.forget(queue)
-            m.ledger.forget(queue)
-            if m.deadlines is not None:
-                m.deadlines.forget(queue)
+            m.forget(queue)
         self._nowhere.forget(queue)
         self._holds.forget(queue)
 
@@ -395,6 +451,8 @@ class Fleet:
             outcome = member.ticks.run(held, self._clock(), look=look, woken=woken)
         finally:
             member.release(held)
+        if member.listener is not None:
+            member.listener.track(held)
         if member.node.up is False:
             self.doubt()
         self.tell(outcome)
@@ -421,7 +479,7 @@ class Fleet:
         with self._lock:
             self._started = True
             for m in self._members.values():
-                m.drainer.start()
+                m.start()
         self._watch.start()
 
     def stop(self, timeout_s: float) -> None:
@@ -429,6 +487,4 @@ class Fleet:
         with self._lock:
             members = list(self._members.values())
         for m in members:
-            m.drainer.stop(timeout_s / max(1, len(members)))
-            if m.pool is not None:
-                m.pool.shutdown(wait=False, cancel_futures=True)
+            m.stop(timeout_s / max(1, len(members)))

@@ -176,6 +176,21 @@ FAMILIES = _table(
         ("node", "run_id", "executor"),
     ),
     Described(
+        "sweeperd_deadline_source",
+        GAUGE,
+        "1 while the node tells sweeperd of each new lease (CLIENT TRACKING), so that a lease "
+        "taken since its queue's last sweep is back at its deadline; 0 while the interval alone "
+        "finds it (--deadline-source off, refused by the server or its ACL, or reconnecting).",
+        ("node",),
+    ),
+    Described(
+        "sweeperd_deadline_reads",
+        COUNTER,
+        "A changed queue's earliest deadline read (ZRANGE) after the node said it changed: the "
+        "cost of hearing new leases, beside sweeperd_sweeps_total.",
+        ("node",),
+    ),
+    Described(
         "sweeperd_ready", GAUGE, "1 when every node answered within the readiness window, else 0."
     ),
     Described(

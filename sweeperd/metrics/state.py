@@ -22,6 +22,8 @@ class NodeState:
     up: bool | None = None  # None until it answered or failed once
     run_id: str | None = None  # with the executor: what sweeps it now
     executor: str | None = None
+    hearing: bool = False  # the server tells it of its queues' new leases (CLIENT TRACKING)
+    reads: int = 0  # earliest deadlines read after a change was heard
 
 
 @dataclass
@@ -40,6 +42,8 @@ STATE = (
     "sweeperd_redis_up",
     "sweeperd_server_restarts",
     "sweeperd_server_info",
+    "sweeperd_deadline_source",
+    "sweeperd_deadline_reads",
     "sweeperd_ready",
     "sweeperd_members",
     "sweeperd_owned_queues",
@@ -55,9 +59,15 @@ class StateCollector(Collector):
         self.read = read
 
     def collect(self) -> Iterator[Metric]:
-        up, restarts, info = (
+        up, restarts, info, source, reads = (
             FAMILIES[name].labelled()
-            for name in ("sweeperd_redis_up", "sweeperd_server_restarts", "sweeperd_server_info")
+            for name in (
+                "sweeperd_redis_up",
+                "sweeperd_server_restarts",
+                "sweeperd_server_info",
+                "sweeperd_deadline_source",
+                "sweeperd_deadline_reads",
+            )
         )
         for node in self.read.nodes():
             restarts.add_metric([node.name], node.restarts)
@@ -65,7 +75,10 @@ class StateCollector(Collector):
                 up.add_metric([node.name], 1 if node.up else 0)
             if node.run_id is not None and node.executor is not None:
                 info.add_metric([node.name, node.run_id, node.executor], 1)
-        yield from (up, restarts, info)
+            if node.up is not None:
+                source.add_metric([node.name], 1 if node.hearing else 0)
+                reads.add_metric([node.name], node.reads)
+        yield from (up, restarts, info, source, reads)
         read = self.read
         values = {
             "sweeperd_ready": 1 if read.ready() else 0,

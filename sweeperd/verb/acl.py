@@ -30,6 +30,11 @@ PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "
 # Replicas sharing the queues (run --shard on, the default): the heartbeat script on
 # <root>:sweeperd:{members}, and leaving it on SIGTERM.
 SHARING = ("time", "zremrangebyscore", "zadd", "zrange", "pexpireat", "zrem")
+# run --deadline-source tracking (the default): the listener's own id, its subscription to the
+# invalidation channel (granted with INVALIDATION_CHANNEL) and the other connection's tracking
+# redirected to it; its reads of a changed queue's earliest lease are zrange.
+TRACKING = ("client|id", "subscribe", "client|tracking", "zrange")
+INVALIDATION_CHANNEL = "__redis__:invalidate"
 DISCOVER = ("scan",)  # run --discover, and top without a queue: SCAN for <root>:{*}:<set>
 # once --dry-run reads what the verb would, after an EXISTS that a migrating slot refuses
 DRY_RUN = ("exists", "type", "zrangebyscore", "hgetall")
@@ -69,6 +74,7 @@ class Uses:
     executors: tuple[str, ...] = EXECUTORS  # --executor auto: either, as each server has the verb
     cluster: bool = False
     sharing: bool = True  # run --shard on
+    tracking: bool = True  # run --deadline-source tracking
     discover: bool = False  # run --discover
     scans: bool = True  # top without a queue named: it finds them by SCAN
     select: bool = False  # the URL's db is not 0
@@ -98,6 +104,7 @@ def _sent_by(command: str, uses: Uses) -> list[str]:
     sent = _sweep_sent(uses) if command in SWEEPS else [*VERB_KNOWN, *COUNTS]
     if command == RUN:
         sent += [*(SHARING if uses.sharing else ()), *(DISCOVER if uses.discover else ())]
+        sent += TRACKING if uses.tracking else ()
     if command == ONCE:
         sent += [*DRY_RUN, *(ASKING if uses.cluster else ())]
     if command == INSPECT:
@@ -121,8 +128,14 @@ def commands_for(uses: Uses) -> list[str]:
 
 
 def keys_for(uses: Uses) -> str:
-    """The key pattern: every key under the root, read-only for a user that never sweeps."""
-    return f"{'' if uses.writes else '%R'}~{glob_escape(uses.root)}:*"
+    """The key pattern: every key under the root, read-only for a user that never sweeps; and
+    the invalidation channel, for `run` hearing its queues change."""
+    keys = f"{'' if uses.writes else '%R'}~{glob_escape(uses.root)}:*"
+    return f"{keys} &{INVALIDATION_CHANNEL}" if _hears(uses) else keys
+
+
+def _hears(uses: Uses) -> bool:
+    return uses.tracking and RUN in uses.commands
 
 
 def setuser_line(user: str, uses: Uses, password: str = "<password>") -> str:

@@ -354,6 +354,78 @@ def said_on_timeout(
         raise AssertionError(f"{exc}\n{said}") from None
 
 
+def heard(d: DaemonProcess, server: RedisServer) -> None:
+    """Wait until the daemon hears `server`'s queues change (1 in sweeperd_deadline_source)
+    and the server tracks a key for it."""
+    d.wait_value("sweeperd_deadline_source", 1, node=server.node)
+    with server.client() as c:
+        wait_until(lambda: int(c.info("stats")["tracking_total_keys"]) >= 1, what="tracked")
+
+
+def take_now(owner: RedisServer, queue: str, job: bytes, in_ms: int) -> int:
+    """A lease taken now on `owner`, due `in_ms` later on its clock; its deadline (ms)."""
+    keys = QueueKeys(queue)
+    with owner.client() as c:
+        seconds, micros = c.time()
+        deadline = seconds * 1000 + micros // 1000 + in_ms
+        write_leases(c, keys, [job], deadline, None)
+    return int(deadline)
+
+
+class TestHeard:
+    """Leases taken after the queue's last sweep, due long before its next (a minute), heard of
+    on a primary that changed: a failover, a slot migration."""
+
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_lease_taken_after_a_failover_is_back_at_its_deadline(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """The queue's primary fails over; once its replica is heard, a lease taken there half a
+        second from its deadline comes back at it, not a minute later."""
+        [queue, *_] = spread(fresh, 1)[fresh.primaries()[0].port]
+        primary = fresh.owner(QueueKeys(queue).active)
+        started = time.monotonic()
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue, *MINUTE) as d:
+            d.wait_swept(queue)
+            heard(d, primary)
+            replica = fresh.replica_of(primary)
+            fresh.failover(replica)
+            heard(d, replica)
+            due_ms = take_now(replica, queue, b"late", 500)
+            d.wait_value("sweeperd_recovered_total", 1, queue=queue)
+            assert now_ms() >= due_ms and time.monotonic() - started < WOKEN_WITHIN_S
+            assert d.stop() == 0
+        assert keyspace(fresh, queue)["pending"] == [b"late"]
+
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_lease_taken_after_a_slot_migration_is_back_at_its_deadline(
+        self, fresh: Cluster, tmp_path: Path, executor: str
+    ) -> None:
+        """The queue's slot moves to another primary; once its first sweep there tracks it, a
+        lease taken on the target half a second from its deadline comes back at it."""
+        by_primary = spread(fresh, 1)
+        [source_port, target_port, *_] = by_primary
+        [queue] = by_primary[source_port]
+        source = next(s for s in fresh.servers if s.port == source_port)
+        target = next(s for s in fresh.servers if s.port == target_port)
+        started = time.monotonic()
+        with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue, *MINUTE) as d:
+            d.wait_swept(queue)
+            heard(d, source)
+            fresh.migrate(redis.crc.key_slot(QueueKeys(queue).active.encode()), source, target)
+            swept = d.value("sweeperd_sweeps_total", node=target.node) or 0
+            wait_until(
+                lambda: (d.value("sweeperd_sweeps_total", node=target.node) or 0) > swept,
+                what="the queue swept on its new primary",
+            )
+            heard(d, target)
+            due_ms = take_now(target, queue, b"late", 500)
+            d.wait_value("sweeperd_recovered_total", 1, queue=queue)
+            assert now_ms() >= due_ms and time.monotonic() - started < WOKEN_WITHIN_S
+            assert d.stop() == 0
+        assert keyspace(fresh, queue)["pending"] == [b"late"]
+
+
 def lease_over(
     owner: RedisServer, keys: QueueKeys, ids: list[bytes], first_ms: int, span_ms: int, epoch: bytes
 ) -> None:

@@ -21,7 +21,9 @@ condition set up once for all its cells; each cell asserts the exit code, the on
 
 A row is a topology and a user (the default user, or the one `sweeperd acl` prints); its cells
 are COMMANDS, and `sharing`: the acl user's daemon shares the queues (--shard on), and what it
-says of its membership is a cell of its own. SAID is what once, its dry run and inspect print."""
+says of its membership is a cell of its own; `hearing`: the acl user's daemon hears its queues
+change on every primary (CLIENT TRACKING, its subscription), never refused. SAID is what once,
+its dry run and inspect print."""
 
 from __future__ import annotations
 
@@ -136,7 +138,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Every cell: a topology's condition (set up once for its cells) x user x command."""
     pairs = [f"{t}-{c}" for t, conditions in CONDITIONS.items() for c in conditions]
     metafunc.parametrize("condition", pairs, indirect=True, scope="module")
-    cells = [(u, c) for u in USERS for c in COMMANDS] + [(ACL_USER, "sharing")]
+    cells = [(u, c) for u in USERS for c in COMMANDS]
+    cells += [(ACL_USER, "sharing"), (ACL_USER, "hearing")]
     metafunc.parametrize(("user", "command"), cells, ids=map("-".join, cells))
 
 
@@ -377,6 +380,23 @@ def check_sharing(s: Situation, user: str) -> None:
     assert [e["error"] for e in hinted] == [], hinted
 
 
+SOURCE = re.compile(r'^sweeperd_deadline_source\{node="([^"]+)"\} (\S+)$', re.MULTILINE)
+
+
+def check_hearing(s: Situation, user: str) -> None:
+    """The acl user's daemon is never refused the tracking or its subscription; healthy, it
+    hears every primary it sweeps (1 in sweeperd_deadline_source for each)."""
+    daemon = s.row.daemons[user]
+    if s.name == "healthy":
+
+        def every_node_heard() -> bool:
+            found = SOURCE.findall(daemon.metrics_text())
+            return bool(found) and all(float(value) == 1 for _node, value in found)
+
+        wait_until(every_node_heard, what="every primary heard")
+    assert daemon.events("deadline_source_refused") == []
+
+
 CHECKS: dict[str, Callable[[Situation, str], None]] = {
     "run": check_run,
     "once": check_once,
@@ -386,4 +406,5 @@ CHECKS: dict[str, Callable[[Situation, str], None]] = {
     "audit": check_audit,
     "acl": check_acl,
     "sharing": check_sharing,
+    "hearing": check_hearing,
 }

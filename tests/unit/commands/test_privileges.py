@@ -18,15 +18,22 @@ SWEEP = "+script|load +evalsha +time +zcard +zcount +zrange +zrangebyscore +hget
 PORT = "+type +hmget +exists +zremrangebyrank +hset +zadd +hincrby"
 READS = "+command|info +zcount +zcard +zrange +hget"  # a queue's counts
 INSPECT = f"{READS} +zrangebyscore"  # and the first lease not yet due
+HEARS = "+client|id +subscribe +client|tracking"  # run hearing its queues change
+CHANNEL = "&__redis__:invalidate"
 # (the options given, the line printed): read as a table
 LINES = [
     (
         ["--for", "run", "--executor", "native", "--shard", "off"],
-        f"{HEAD} ~emq:* +info +command|info {SWEEP} +emq.stalled.check",
+        f"{HEAD} ~emq:* {CHANNEL} +info +command|info {SWEEP} +emq.stalled.check {HEARS}",
     ),
     (
         ["--for", "run", "--executor", "script", "--discover", "5"],
-        f"{HEAD} ~emq:* +info {SWEEP} {PORT} +zremrangebyscore +pexpireat +zrem +scan",
+        f"{HEAD} ~emq:* {CHANNEL} +info {SWEEP} {PORT} +zremrangebyscore +pexpireat +zrem +scan "
+        f"{HEARS}",
+    ),
+    (
+        ["--for", "run", "--executor", "native", "--shard", "off", "--deadline-source", "off"],
+        f"{HEAD} ~emq:* +info +command|info {SWEEP} +emq.stalled.check",
     ),
     (
         ["--for", "once", "--executor", "native", "--cluster"],

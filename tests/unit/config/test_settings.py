@@ -13,6 +13,7 @@ from sweeperd.config.options import OPTIONS
 from sweeperd.config.settings import ConfigError, DaemonSettings, QueueSettings, build_settings
 from sweeperd.constants import (
     DEFAULT_LIMIT,
+    DeadlineSource,
     ExecutorChoice,
     LogFormat,
     QueueMetrics,
@@ -118,6 +119,24 @@ class TestDefaultsTable:
         assert refusal(tmp_path, 'queues = ["q"]\ndrain_budget = 10\n') == (
             "drain_budget was removed: a backlog is drained automatically (see call_target_ms "
             f"and drain_share); remove it from config file {tmp_path / 'sweeperd.toml'}"
+        )
+
+
+class TestDeadlineSource:
+    def test_tracking_by_default(self, tmp_path: Path) -> None:
+        """A new lease is heard of unless told otherwise; the file or a flag says off."""
+        assert build(tmp_path, queues="q").daemon.deadline_source is DeadlineSource.TRACKING
+        assert build(tmp_path, 'deadline_source = "off"\n', queues="q").daemon.deadline_source is (
+            DeadlineSource.OFF
+        )
+        assert build(tmp_path, queues="q", deadline_source="OFF").daemon.deadline_source is (
+            DeadlineSource.OFF
+        )
+
+    def test_another_word_is_refused(self, tmp_path: Path) -> None:
+        """Any word but the two is refused, naming them."""
+        assert refusal(tmp_path, queues="q", deadline_source="keyspace").endswith(
+            "one of tracking, off, not 'keyspace'"
         )
 
 

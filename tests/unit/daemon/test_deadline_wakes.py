@@ -98,10 +98,12 @@ class TestAtTheDeadline:
         assert c.hget(Q.job(b"j"), "stalled") == b"1"
 
     def test_a_renewed_lease_waits_for_its_new_deadline(self, on: Target, workdir: Path) -> None:
-        """A lease renewed before its deadline: the wake at the old one finds nothing and
-        writes nothing (neither swept nor counted); the lease comes back at its new one."""
+        """A lease renewed before its deadline, unheard (--deadline-source off): the wake at the
+        old one finds nothing and writes nothing (neither swept nor counted); the lease comes
+        back at its new one. Heard, the renewal re-arms the wake: test_deadline_source."""
         c = on.client
-        with sweeping(workdir, on.server.url, on.executor.name) as (d, started):
+        off = ("--deadline-source", "off")
+        with sweeping(workdir, on.server.url, on.executor.name, *off) as (d, started):
             deadline = due_in(c, DUE_S)
             lease(c, Q, b"j", deadline, attempts="1")
             read_now(d, c, deadline)
@@ -120,12 +122,14 @@ class TestAtTheDeadline:
     def test_a_lease_earlier_than_the_deadline_known_comes_at_the_interval(
         self, on: Target, workdir: Path
     ) -> None:
-        """A lease taken after the last sweep, due before the deadline that sweep read, is not
-        waited for until then: the interval (2 s here) brings it back."""
+        """A lease taken after the last sweep, due before the deadline that sweep read, unheard
+        (--deadline-source off), is not waited for until then: the interval (2 s here) brings
+        it back."""
         c = on.client
         known = due_in(c, 600)
         lease(c, Q, b"known", known, attempts="1")
-        with sweeping(workdir, on.server.url, on.executor.name, "--interval", "2") as (d, _):
+        args = ("--interval", "2", "--deadline-source", "off")
+        with sweeping(workdir, on.server.url, on.executor.name, *args) as (d, _):
             added = time.monotonic()
             lease(c, Q, b"earlier", due_in(c, 0.2), attempts="1")
             wait_until(lambda: back(c, b"earlier"), BACK_S, "the earlier lease back")

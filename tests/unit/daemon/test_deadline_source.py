@@ -1,0 +1,165 @@
+"""`sweeperd run` hearing its queues change (`--deadline-source tracking`, the default): a lease
+taken after a queue's last sweep, due long before its next, is back at its deadline; the same
+after the server is restarted; a renewed one is neither swept nor counted; a server or ACL that
+refuses tracking leaves the interval alone, and the log, the gauge and `/` say so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+
+from sweeperd.keyspace import QueueKeys
+from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.helpers import dump_all, lease, server_ms
+from tests.support.servers import RedisServer
+from tests.support.targets import Target
+
+Q = QueueKeys("q")
+INTERVAL_S = 60.0  # nothing here waits for it: only a heard change brings a lease back sooner
+LEASE_S = 0.5  # a lease taken once the queue is tracked falls due this long after
+BACK_S = 20.0  # it comes back within this of its deadline (a round trip, on a quiet machine)
+BEFORE_INTERVAL_S = 0.8 * INTERVAL_S  # sooner than this after the start, only a wake explains it
+
+
+def daemon(workdir: Path, url: str, executor: str, *args: str) -> DaemonProcess:
+    return DaemonProcess(
+        workdir,
+        *("--redis-url", url, "--executor", executor, "--queue", Q.queue),
+        *("--interval", f"{INTERVAL_S:g}", "--jitter", "0", "--shard", "off"),
+        *("--max-stalled", "5"),  # back to pending: nothing dies
+        *args,
+    )
+
+
+def tracked_keys(c: redis.Redis) -> int:
+    """The keys the server tracks for some client now (INFO stats)."""
+    return int(c.info("stats").get("tracking_total_keys", 0))
+
+
+def hearing(d: DaemonProcess, c: redis.Redis, node: str) -> None:
+    """Wait until the daemon hears the node and the server tracks the queue's active set."""
+    d.wait_value("sweeperd_deadline_source", 1, node=node)
+    wait_until(lambda: tracked_keys(c) >= 1, what="the queue's active set tracked")
+
+
+@contextmanager
+def listening(
+    workdir: Path, server: RedisServer, c: redis.Redis, executor: str, *args: str
+) -> Iterator[tuple[DaemonProcess, float]]:
+    """The daemon, its empty queue swept once and tracked; with when it started."""
+    started = time.monotonic()
+    with daemon(workdir, server.url, executor, *args) as d:
+        d.wait_swept(Q.queue)
+        hearing(d, c, server.node)
+        yield d, started
+
+
+def back(c: redis.Redis, job: bytes) -> bool:
+    return c.zscore(Q.pending, job) is not None
+
+
+def back_at_its_deadline(
+    d: DaemonProcess, c: redis.Redis, job: bytes, deadline_ms: int, started: float
+) -> None:
+    """The lease comes back after its deadline, counted once, sooner after the start than the
+    interval could have brought it."""
+    wait_until(lambda: back(c, job), LEASE_S + BACK_S, f"{job!r} back in pending")
+    assert server_ms(c) >= deadline_ms
+    assert time.monotonic() - started < BEFORE_INTERVAL_S
+    d.wait_value("sweeperd_recovered_total", 1, queue=Q.queue)
+    assert d.total("sweeperd_recovery_delay_seconds_count") == 1
+
+
+def take(c: redis.Redis, job: bytes) -> int:
+    """A lease taken now, due LEASE_S from now on the server's clock (ms)."""
+    deadline = server_ms(c) + int(LEASE_S * 1000)
+    lease(c, Q, job, deadline, attempts="1")
+    return deadline
+
+
+class TestHeard:
+    def test_a_lease_taken_after_the_sweep_is_back_at_its_deadline(
+        self, on: Target, workdir: Path
+    ) -> None:
+        """An empty queue swept, then a lease due half a second later: back at its deadline,
+        not at the interval a minute later."""
+        c = on.client
+        with listening(workdir, on.server, c, on.executor.name) as (d, started):
+            deadline = take(c, b"j")
+            back_at_its_deadline(d, c, b"j", deadline, started)
+            assert d.stop() == 0
+        assert c.hget(Q.job(b"j"), "stalled") == b"1"
+
+    def test_a_renewed_lease_is_neither_swept_nor_counted(self, on: Target, workdir: Path) -> None:
+        """A lease renewed before its deadline: nothing is written at the old deadline, nothing
+        counted; it comes back at its new one."""
+        c = on.client
+        with listening(workdir, on.server, c, on.executor.name) as (d, started):
+            deadline = server_ms(c) + 2_000
+            lease(c, Q, b"j", deadline, attempts="1")
+            renewed = deadline + 2_000
+            c.zadd(Q.active, {b"j": renewed}, xx=True)
+            assert server_ms(c) < deadline, "renewed after the deadline: a slow machine"
+            before = dump_all(c)
+            wait_until(lambda: server_ms(c) > deadline + 300, BACK_S, "past the old deadline")
+            if server_ms(c) < renewed:  # still before the new one
+                assert dump_all(c) == before
+                assert d.value("sweeperd_recovered_total", queue=Q.queue) in (None, 0)
+            back_at_its_deadline(d, c, b"j", renewed, started)
+            assert d.stop() == 0
+
+    def test_heard_again_after_the_server_restarts(self, server_kind: str, workdir: Path) -> None:
+        """The server killed and started again: tracking is made anew (every queue read again),
+        and a lease taken then is back at its deadline."""
+        with RedisServer(workdir / "server", kind=server_kind, appendonly=True) as server:
+            c = server.client()
+            with listening(workdir, server, c, "native") as (d, started):
+                server.restart()
+                c = server.client()
+                hearing(d, c, server.node)
+                deadline = take(c, b"j")
+                back_at_its_deadline(d, c, b"j", deadline, started)
+                assert d.stop() == 0
+
+
+class TestRefused:
+    def test_an_acl_without_tracking_leaves_the_interval_alone_and_says_so(
+        self, r: redis.Redis, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """A user who may not turn tracking on: said once in the log, 0 in the gauge, `refused`
+        on `/`; the interval (2 s here) still brings a lease back."""
+        r.acl_setuser(
+            "notrack",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-client|tracking"],
+        )
+        url = redis_server.url.replace("redis://", "redis://notrack:pw@")
+        with daemon(workdir, url, "native", "--interval", "2") as d:
+            d.wait_swept(Q.queue)
+            wait_until(lambda: d.events("deadline_source_refused"), what="the refusal logged")
+            assert d.value("sweeperd_deadline_source", node=redis_server.node) == 0
+            status, page = d.get("/")
+            assert status == 200 and "refused" in page and "interval alone" in page
+            lease(r, Q, b"j", server_ms(r) + 200, attempts="1")
+            wait_until(lambda: back(r, b"j"), BACK_S, "the lease back at the interval")
+            assert len(d.events("deadline_source_refused")) == 1
+            assert d.stop() == 0
+
+    def test_off_is_said_too(
+        self, r: redis.Redis, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """--deadline-source off: no tracking asked for, 0 in the gauge, `off` on `/`."""
+        with daemon(workdir, redis_server.url, "native", "--deadline-source", "off") as d:
+            d.wait_swept(Q.queue)
+            assert d.value("sweeperd_deadline_source", node=redis_server.node) == 0
+            status, page = d.get("/")
+            assert status == 200 and "deadline source on" in page and ": off" in page
+            assert tracked_keys(r) == 0
+            assert d.stop() == 0
