@@ -112,6 +112,7 @@ SAID: dict[tuple[str, str], tuple[int, str]] = {
     ("tls", "dry-run"): (3, TLS),
     ("tls", "inspect"): (3, TLS),
     ("tls", "top"): (3, TLS),
+    ("tls", "audit"): (3, TLS),
 }
 PARTIAL = ("killed", "replica", "nouser")  # one primary fails: the others' queues are swept
 
@@ -315,17 +316,26 @@ def check_top(s: Situation, user: str) -> None:
 
 def check_audit(s: Situation, user: str) -> None:
     """audit: the queue's leases read and clean (the acl user's grants are enough), nothing
-    written; a server that failed is exit 3, a refused slot map the line inspect says; during a
-    failover, clean or its queue said moved (exit 1)."""
+    written; a server that failed (its replica held too) is exit 3, a login refused exit 1, a
+    TLS mismatch and a refused slot map the lines inspect says; during a failover, clean or its
+    queue said moved (exit 1)."""
     queue = s.queues[(user, "audit")]
     args = ("-q", queue, "--json", "--grace", "0", "--socket-timeout", "1")
-    ran = sweeperd("audit", *args, *s.scene.flags(user))
-    if (s.name, DENIED[s.scene.name]) == ("denied", "cluster|slots"):
+    ran = sweeperd("audit", *args, *s.flags(user))
+    if s.name == "tls":
+        refusal = expected(s, user, "audit")
+        assert refusal is not None
+        said(ran, *refusal)
+    elif (s.name, DENIED[s.scene.name]) == ("denied", "cluster|slots"):
         refusal = expected(s, user, "inspect")
         assert refusal is not None
         said(ran, *refusal)
     elif s.name in ("killed", "down", "loading"):
         assert ran.code == 3, (ran.out, ran.err)
+    elif s.name == "replica":  # audit reads primaries only: the dead one's queue is not read
+        assert (ran.code, bool(ran.json()["failed_nodes"])) == (3, True), (ran.out, ran.err)
+    elif s.name == "nouser" and user == ACL_USER:  # a login refused is exit 1, as everywhere
+        assert (ran.code, bool(ran.json()["failed_nodes"])) == (1, True), (ran.out, ran.err)
     elif s.name == "failover" and ran.code != 0:
         [audited] = ran.json()["queues"]
         assert (ran.code, audited["error"]["reason"]) == (1, "moved"), ran.out

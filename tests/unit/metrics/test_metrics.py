@@ -626,7 +626,7 @@ class TestExposition:
             for metric in every_kind(full).registry.collect()
             if metric.name.startswith("sweeperd_")
         }
-        assert len(helps) == 25
+        assert len(helps) == 27
         assert all(len(text) > 20 for text in helps.values())
 
 
