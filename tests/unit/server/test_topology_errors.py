@@ -362,8 +362,8 @@ class TestLoading:
             with server.client() as c:
                 write_leases(c, Q, [b"a", b"b"], now_ms() + FUTURE_OFFSET_MS, run_id(c))
             # --deadline-source off: the leases made due below must wait for the load, unheard
-            args = ("--redis-url", server.url, "-q", "q", "--interval", "30", "--jitter", "0")
-            args = (*args, "--deadline-source", "off")
+            args = ("--redis-url", server.url, "-q", "q", "--interval", "30", "--jitter", "0",
+                    "--deadline-source", "off")  # fmt: skip
             with DaemonProcess(tmp_path, *args) as d:
                 d.wait_swept("q")
                 with server.client() as c:  # due now, saved so, and not swept before the stop
