@@ -193,59 +193,44 @@ class Daemon:
                 "or see sweeperd_schedule_overruns_total",
             )
 
+    def _every(
+        self,
+        func: Callable[[], object],
+        seconds: float,
+        job: str,
+        first: datetime,
+        *,
+        executor: str = "default",
+    ) -> None:
+        """Run `func` every `seconds` from `first`, missed runs coalesced into one."""
+        self.scheduler.add_job(
+            func,
+            "interval",
+            seconds=seconds,
+            id=job,
+            coalesce=True,
+            executor=executor,
+            next_run_time=first,
+        )
+
     def add_jobs(self) -> None:
         """The heartbeat, the membership, the discovery scan, one job per batch of queues, the
         wakes' job, and the settling of the objects made (see settle) once every queue has been
         swept."""
+        now = datetime.now(UTC)
         # At once too: a reload adds every job anew, and reloads in a row must not starve it.
-        self.scheduler.add_job(
-            self.health.beat,
-            "interval",
-            seconds=HEARTBEAT_S,
-            id="heartbeat",
-            coalesce=True,
-            executor="beat",
-            next_run_time=datetime.now(UTC),
-        )
+        self._every(self.health.beat, HEARTBEAT_S, "heartbeat", now, executor="beat")
         if self.sharing.on:
-            self.scheduler.add_job(
-                self.share,
-                "interval",
-                seconds=self.sharing.period_s,
-                id="members",
-                coalesce=True,
-                executor="members",
-                next_run_time=datetime.now(UTC),
-            )
+            self._every(self.share, self.sharing.period_s, "members", now, executor="members")
         if self.settings.daemon.discover:
-            self.scheduler.add_job(
-                self.discover,
-                "interval",
-                seconds=self.settings.daemon.discover,
-                id="discover",
-                coalesce=True,
-                next_run_time=datetime.now(UTC),
-            )
-        self.scheduler.add_job(
-            self.eviction.look,
-            "interval",
-            seconds=self.settings.interval,
-            id="eviction",
-            coalesce=True,
-            executor="eviction",
-            next_run_time=datetime.now(UTC),
+            self._every(self.discover, self.settings.daemon.discover, "discover", now)
+        self._every(
+            self.eviction.look, self.settings.interval, "eviction", now, executor="eviction"
         )
         every = self.settings.daemon.audit_every
         if every:  # the first once the queues are owned: a heartbeat or the period, sooner
-            self.scheduler.add_job(
-                self.audit.run,
-                "interval",
-                seconds=every,
-                id="audit",
-                coalesce=True,
-                executor="audit",
-                next_run_time=datetime.now(UTC) + timedelta(seconds=min(every, AUDIT_FIRST_S)),
-            )
+            first = now + timedelta(seconds=min(every, AUDIT_FIRST_S))
+            self._every(self.audit.run, every, "audit", first, executor="audit")
         if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
             self._wakes.add()
         self.queues.apply()
