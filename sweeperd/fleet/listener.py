@@ -1,9 +1,11 @@
 """One primary's source of deadlines: the server tells when a swept queue's active set changes
-(CLIENT TRACKING, redirected to a connection subscribed to `__redis__:invalidate`), and the
-changed queues' earliest deadlines are read in one round and their wakes re-armed.
+(CLIENT TRACKING, redirected to a connection subscribed to `__redis__:invalidate`), and a changed
+queue's earliest deadline is read and its wake re-armed, unless its next sweep comes first.
 
+The sweeps' own connections track what they read too (each sends CLIENT TRACKING with NOLOOP
+when it connects), so a sweep leaves its queue tracked without a read of the listener's.
 redis-py 8 speaks RESP3 by default, where an invalidation is a push its parser keeps for its
-own cache: both connections here speak RESP2, where it is a pub/sub message read as any reply.
+own cache: the listener's two connections speak RESP2, where it is a pub/sub message.
 """
 
 from __future__ import annotations
@@ -13,45 +15,74 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
+from weakref import WeakKeyDictionary
 
 import redis
 import structlog
-from redis.connection import AbstractConnection
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.deadlines import Deadlines
 from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import ReplyLost
 from sweeperd.server.packed import resp
 
 log = structlog.get_logger("sweeperd.listener")
 
 CHANNEL = b"__redis__:invalidate"
-ROUND_S = 0.005  # one round of reads per primary at most this often
-POLL_S = 0.05  # a queue new to the listener is read this soon at the latest
-PING_S = 5.0  # both connections are checked this often: a dead peer is found by a ping
-RETRY_FIRST_S = 0.5  # a lost connection is made again after this, doubling
+# One round of reads per primary at most every ROUND_S; a queue new to the listener is read
+# within POLL_S; the pool's connections not yet tracked to the subscriber are looked for every
+# CHECK_S; both connections are pinged every PING_S (a peer gone without a word); a lost
+# connection is made again after RETRY_FIRST_S, doubling to RETRY_MAX_S; a refusal is asked
+# again every REFUSED_RETRY_S (an ACL may be granted meanwhile).
+ROUND_S = 0.005
+POLL_S = 0.05
+CHECK_S = 0.1
+PING_S = 5.0
+RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
-REFUSED_RETRY_S = 60.0  # a refusal is asked again this often (an ACL may be granted meanwhile)
-SHARE = 0.2  # a changed queue is read again within this share of the shortest lease seen on
-OBSERVED = 64  # the primary, once this many new earliest leases were seen (till then, at once)
+REFUSED_RETRY_S = 60.0
+# Once OBSERVED new earliest leases were seen on the primary (till then a changed queue is read
+# at once), a changed queue is read again no sooner than SHARE of the shortest time one had
+# left, and not at all when its next sweep comes first, but for one read every SAMPLE_S (a
+# shorter lease than any seen is seen so).
+SHARE = 0.2
+OBSERVED = 64
+SAMPLE_S = 60.0
 
 
 class SourceState(StrEnum):
-    """Where a primary's queues' deadlines come from now."""
+    """Where a primary's queues' deadlines come from now: TRACKING, the server says when a queue
+    changes; the interval alone while CONNECTING (not yet, or lost), REFUSED (by the server or
+    the ACL) or OFF (--deadline-source off)."""
 
-    TRACKING = "tracking"  # the server says when a queue changes: a new lease is heard
-    CONNECTING = "connecting"  # not yet, or lost: the interval alone until it is back
-    REFUSED = "refused"  # the server or the ACL refuses tracking: the interval alone
-    OFF = "off"  # --deadline-source off: the interval alone
+    TRACKING = "tracking"
+    CONNECTING = "connecting"
+    REFUSED = "refused"
+    OFF = "off"
 
 
 @dataclass
 class Watched:
-    """A queue the listener tracks: its settings, its earliest lease and when it was read."""
+    """A queue the listener tracks: its settings, the earliest lease last read (id, deadline ms),
+    when it was last read and last swept (monotonic)."""
 
     queue: QueueSettings
-    head: tuple[bytes, float] | None = None  # the earliest lease last read: id, deadline (ms)
-    read_s: float = float("-inf")  # when it was last read (monotonic)
+    head: tuple[bytes, float] | None = None
+    read_s: float = float("-inf")
+    swept_s: float = float("-inf")
+
+
+class Link(Protocol):
+    """What the listener uses of a redis-py connection."""
+
+    def connect(self) -> None: ...
+    def on_connect(self) -> None: ...
+    def send_command(self, *args: object) -> None: ...
+    def send_packed_command(self, command: list[bytes]) -> None: ...
+    def read_response(self) -> object: ...
+    def can_read(self, timeout: float) -> bool: ...
+    def disconnect(self) -> None: ...
 
 
 class Refused(Exception):
@@ -62,11 +93,14 @@ class Listener:
     """Hears one primary's swept queues change and re-arms their wakes, on a thread of its own.
 
     A queue is tracked once a tick swept it here (`track`), and left when it is no longer swept
-    here (`forget`, or a read the Cluster sends elsewhere). Invalidations are coalesced: the
-    queues changed since the last round are read in one pipelined round, at most one round per
-    ROUND_S, and a queue is read again no sooner than SHARE of the shortest lease seen on the
-    primary (a busy queue costs a read per a few of its claims, not one per claim). Tracking is
-    lost with either connection: both are made again and every queue read again at once.
+    here (`forget`, or a read the Cluster sends elsewhere). Every connection of the primary's
+    pool tracks its reads to the listener's subscriber (see `_tracked`): a sweep leaves its
+    queue tracked. A changed queue whose next sweep comes before a lease taken now could fall
+    due is left to that sweep; any other is read, the queues changed since the last round in
+    one pipelined round, at most one round per ROUND_S, a queue again no sooner than SHARE of
+    the shortest lease seen on the primary (a busy queue costs a read per a few of its claims,
+    not one per claim). Tracking is lost with either connection: both are made again, every
+    queue read again at once, and the pool's connections tracked to the new subscriber.
     """
 
     def __init__(
@@ -81,11 +115,11 @@ class Listener:
     ) -> None:
         self.name = name
         self.source = SourceState.CONNECTING
-        self.why = "not connected yet"  # what the source's state is owed to, for `/`
+        self.why = "not connected yet"
         self._client = client
         self._root = prefix_root
         self._deadlines = deadlines
-        self._armed = armed  # told the primary's next wake after a round armed some
+        self._armed = armed
         self._clock = clock
         self._watched: dict[bytes, Watched] = {}
         self._changed: set[bytes] = set()
@@ -93,22 +127,28 @@ class Listener:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._said_refused = False
-        self._shortest_s = float("inf")  # the least time a new earliest lease had left, read
-        self._observed = 0  # how many new earliest leases the reads found
-        self.reads = 0  # ZRANGE reads sent, for the bench and the tests
+        self._shortest_s = float("inf")
+        self._observed = 0
+        self._redirect: int | None = None
+        self._pool: WeakKeyDictionary[Link, int | None] = WeakKeyDictionary()
+        self._sweeps_tracked = self._pool_refused = self._said_untracked = False
+        self._checked_s = float("-inf")
+        self.reads = 0
+        self.left = 0
+        client.connection_pool.connection_kwargs["redis_connect_func"] = self._tracked
 
     # What the fleet tells it.
     def track(self, queues: Sequence[QueueSettings]) -> None:
-        """Queues swept here: each new one is read (and so tracked) within POLL_S."""
+        """Queues a tick just swept here: each new one is read (and so tracked) within POLL_S."""
+        now = self._clock()
         with self._lock:
             for q in queues:
                 key = QueueKeys(q.name, self._root).active.encode()
                 found = self._watched.get(key)
                 if found is None:
-                    self._watched[key] = Watched(q)
+                    self._watched[key] = found = Watched(q)
                     self._changed.add(key)
-                elif found.queue is not q:
-                    found.queue = q
+                found.queue, found.swept_s = q, now
 
     def forget(self, queue: str) -> None:
         """The queue is no longer swept here: no read, no wake from here."""
@@ -120,6 +160,57 @@ class Listener:
     def tracked(self) -> int:
         with self._lock:
             return len(self._watched)
+
+    # The sweeps' connections.
+    def _tracked(self, connection: Link) -> None:
+        """A connection of the primary's pool just made: its handshake, then its reads tracked
+        to the subscriber with NOLOOP (the sweep's own writes are not told back). A sweep's read
+        of its queue's active set then tracks it again at no cost. A refusal never fails the
+        connection: its reads stay untracked and every changed queue is read (said once)."""
+        connection.on_connect()
+        redirect = self._redirect
+        if redirect is not None:
+            try:
+                connection.send_command("CLIENT", "TRACKING", "on", "REDIRECT", redirect, "NOLOOP")
+                connection.read_response()
+            except ReplyLost as exc:
+                raise redis.ConnectionError(str(exc.__cause__ or exc)) from None
+            except redis.ResponseError as exc:
+                self._refused_on_pool(redirect, str(exc))
+                redirect = None
+        with self._lock:
+            self._pool[connection] = redirect
+
+    def _refused_on_pool(self, redirect: int, error: str) -> None:
+        """A pool connection refused tracking to the subscriber: unless that subscriber is gone
+        meanwhile, changed queues are read, no longer left to the sweeps, until it is made
+        again; said once."""
+        with self._lock:
+            if redirect != self._redirect:
+                return
+            self._pool_refused, self._sweeps_tracked = True, False
+        if not self._said_untracked:
+            self._said_untracked = True
+            log.warning(
+                "deadline_source_sweeps_untracked",
+                node=self.name,
+                error=error,
+                hint="every changed queue is read again, none left to its next sweep",
+            )
+
+    def _check_pool(self, now: float) -> None:
+        """Whether every connected connection of the pool tracks to the subscriber; while one
+        does not (made before it, or in use when it was made), the pool's idle connections are
+        dropped every CHECK_S: they connect again, tracked, when next used."""
+        with self._lock:
+            if self._sweeps_tracked or self._pool_refused or now - self._checked_s < CHECK_S:
+                return
+            self._checked_s = now
+            redirect = self._redirect
+            stale = any(to != redirect and _connected(c) for c, to in self._pool.items())
+            self._sweeps_tracked = not stale
+        if stale:
+            self._client.connection_pool.disconnect(inuse_connections=False)
 
     # The lifetime.
     def start(self) -> None:
@@ -156,7 +247,7 @@ class Listener:
                 if self.source is SourceState.TRACKING:
                     log.info("deadline_source_lost", node=self.name, error=str(exc))
                 self._set(SourceState.CONNECTING, f"lost: {exc}")
-            except Exception as exc:  # a bug: said, and the interval carries on meanwhile
+            except Exception as exc:
                 log.exception("deadline_source_failed", node=self.name)
                 self._set(SourceState.CONNECTING, f"failed: {type(exc).__name__}: {exc}")
             if self._stop.wait(backoff):
@@ -169,27 +260,35 @@ class Listener:
         self.source, self.why = source, why
 
     def _listen(self) -> None:
-        """One life of the two connections: made, every queue read, then changes heard."""
+        """One life of the two connections: made, every queue read, the pool's connections
+        tracked to the new subscriber, then changes heard."""
         subscriber, reader = self._connection(), self._connection()
         try:
-            self._subscribe(subscriber, reader)
+            redirect = self._subscribe(subscriber, reader)
             with self._lock:
-                self._changed.update(self._watched)  # tracking was lost with the last ones
+                self._redirect, self._checked_s = redirect, float("-inf")
+                self._sweeps_tracked = self._pool_refused = False
+                self._changed.update(self._watched)
             self._set(SourceState.TRACKING, "the server says when a queue changes")
             self._said_refused = False
             log.info("deadline_source_tracking", node=self.name)
             self._hear(subscriber, reader)
         finally:
+            with self._lock:
+                self._redirect, self._sweeps_tracked = None, False
             subscriber.disconnect()
             reader.disconnect()
 
-    def _connection(self) -> Wire:
-        """A connection of the node's with its credentials, TLS and db, speaking RESP2."""
+    def _connection(self) -> Link:
+        """A connection of the node's with its credentials, TLS and db, speaking RESP2, made."""
         pool = self._client.connection_pool
-        return Wire(pool.connection_class(**{**pool.connection_kwargs, "protocol": 2}))
+        options = {**pool.connection_kwargs, "protocol": 2, "redis_connect_func": None}
+        connection: Link = pool.connection_class(**options)
+        connection.connect()
+        return connection
 
-    def _subscribe(self, subscriber: Wire, reader: Wire) -> None:
-        """The subscriber on the invalidation channel, the reader's keys tracked to it."""
+    def _subscribe(self, subscriber: Link, reader: Link) -> int:
+        """The subscriber on the invalidation channel, the reader's keys tracked to it; its id."""
         try:
             subscriber.send_command("CLIENT", "ID")
             own_id = subscriber.read_response()
@@ -199,8 +298,10 @@ class Listener:
             reader.read_response()
         except redis.ResponseError as exc:
             raise Refused(str(exc)) from None
+        assert isinstance(own_id, int)
+        return own_id
 
-    def _hear(self, subscriber: Wire, reader: Wire) -> None:
+    def _hear(self, subscriber: Link, reader: Link) -> None:
         """Read the queues changed, at most a round per ROUND_S, until stopped or broken."""
         last_round = pinged = self._clock()
         while not self._stop.is_set():
@@ -208,6 +309,7 @@ class Listener:
             if now - pinged >= PING_S:
                 self._ping(subscriber, reader)
                 pinged = now
+            self._check_pool(now)
             due = self._due(now)
             if due and now - last_round >= ROUND_S:
                 self._read(reader, due)
@@ -217,14 +319,15 @@ class Listener:
             if subscriber.can_read(timeout=wait):
                 self._take(subscriber)
 
-    def _ping(self, subscriber: Wire, reader: Wire) -> None:
+    def _ping(self, subscriber: Link, reader: Link) -> None:
         """Both connections answer, or the failure raises (a peer gone without a word): the
-        subscription asked again, the reader's id, both already granted (no PING in the ACL)."""
+        subscription asked again, the reader's id, both already granted (no PING in the ACL).
+        The subscriber's answer is read with the messages."""
         subscriber.send_command("SUBSCRIBE", CHANNEL)
         reader.send_command("CLIENT", "ID")
-        reader.read_response()  # the subscriber's answer is read with the messages
+        reader.read_response()
 
-    def _take(self, subscriber: Wire) -> None:
+    def _take(self, subscriber: Link) -> None:
         """Every message waiting: the keys changed (all of them when the server flushed)."""
         while True:
             message = subscriber.read_response()
@@ -247,10 +350,30 @@ class Listener:
         return SHARE * self._shortest_s
 
     def _due(self, now: float) -> list[bytes]:
-        """The changed queues whose gap since their last read has passed."""
+        """The changed queues whose gap since their last read has passed; those whose next
+        sweep comes first are left to it."""
         gap = self._gap()
         with self._lock:
+            left = [key for key in self._changed if self._swept_first(self._watched[key], now)]
+            self._changed.difference_update(left)
+            self.left += len(left)
             return [key for key in self._changed if now - self._watched[key].read_s >= gap]
+
+    def _swept_first(self, watched: Watched, now: float) -> bool:
+        """The queue's next sweep (its wake, or its interval after its last sweep) comes before
+        a lease taken now could fall due, with SHARE of the shortest lease to spare: that sweep
+        reads the new earliest deadline and tracks the queue again. Only while every connection
+        of the pool tracks, once the shortest lease is known, and for SAMPLE_S after a read.
+        Hold the lock."""
+        if not self._sweeps_tracked or self._observed < OBSERVED:
+            return False
+        if now - watched.read_s >= SAMPLE_S:
+            return False
+        sweep = watched.swept_s + watched.queue.interval
+        wake = self._deadlines.wakes.get(watched.queue.name)
+        if wake is not None:
+            sweep = min(sweep, wake[0])
+        return sweep <= now + (1 - SHARE) * self._shortest_s
 
     def _next_read(self, now: float, last_round: float) -> float:
         """How long to wait for messages before the next round may read a changed queue."""
@@ -262,7 +385,7 @@ class Listener:
             )
         return min(POLL_S, max(soonest - now, last_round + ROUND_S - now, 0.0))
 
-    def _read(self, reader: Wire, keys: list[bytes]) -> None:
+    def _read(self, reader: Link, keys: list[bytes]) -> None:
         """One pipelined round of the queues' earliest lease (which tracks each key again), their
         wakes re-armed, the primary's next wake told."""
         with self._lock:
@@ -285,7 +408,7 @@ class Listener:
                 if watched is None:
                     continue
                 if isinstance(reply, redis.ResponseError):
-                    if str(reply).startswith(("MOVED", "ASK")):  # its slot is served elsewhere
+                    if str(reply).startswith(("MOVED", "ASK")):
                         del self._watched[key]
                     continue
                 head = _head(reply)
@@ -313,29 +436,9 @@ class Listener:
         self._shortest_s = min(self._shortest_s, max(0.0, at - now))
 
 
-class Wire:
-    """One connection of the listener's, connected when made: commands sent, replies read."""
-
-    def __init__(self, connection: AbstractConnection) -> None:
-        self._connection = connection
-        connection.connect()  # type: ignore[no-untyped-call]
-
-    def send_command(self, *args: object) -> None:
-        self._connection.send_command(*args)  # type: ignore[no-untyped-call]
-
-    def send_packed_command(self, commands: list[bytes]) -> None:
-        self._connection.send_packed_command(commands)  # type: ignore[no-untyped-call]
-
-    def read_response(self) -> object:
-        return self._connection.read_response()
-
-    def can_read(self, timeout: float) -> bool:
-        """A reply or message waits, within `timeout` s (a read that times out would close the
-        connection: redis-py drops a connection whose read timed out)."""
-        return bool(self._connection.can_read(timeout=timeout))
-
-    def disconnect(self) -> None:
-        self._connection.disconnect()  # type: ignore[no-untyped-call]
+def _connected(connection: Link) -> bool:
+    """The connection has a socket (redis-py drops it on disconnect)."""
+    return getattr(connection, "_sock", None) is not None
 
 
 def _head(reply: object) -> tuple[bytes, float] | None:
