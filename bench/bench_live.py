@@ -5,8 +5,9 @@ change (--deadline-source tracking) or does not (off), in one run, on each serve
 
 For each: how long after its deadline each dead worker's lease came back (p50, p99, max, on the
 server's clock: a sampler woken by the pending sets' keyspace events reads them with TIME), how
-many came back, the daemon's CPU while the fleet claims, and its calls (sweeps plus the earliest
-deadlines it read after a change) per second and per claim. The loads (--loads):
+many came back, the daemon's CPU while the fleet claims (after --warmup s of claims, a steady
+state: the listener learns the leases' length from its first reads), and its calls (sweeps
+plus the earliest deadlines it read after a change) per second and per claim. The loads (--loads):
 
 - short: 50 queues x 400 claims/s, leases 0.3-8 s, 5 % dying;
 - long: 1,000 queues x 3,000 claims/s, 30 s leases, 1 % dying (--scale shrinks the claims and
@@ -180,9 +181,16 @@ def calls(daemon: DaemonProcess) -> tuple[float, float]:
 
 
 def measure(
-    workdir: Path, server: RedisServer, load: Load, executor: str, interval: float, source: str
+    workdir: Path,
+    server: RedisServer,
+    load: Load,
+    executor: str,
+    interval: float,
+    source: str,
+    warmup: float,
 ) -> dict[str, float]:
-    """One daemon under the fleet: its figures."""
+    """One daemon under the fleet: its figures, the CPU and calls over the fleet's claims after
+    `warmup` s of them (the latencies over every claim)."""
     with server.client() as client:
         client.flushall()
     config = workdir / "queues.toml"
@@ -197,22 +205,26 @@ def measure(
         pid = daemon.process.pid
         wait_until(lambda: daemon.get("/readyz")[0] == 200, 120, "ready")
         time.sleep(SETTLE_S)
-        calls0, cpu0, t0 = calls(daemon), cpu_seconds(pid), time.monotonic()
         assert server.process is not None
-        worker = subprocess.run(
-            [sys.executable, __file__, "--worker", json.dumps([server.port, load.__dict__])],
-            capture_output=True,
-            check=True,
+        shape = {**load.__dict__, "seconds": load.seconds + warmup}
+        worker = subprocess.Popen(
+            [sys.executable, __file__, "--worker", json.dumps([server.port, shape])],
+            stdout=subprocess.PIPE,
             text=True,
         )
+        time.sleep(warmup)
+        calls0, cpu0, t0 = calls(daemon), cpu_seconds(pid), time.monotonic()
+        out, _ = worker.communicate()
+        assert worker.returncode == 0, worker.returncode
         calls1, cpu1, t1 = calls(daemon), cpu_seconds(pid), time.monotonic()
-        told = json.loads(worker.stdout)
+        told = json.loads(out)
         given_up = t1 + load.lease_s[1] + interval + 10
         while len(sampler.seen) < told["dying"] and time.monotonic() < given_up:
             time.sleep(0.05)
         daemon.stop()
     sampler.stop()
     lat = sampler.latencies_ms
+    claims_s = told["claims"] / told["seconds"]
     return {
         "p50": percentile(lat, 0.50),
         "p99": percentile(lat, 0.99),
@@ -220,12 +232,12 @@ def measure(
         "over_1s": sum(1 for x in lat if x > 1000),
         "back": len(lat),
         "dying": told["dying"],
-        "claims_s": told["claims"] / told["seconds"],
+        "claims_s": claims_s,
         "cpu": 100 * (cpu1 - cpu0) / (t1 - t0),
         "sweeps_s": (calls1[0] - calls0[0]) / (t1 - t0),
         "reads_s": (calls1[1] - calls0[1]) / (t1 - t0),
         "calls_s": (sum(calls1) - sum(calls0)) / (t1 - t0),
-        "per_claim": (sum(calls1) - sum(calls0)) / max(1, told["claims"]),
+        "per_claim": (sum(calls1) - sum(calls0)) / (t1 - t0) / max(1e-9, claims_s),
     }
 
 
@@ -258,6 +270,9 @@ def main() -> None:
     parser.add_argument("--intervals", default="5,60", help="the second: tracking on only")
     parser.add_argument("--scale", type=float, default=1.0, help="the long load's size, 0-1")
     parser.add_argument("--seconds", type=float, default=0.0, help="the fleet claims this long")
+    parser.add_argument(
+        "--warmup", type=float, default=10.0, help="claims before the CPU and calls are read"
+    )
     opts = parser.parse_args()
     if opts.worker:
         port, shape = json.loads(opts.worker)
@@ -287,7 +302,7 @@ def main() -> None:
                     got: dict[tuple[float, str], dict[str, float]] = {}
                     for interval, source in runs:
                         got[interval, source] = figures = measure(
-                            Path(tmp), server, load, executor, interval, source
+                            Path(tmp), server, load, executor, interval, source, opts.warmup
                         )
                         label = f"{kind} {executor} --interval {interval:g} {source}"
                         print(row(label, figures), flush=True)

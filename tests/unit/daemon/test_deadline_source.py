@@ -1,7 +1,9 @@
 """`sweeperd run` hearing its queues change (`--deadline-source tracking`, the default): a lease
 taken after a queue's last sweep, due long before its next, is back at its deadline; the same
-after the server is restarted; a renewed one is neither swept nor counted; a server or ACL that
-refuses tracking leaves the interval alone, and the log, the gauge and `/` say so."""
+after the server is restarted and after the listener's subscriber is made again (the sweeps' own
+connections then track to the new one); a renewed one is neither swept nor counted; a server or
+ACL that refuses tracking leaves the interval alone, and the log, the gauge and `/` say so; one
+that refuses it on the sweeps' connections only leaves the sweeps going on, said once."""
 
 from __future__ import annotations
 
@@ -56,6 +58,32 @@ def listening(
         d.wait_swept(Q.queue)
         hearing(d, c, server.node)
         yield d, started
+
+
+def subscribers(c: redis.Redis) -> list[int]:
+    """The ids of the connections subscribed to a channel: the listener's subscriber."""
+    return [int(e["id"]) for e in c.client_list() if "P" in e["flags"]]
+
+
+def sweeps_tracked_to(c: redis.Redis, subscriber: int) -> bool:
+    """Every connection that tracks redirects to `subscriber`, a sweep's among them."""
+    tracking = [e for e in c.client_list() if "t" in e["flags"]]
+    return all(int(e["redir"]) == subscriber for e in tracking) and any(
+        e["cmd"] == "evalsha" for e in tracking
+    )
+
+
+def kill_sweeps(c: redis.Redis) -> None:
+    """The daemon's connections that last sent a sweep, closed by the server."""
+    for e in c.client_list():
+        if e["cmd"] == "evalsha":
+            c.client_kill_filter(_id=e["id"])
+
+
+def swept_more(d: DaemonProcess) -> None:
+    """Two sweeps more than now."""
+    swept = d.total("sweeperd_sweeps_total")
+    wait_until(lambda: d.total("sweeperd_sweeps_total") >= swept + 2, what="two sweeps more")
 
 
 def back(c: redis.Redis, job: bytes) -> bool:
@@ -125,6 +153,23 @@ class TestHeard:
                 back_at_its_deadline(d, c, b"j", deadline, started)
                 assert d.stop() == 0
 
+    def test_the_sweeps_track_to_a_subscriber_made_again(self, on: Target, workdir: Path) -> None:
+        """The listener's subscriber closed by the server: a new one is made, the sweeps' own
+        connections (and the reader) track to it, and a lease taken then is back at its
+        deadline."""
+        c = on.client
+        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, started):
+            [first] = subscribers(c)
+            wait_until(lambda: sweeps_tracked_to(c, first), what="the sweeps tracked")
+            c.client_kill_filter(_id=str(first))
+            wait_until(lambda: subscribers(c) not in ([], [first]), what="a new subscriber")
+            [again] = subscribers(c)
+            wait_until(lambda: sweeps_tracked_to(c, again), what="the sweeps tracked to it")
+            hearing(d, c, on.server.node)
+            deadline = take(c, b"j")
+            back_at_its_deadline(d, c, b"j", deadline, started)
+            assert d.stop() == 0
+
 
 class TestRefused:
     def test_an_acl_without_tracking_leaves_the_interval_alone_and_says_so(
@@ -150,6 +195,39 @@ class TestRefused:
             lease(r, Q, b"j", server_ms(r) + 200, attempts="1")
             wait_until(lambda: back(r, b"j"), BACK_S, "the lease back at the interval")
             assert len(d.events("deadline_source_refused")) == 1
+            assert d.stop() == 0
+
+    def test_sweeps_refused_tracking_go_on_and_say_it_once(
+        self, r: redis.Redis, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """Tracking taken from the user once the listener tracks: the sweeps' connections made
+        again are refused it, said once in the log, and the sweeps go on, uncounted as failures;
+        a lease still comes back."""
+        r.acl_setuser(
+            "late",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all"],
+        )
+        url = redis_server.url.replace("redis://", "redis://late:pw@")
+        with daemon(workdir, url, "native", "--interval", "1") as d:
+            d.wait_swept(Q.queue)
+            hearing(d, r, redis_server.node)
+            [subscriber] = subscribers(r)
+            wait_until(lambda: sweeps_tracked_to(r, subscriber), what="the sweeps tracked")
+            r.acl_setuser("late", commands=["-client|tracking"])
+            for _ in range(2):
+                kill_sweeps(r)
+                wait_until(
+                    lambda: d.events("deadline_source_sweeps_untracked"), what="the refusal said"
+                )
+                swept_more(d)
+            assert len(d.events("deadline_source_sweeps_untracked")) == 1
+            assert d.total("sweeperd_sweep_failures_total") <= 2, "a killed round at most"
+            lease(r, Q, b"j", server_ms(r) + 200, attempts="1")
+            wait_until(lambda: back(r, b"j"), BACK_S, "the lease back")
             assert d.stop() == 0
 
     def test_off_is_said_too(
