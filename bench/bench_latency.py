@@ -18,9 +18,8 @@ import argparse
 import random
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -30,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_fanout import Buckets, cpu_seconds, quantile, sub
+from bench.sampler import Sampler
 from sweeperd.constants import DEFAULT_INTERVAL_S
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
@@ -45,7 +45,6 @@ MAX_STALLED = 5  # no lease at its budget: every one comes back to pending
 HOUR_MS = 3_600_000  # an idle queue's lease falls due this far ahead: a worker holding it
 DELAY = "sweeperd_recovery_delay_seconds"
 PROBED = ("sweeperd_sweeps_total", "sweeperd_schedule_overruns_total", f"{DELAY}_bucket")
-EVENTS = "__keyspace@0__:emq:{*}:pending"  # a ZADD to a pending set: a recovery
 KEPT_LOGS = Path(tempfile.gettempdir()) / "bench_latency"  # the log of a run not all back
 
 
@@ -112,61 +111,6 @@ class Window:
     def calls_per_s(self) -> float:
         assert self.end is not None
         return (self.end.sweeps - self.start.sweeps) / self.seconds
-
-
-@dataclass
-class Sampler:
-    """Reads a queue's pending set, with the server's TIME, whenever a keyspace event says a
-    job went there: each lease's latency after its deadline, on the server's clock."""
-
-    server: RedisServer
-    deadlines: dict[bytes, float]  # job id -> its lease deadline, ms on the server's clock
-    latencies_ms: list[float] = field(default_factory=list)
-    seen: set[bytes] = field(default_factory=set)
-    stopped: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start(self) -> Sampler:
-        with self.server.client() as client:
-            client.config_set("notify-keyspace-events", "Kz")
-        events = self.server.client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        events.psubscribe(EVENTS)
-        self.thread = threading.Thread(target=self.run, args=(events,), daemon=True)
-        self.thread.start()
-        return self
-
-    def run(self, events: redis.client.PubSub) -> None:
-        """Every event come so far read at once, with one TIME: a wake's round recovers dozens
-        of queues together, and a read per event would date the last ones by the reads before
-        them (the latency it gives is the server's time at the read: an upper bound)."""
-        reader = self.server.client()
-        while not self.stopped.is_set():
-            message = events.get_message(timeout=0.1)
-            if message is None:
-                continue
-            sets = set()
-            while message is not None:
-                sets.add(message["channel"].decode().removeprefix("__keyspace@0__:"))
-                message = events.get_message(timeout=0)
-            pipe = reader.pipeline(transaction=False)
-            pipe.time()
-            for pending in sets:
-                pipe.zrange(pending, 0, -1)
-            (seconds, micros), *read = pipe.execute()
-            now_ms = seconds * 1000 + micros / 1000
-            for job in (job for ids in read for job in ids):
-                if job not in self.seen and job in self.deadlines:
-                    self.seen.add(job)
-                    self.latencies_ms.append(now_ms - self.deadlines[job])
-        events.close()
-
-    def all_back(self) -> bool:
-        return len(self.seen) == len(self.deadlines)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.thread is not None:
-            self.thread.join()
 
 
 def server_ms(client: redis.Redis) -> float:

@@ -23,9 +23,8 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_fanout import cpu_seconds
 from bench.bench_latency import percentile
+from bench.sampler import Sampler
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.servers import MODULE_PATH, RedisServer
@@ -54,7 +54,6 @@ return 0
 TICK_S = 0.01  # the fleet claims and completes in one pipelined round this often
 HOLD_S = 0.2  # a live worker completes its job within this
 MAX_STALLED = 5  # nothing dies: every dead worker's lease comes back to pending once
-EVENTS = "__keyspace@0__:emq:{*}:pending"
 PROBED = ("sweeperd_sweeps_total", "sweeperd_deadline_reads_total")
 SETTLE_S = 3.0
 
@@ -109,63 +108,6 @@ def fleet(port: int, load: Load, seed: int) -> dict[str, float]:
     for _, _, keys, job in holding:
         complete(keys=[keys.active, keys.job(job)], args=[job])
     return {"claims": claims, "dying": dying, "seconds": round(time.monotonic() - start, 3)}
-
-
-@dataclass
-class Sampler:
-    """Reads the pending sets a keyspace event names, with the server's TIME: each lease's
-    latency after its deadline (the row's `deadline`), on the server's clock."""
-
-    server: RedisServer
-    latencies_ms: list[float] = field(default_factory=list)
-    seen: set[bytes] = field(default_factory=set)
-    stopped: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start(self) -> Sampler:
-        with self.server.client() as client:
-            client.config_set("notify-keyspace-events", "Kz")
-        events = self.server.client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-        events.psubscribe(EVENTS)
-        self.thread = threading.Thread(target=self.run, args=(events,), daemon=True)
-        self.thread.start()
-        return self
-
-    def run(self, events: redis.client.PubSub) -> None:
-        reader = self.server.client()
-        while not self.stopped.is_set():
-            message = events.get_message(timeout=0.1)
-            sets = set()
-            while message is not None:
-                sets.add(message["channel"].decode().removeprefix("__keyspace@0__:"))
-                message = events.get_message(timeout=0)
-            if not sets:
-                continue
-            pipe = reader.pipeline(transaction=False)
-            pipe.time()
-            for pending in sorted(sets):
-                pipe.zrange(pending, 0, -1)
-            (seconds, micros), *read = pipe.execute()
-            now_ms = seconds * 1000 + micros / 1000
-            new = [
-                (pending, job)
-                for pending, ids in zip(sorted(sets), read, strict=True)
-                for job in ids
-                if job not in self.seen
-            ]
-            pipe = reader.pipeline(transaction=False)
-            for pending, job in new:
-                pipe.hget(pending.removesuffix("pending") + f"job:{job.decode()}", "deadline")
-            for (_, job), deadline in zip(new, pipe.execute(), strict=True):
-                self.seen.add(job)
-                if deadline is not None:
-                    self.latencies_ms.append(now_ms - float(deadline))
-        events.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        if self.thread is not None:
-            self.thread.join()
 
 
 def calls(daemon: DaemonProcess) -> tuple[float, float]:
