@@ -217,7 +217,7 @@ class TestRefused:
             hearing(d, r, redis_server.node)
             [subscriber] = subscribers(r)
             wait_until(lambda: sweeps_tracked_to(r, subscriber), what="the sweeps tracked")
-            r.acl_setuser("late", commands=["-client|tracking"])
+            r.acl_setuser("late", enabled=True, commands=["-client|tracking"])
             for _ in range(2):
                 kill_sweeps(r)
                 wait_until(
