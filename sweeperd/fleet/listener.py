@@ -372,16 +372,17 @@ class Listener:
             return [key for key in self._changed if now - self._watched[key].read_s >= gap]
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
-        """The queue's next sweep (its wake, or its interval after its last sweep) comes before
-        a lease taken now could fall due, with SHARE of the shortest lease to spare: that sweep
-        reads the new earliest deadline and tracks the queue again. Only while every connection
-        of the pool tracks, once the shortest lease is known, and for SAMPLE_S after a read.
-        Hold the lock."""
+        """The queue's next sweep that starts after the change (its wake, or two intervals
+        after the end of its last sweep: a sweep in flight now may have read before the change)
+        comes before a lease taken now could fall due, with SHARE of the shortest lease to
+        spare: that sweep reads the new earliest deadline and tracks the queue again. Only
+        while every connection of the pool tracks, once the shortest lease is known, and for
+        SAMPLE_S after a read. Hold the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
         if now - watched.read_s >= SAMPLE_S:
             return False
-        sweep = watched.swept_s + watched.queue.interval
+        sweep = watched.swept_s + 2 * watched.queue.interval
         wake = self._deadlines.wakes.get(watched.queue.name)
         if wake is not None:
             sweep = min(sweep, wake[0])
