@@ -44,11 +44,12 @@ RETRY_MAX_S = 30.0
 REFUSED_RETRY_S = 60.0
 # Once OBSERVED new earliest leases were seen on the primary (till then a changed queue is read
 # at once), a changed queue is read again no sooner than SHARE of the shortest time one had
-# left, and not at all when its next sweep comes first, but for one read every SAMPLE_S (a
-# shorter lease than any seen is seen so).
+# left, and not at all when its next sweep comes first with SPARE_S at least to spare (a late
+# sweep), but for one read every SAMPLE_S (a shorter lease than any seen is seen so).
 SHARE = 0.2
 OBSERVED = 64
 SAMPLE_S = 60.0
+SPARE_S = 1.0
 # Once the shortest lease is known, the messages are taken in batches, at most one every
 # HEARD_SHARE of it and HEARD_MAX_S: a busy primary's invalidations cost a loop per batch, not
 # one each, and a lease is still heard long before its deadline.
@@ -374,10 +375,10 @@ class Listener:
     def _swept_first(self, watched: Watched, now: float) -> bool:
         """The queue's next sweep that starts after the change (its wake, or two intervals
         after the end of its last sweep: a sweep in flight now may have read before the change)
-        comes before a lease taken now could fall due, with SHARE of the shortest lease to
-        spare: that sweep reads the new earliest deadline and tracks the queue again. Only
-        while every connection of the pool tracks, once the shortest lease is known, and for
-        SAMPLE_S after a read. Hold the lock."""
+        comes before a lease taken now could fall due, with SHARE of the shortest lease (and
+        SPARE_S at least) to spare: that sweep reads the new earliest deadline and tracks the
+        queue again. Only while every connection of the pool tracks, once the shortest lease
+        is known, and for SAMPLE_S after a read. Hold the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
         if now - watched.read_s >= SAMPLE_S:
@@ -386,7 +387,7 @@ class Listener:
         wake = self._deadlines.wakes.get(watched.queue.name)
         if wake is not None:
             sweep = min(sweep, wake[0])
-        return sweep <= now + (1 - SHARE) * self._shortest_s
+        return sweep <= now + self._shortest_s - max(SHARE * self._shortest_s, SPARE_S)
 
     def _next_read(self, now: float, last_round: float) -> float:
         """How long to wait for messages before the next round may read a changed queue."""
