@@ -434,17 +434,19 @@ class Listener:
             self._armed(self._deadlines.next_wake())
 
     def _learn(self, watched: Watched, head: tuple[bytes, float] | None, now: float) -> None:
-        """A new earliest lease (another id, due sooner than the last one read) had at least
-        this long left: the shortest such time on the primary is how soon a queue is read
-        again."""
-        before, first = watched.head, watched.read_s == float("-inf")
+        """A new earliest lease (another id, due sooner than the last one read) was taken since
+        the last read, and has at least this long left: the shortest such time on the primary
+        is how soon a queue is read again. Only where the last read is more recent than that
+        time (a read after a long while, a queue left to its sweeps, finds an old lease there,
+        taken when nobody read: its time left says nothing of its length)."""
+        before, last = watched.head, watched.read_s
         watched.head, watched.read_s = head, now
-        if first or head is None:
+        if last == float("-inf") or head is None:
             return
         if before is not None and (head[0] == before[0] or head[1] >= before[1]):
             return
         at = self._deadlines.host_s(head[1])
-        if at is None:
+        if at is None or now - last > at - now:
             return
         self._observed += 1
         self._shortest_s = min(self._shortest_s, max(0.0, at - now))
