@@ -140,7 +140,6 @@ class Listener:
         self._sweeps_tracked = self._pool_refused = self._said_untracked = False
         self._checked_s = float("-inf")
         self.reads = 0
-        self.left = 0
         client.connection_pool.connection_kwargs["redis_connect_func"] = self._tracked
 
     # What the fleet tells it.
@@ -186,6 +185,8 @@ class Listener:
                 redirect = None
         with self._lock:
             self._pool[connection] = redirect
+            if redirect != self._redirect:
+                self._sweeps_tracked = False
 
     def _refused_on_pool(self, redirect: int, error: str) -> None:
         """A pool connection refused tracking to the subscriber: unless that subscriber is gone
@@ -369,7 +370,6 @@ class Listener:
         with self._lock:
             left = [key for key in self._changed if self._swept_first(self._watched[key], now)]
             self._changed.difference_update(left)
-            self.left += len(left)
             return [key for key in self._changed if now - self._watched[key].read_s >= gap]
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
