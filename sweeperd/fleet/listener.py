@@ -373,19 +373,19 @@ class Listener:
             return [key for key in self._changed if now - self._watched[key].read_s >= gap]
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
-        """The queue's next sweep that starts after the change (its wake, or two intervals
-        after the end of its last sweep: a sweep in flight now may have read before the change)
-        comes before a lease taken now could fall due, with SHARE of the shortest lease (and
-        SPARE_S at least) to spare: that sweep reads the new earliest deadline and tracks the
-        queue again. Only while every connection of the pool tracks, once the shortest lease
-        is known, and for SAMPLE_S after a read. Hold the lock."""
+        """The queue's next sweep that starts after the change (its wake still to come, or two
+        intervals after the end of its last sweep: a sweep in flight now may have read before
+        the change) comes before a lease taken now could fall due, with SHARE of the shortest
+        lease (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and
+        tracks the queue again. Only while every connection of the pool tracks, once the
+        shortest lease is known, and for SAMPLE_S after a read. Hold the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
         if now - watched.read_s >= SAMPLE_S:
             return False
         sweep = watched.swept_s + 2 * watched.queue.interval
         wake = self._deadlines.wakes.get(watched.queue.name)
-        if wake is not None:
+        if wake is not None and wake[0] > now:
             sweep = min(sweep, wake[0])
         return sweep <= now + self._shortest_s - max(SHARE * self._shortest_s, SPARE_S)
 
@@ -413,7 +413,6 @@ class Listener:
                 replies.append(reader.read_response())
             except redis.ResponseError as exc:
                 replies.append(exc)
-        self.reads += len(keys)
         now = self._clock()
         armed: list[tuple[str, float | None, float]] = []
         with self._lock:
@@ -429,6 +428,7 @@ class Listener:
                 self._learn(watched, head, now)
                 earliest = None if head is None else head[1]
                 armed.append((watched.queue.name, earliest, watched.queue.interval))
+            self.reads += len(keys)
         if armed:
             self._deadlines.learn(now, armed)
             self._armed(self._deadlines.next_wake())

@@ -8,12 +8,13 @@ that refuses it on the sweeps' connections only leaves the sweeps going on, said
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 
+from sweeperd.fleet.listener import OBSERVED
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import dump_all, lease, server_ms
@@ -78,6 +79,18 @@ def kill_sweeps(c: redis.Redis) -> None:
     for e in c.client_list():
         if e["cmd"] == "evalsha":
             c.client_kill_filter(_id=e["id"])
+
+
+def reads(d: DaemonProcess) -> float:
+    """The earliest deadlines the listener read after a change."""
+    return d.total("sweeperd_deadline_reads_total")
+
+
+def read_after(d: DaemonProcess, change: Callable[[], object]) -> None:
+    """A change of the queue, then the listener's read of it."""
+    read = reads(d)
+    change()
+    wait_until(lambda: reads(d) > read, what="the change read")
 
 
 def swept_more(d: DaemonProcess) -> None:
@@ -168,6 +181,28 @@ class TestHeard:
             hearing(d, c, on.server.node)
             deadline = take(c, b"j")
             back_at_its_deadline(d, c, b"j", deadline, started)
+            assert d.stop() == 0
+
+    def test_a_queue_of_long_leases_is_left_to_its_sweeps(self, on: Target, workdir: Path) -> None:
+        """Once the primary's leases are known to be long (30 s, the interval 1 s), a change is
+        not read: the queue's next sweep reads the new earliest deadline and tracks it again.
+        The reads stay where they were while the queue keeps changing, and a lease taken then
+        is still back, by its next sweep."""
+        c = on.client
+        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, started):
+            for n in range(OBSERVED):
+                read_after(d, lambda: lease(c, Q, b"long", server_ms(c) + 30_000, attempts="1"))
+                if n < OBSERVED - 1:
+                    read_after(d, lambda: c.zrem(Q.active, b"long"))
+            read = reads(d)
+            c.zrem(Q.active, b"long")
+            for n in range(6):
+                lease(c, Q, b"more%d" % n, server_ms(c) + 60_000, attempts="1")
+                swept_more(d)
+            assert reads(d) == read, "a change of a queue of long leases read"
+            deadline = take(c, b"j")
+            back_at_its_deadline(d, c, b"j", deadline, started)
+            assert reads(d) == read
             assert d.stop() == 0
 
 
