@@ -45,7 +45,8 @@ REFUSED_RETRY_S = 60.0
 # Once OBSERVED new earliest leases were seen on the primary (till then a changed queue is read
 # at once), a changed queue is read again no sooner than SHARE of the shortest time one had
 # left, and not at all when its next sweep comes first with SPARE_S at least to spare (a late
-# sweep), but for one read every SAMPLE_S (a shorter lease than any seen is seen so).
+# sweep), but for a sample read every SAMPLE_S, whose next change is read at once: a shorter
+# lease than any seen, taken then, is seen so.
 SHARE = 0.2
 OBSERVED = 64
 SAMPLE_S = 60.0
@@ -71,12 +72,15 @@ class SourceState(StrEnum):
 @dataclass
 class Watched:
     """A queue the listener tracks: its settings, the earliest lease last read (id, deadline ms),
-    when it was last read and last swept (monotonic)."""
+    when it was last read and last swept (monotonic), whether its read to come is a sample, and
+    whether its next change is read at once (the probe after a sample)."""
 
     queue: QueueSettings
     head: tuple[bytes, float] | None = None
     read_s: float = float("-inf")
     swept_s: float = float("-inf")
+    sampling: bool = False
+    probing: bool = False
 
 
 class Link(Protocol):
@@ -364,13 +368,14 @@ class Listener:
         return min(HEARD_SHARE * self._shortest_s, HEARD_MAX_S)
 
     def _due(self, now: float) -> list[bytes]:
-        """The changed queues whose gap since their last read has passed; those whose next
-        sweep comes first are left to it."""
+        """The changed queues whose gap since their last read has passed (or probed after a
+        sample); those whose next sweep comes first are left to it."""
         gap = self._gap()
         with self._lock:
             left = [key for key in self._changed if self._swept_first(self._watched[key], now)]
             self._changed.difference_update(left)
-            return [key for key in self._changed if now - self._watched[key].read_s >= gap]
+            watched = [(key, self._watched[key]) for key in self._changed]
+            return [key for key, w in watched if w.probing or now - w.read_s >= gap]
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
         """The queue's next sweep that starts after the change (its wake still to come, or two
@@ -381,7 +386,10 @@ class Listener:
         shortest lease is known, and for SAMPLE_S after a read. Hold the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
+        if watched.probing:
+            return False
         if now - watched.read_s >= SAMPLE_S:
+            watched.sampling = True
             return False
         sweep = watched.swept_s + 2 * watched.queue.interval
         wake = self._deadlines.wakes.get(watched.queue.name)
@@ -393,9 +401,9 @@ class Listener:
         """How long to wait for messages before the next round may read a changed queue."""
         gap = self._gap()
         with self._lock:
+            waiting = [self._watched[k] for k in self._changed]
             soonest = min(
-                (self._watched[k].read_s + gap for k in self._changed),
-                default=now + POLL_S,
+                (now if w.probing else w.read_s + gap for w in waiting), default=now + POLL_S
             )
         return min(POLL_S, max(soonest - now, last_round + ROUND_S - now, 0.0))
 
@@ -441,6 +449,7 @@ class Listener:
         taken when nobody read: its time left says nothing of its length)."""
         before, last = watched.head, watched.read_s
         watched.head, watched.read_s = head, now
+        watched.probing, watched.sampling = watched.sampling, False
         if last == float("-inf") or head is None:
             return
         if before is not None and (head[0] == before[0] or head[1] >= before[1]):
