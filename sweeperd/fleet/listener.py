@@ -49,7 +49,7 @@ REFUSED_RETRY_S = 60.0
 # lease than any seen, taken then, is seen so.
 SHARE = 0.2
 OBSERVED = 64
-SAMPLE_S = 60.0
+SAMPLE_S = 120.0
 SPARE_S = 1.0
 # Once the shortest lease is known, the messages are taken in batches, at most one every
 # HEARD_SHARE of it and HEARD_MAX_S: a busy primary's invalidations cost a loop per batch, not
