@@ -190,6 +190,7 @@ class TestHeard:
         is still back, by its next sweep."""
         c = on.client
         with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, started):
+            wait_until(lambda: reads(d) >= 1, what="the queue read once, empty")
             for n in range(OBSERVED):
                 read_after(d, lambda: lease(c, Q, b"long", server_ms(c) + 30_000, attempts="1"))
                 if n < OBSERVED - 1:
