@@ -12,7 +12,7 @@ import pytest
 
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, now_ms
+from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, lease, now_ms, server_ms
 from tests.support.invoke import Ran, sweeperd
 from tests.support.servers import RedisServer
 from tests.support.topologies import (
@@ -160,6 +160,41 @@ class TestSentinel:
         active, pending, dead, rows = settled_keyspace(new)
         assert (active, pending, dead) == (0, sorted(ids), 0)
         assert all(b"stalled" not in row for row in rows)
+
+
+class TestHeard:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_a_new_lease_is_heard_on_the_new_primary(
+        self, fresh: SentinelGroup, tmp_path: Path, executor: str
+    ) -> None:
+        """At --interval 60, after a Sentinel failover: the source of deadlines listens to the
+        new primary, and a lease taken there, due half a second later, is back at its deadline,
+        long before the interval."""
+        started = time.monotonic()
+        args = ("--interval", "60", "--jitter", "0", "--max-stalled", "5", "--socket-timeout", "1")
+        with DaemonProcess(
+            tmp_path,
+            *("--sentinel", fresh.addresses, "--sentinel-master", MASTER, "--queue", QUEUE),
+            *("--executor", executor, *args),
+        ) as d:
+            d.wait_swept(QUEUE)
+            d.wait_value("sweeperd_deadline_source", 1, node=fresh.current().node)
+            fresh.failover()
+            new = fresh.current()
+            d.wait_value("sweeperd_deadline_source", 1, node=new.node)
+            with new.client() as c:
+                wait_until(
+                    lambda: int(c.info("stats").get("tracking_total_keys", 0)) >= 1,
+                    what="the queue's active set tracked on the new primary",
+                )
+                deadline = server_ms(c) + 500
+                lease(c, KEYS, b"j", deadline, attempts="1")
+                wait_until(lambda: c.zscore(KEYS.pending, b"j") is not None, what="j back")
+                assert server_ms(c) >= deadline
+                assert c.hget(KEYS.job(b"j"), "stalled") == b"1"
+            assert time.monotonic() - started < 48, "back only at the interval"
+            d.wait_value("sweeperd_recovered_total", 1, queue=QUEUE)
+            assert d.stop() == 0
 
 
 def top_once(group: SentinelGroup, *args: str) -> Ran:
