@@ -37,7 +37,8 @@ def row_of(epoch: bytes | None, stalled: bytes | None, current: bytes) -> dict[b
 
 
 def after_sweep(row: dict[bytes, bytes], judged: model.Judgement) -> tuple[dict[bytes, bytes], str]:
-    """The row as the verb leaves it (docs/SPEC §3's write pass), and the set holding it."""
+    """The row as the verb's write pass leaves it (docs/sweeping.md#the-verb-exactly), and the
+    set holding it."""
     if judged.verdict is model.Verdict.EXEMPT:
         return row | {b"state": b"pending"}, "pending"
     stalled = str(judged.stalled).encode()
