@@ -22,7 +22,7 @@ from tests.support.topologies import Cluster, wait_for
 from tests.support.worker_fleet import Load, running
 
 FLEET = Load(queues=3, claims_per_s=400 / 3, lease_s=(0.3, 8.0), dying=0.05, seconds=120)
-DRIVEN = 0.9  # of the fleets' rate, at the least, across the audits on a loaded machine
+DRIVEN = 0.75  # of the fleets' 400 claims a second, at the least, across the audits (loaded)
 
 
 def audit(cluster: Cluster, *args: str) -> Ran:

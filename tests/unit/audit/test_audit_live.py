@@ -131,7 +131,9 @@ class TestLive:
 
 FLEET = Load(queues=8, claims_per_s=400, lease_s=(0.3, 8.0), dying=0.05, seconds=120)
 FLEET_QUEUES = queue_names(FLEET.queues)
-DRIVEN = 0.9  # of the fleet's rate, at the least, across the audit on a loaded machine
+# The share of its 400 claims a second the fleet must have driven across the audit: 374-400 were
+# measured on the shared 2-core machine at a load average of 14-20 (a starved fleet falls behind).
+DRIVEN = 0.75
 
 
 def fleet_audit(server: RedisServer, r: redis.Redis) -> tuple[Ran, Counts]:
@@ -150,8 +152,8 @@ class TestFleet:
 
     def test_no_finding_under_the_fleet(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """`sweeperd audit` finds nothing, exit 0: every fleet queue read (the dying workers'
-        expired leases among the rows), while the fleet drove at least 90 % of its 400 claims a
-        second throughout."""
+        expired leases among the rows), while the fleet drove at least 300 of the 400 claims a
+        second it asks for, throughout."""
         ran, counts = fleet_audit(redis_server, r)
         assert (ran.code, ran.json()["findings"]) == (0, 0), ran.out
         queues = {q["queue"]: q for q in ran.json()["queues"]}
