@@ -13,6 +13,7 @@ from redis.exceptions import NoScriptError
 from sweeperd.audit.classes import Observation
 from sweeperd.constants import JOB
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.calls import command
 from sweeperd.verb.scripts import LuaScript
 
 # KEYS: active, pending, dead, the sweep guard (never written: a migrating slot refuses the call,
@@ -93,10 +94,10 @@ def run_many(
 def _send(
     client: redis.Redis, script: LuaScript, calls: Sequence[tuple[QueueKeys, Sequence[bytes]]]
 ) -> list[object]:
-    command = "EVALSHA_RO" if script is OBSERVE else "EVALSHA"
+    name = "EVALSHA_RO" if script is OBSERVE else "EVALSHA"
     pipe = client.pipeline(transaction=False)
     for keys, ids in calls:
-        pipe.execute_command(command, script.sha, 4, *keys_of(keys), row_prefix(keys), *ids)  # type: ignore[no-untyped-call]
+        command(pipe, name, script.sha, 4, *keys_of(keys), row_prefix(keys), *ids)
     return list(pipe.execute(raise_on_error=False))
 
 

@@ -4,6 +4,7 @@ as the verb would take them. It writes nothing."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import redis
 
@@ -34,8 +35,8 @@ def read_snapshot(
     snapshot = model.Snapshot(key_types=key_types, metrics_count=_bytes_or_none(count))
     if key_types["active"] != "zset":
         return snapshot
-    selected: list[bytes] = client.zrangebyscore(  # type: ignore[assignment]
-        keys.active, "-inf", now_ms, start=0, num=limit or -1
+    selected = cast(
+        list[bytes], client.zrangebyscore(keys.active, "-inf", now_ms, start=0, num=limit or -1)
     )
     pipe = client.pipeline(transaction=False)
     for job_id in selected:

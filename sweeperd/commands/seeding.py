@@ -11,6 +11,7 @@ from redis.client import Pipeline
 
 from sweeperd.constants import LEASE_EPOCH
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.calls import command
 from sweeperd.server.serverinfo import ServerInfo
 
 # The demo: three queues, every kind of lease the sweep knows, a mass stall.
@@ -118,7 +119,7 @@ def lease_then_shut_down(client: redis.Redis, info: ServerInfo) -> None:
     for n in range(RESTART_LEASES):
         row = {"attempts": "1", LEASE_EPOCH: info.run_id.decode()}
         lease(pipe, keys, f"restart-{n}", info.time_ms + 500, **row)
-    pipe.execute_command("SHUTDOWN")  # type: ignore[no-untyped-call]
+    command(pipe, "SHUTDOWN")
     with contextlib.suppress(redis.ConnectionError):  # closed by the server: it has shut down
         pipe.execute()
 

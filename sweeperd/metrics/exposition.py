@@ -4,9 +4,10 @@ thousands of queues) and built as the library's metric families for its other pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -129,7 +130,9 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
 
 
 def _number(value: float) -> str:
-    return str(value) if type(value) is int else str(floatToGoString(value))  # type: ignore[no-untyped-call]
+    if type(value) is int:
+        return str(value)
+    return cast(Callable[[float], str], floatToGoString)(value)
 
 
 @cache

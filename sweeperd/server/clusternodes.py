@@ -6,12 +6,13 @@ from __future__ import annotations
 import redis
 
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.calls import command
 from sweeperd.server.connection import Connection
 
 
 def cluster_nodes(client: redis.Redis) -> list[list[str]]:
     """CLUSTER NODES, a list of fields per node (id, address, flags, primary, ..., slots)."""
-    raw = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+    raw = command(client, "CLUSTER", "NODES")
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return [line.split() for line in text.splitlines() if line.strip()]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,6 +19,7 @@ from redis.sentinel import Sentinel
 
 from sweeperd.constants import MAX_SOCKET_TIMEOUT_S, TopologyMode
 from sweeperd.logs import redact
+from sweeperd.server.calls import sentinel, url_parts
 from sweeperd.server.denied import DEFAULT_USER
 from sweeperd.server.tls import NO_TLS, TlsFiles
 from sweeperd.server.urls import BadConnection, check_url, name_at, node_name, url_at
@@ -101,7 +103,7 @@ class Topology:
             raise TopologyRefused(
                 f"a {self.mode} is reached over TCP: use a redis:// or rediss:// URL"
             )
-        if self.cluster and int(redis.connection.parse_url(url).get("db") or 0) != 0:  # type: ignore[no-untyped-call]
+        if self.cluster and int(url_parts(url).get("db") or 0) != 0:
             raise TopologyRefused("a cluster has database 0 only: drop the db from the URL")
 
 
@@ -138,23 +140,25 @@ class Connection:
             raise BadConnection(str(exc).rstrip(".")) from None
         return made
 
+    @cached_property
+    def _url_parts(self) -> dict[str, Any]:
+        """Parse the URL once, for the password, db and user read from it."""
+        return url_parts(self.url)
+
     @property
     def has_password(self) -> bool:
-        """A password is given: by its file, or in the URL."""
-        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
-        return self.password is not None or bool(parsed.get("password"))
+        """Tell whether a password is given, by its file or in the URL."""
+        return self.password is not None or bool(self._url_parts.get("password"))
 
     @property
     def db(self) -> int:
-        """The db the URL selects (0 unless it names one)."""
-        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
-        return int(parsed.get("db") or 0)
+        """Return the db the URL selects (0 unless it names one)."""
+        return int(self._url_parts.get("db") or 0)
 
     @property
     def user(self) -> str:
-        """The ACL user the URL names, or the default user."""
-        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
-        return str(parsed.get("username") or DEFAULT_USER)
+        """Return the ACL user the URL names, or the default user."""
+        return str(self._url_parts.get("username") or DEFAULT_USER)
 
     @property
     def shown_url(self) -> str:
@@ -186,16 +190,14 @@ class Connection:
 
     def sentinel(self) -> Sentinel:
         """The library's Sentinel client: asked for the primary's address, nothing else."""
-        return Sentinel(  # type: ignore[no-untyped-call]
-            list(self.topology.sentinels), sentinel_kwargs=self._sentinel_options()
-        )
+        return sentinel(self.topology.sentinels, self._sentinel_options())
 
     def sentinel_client(self, address: tuple[str, int]) -> redis.Redis:
         """A plain client of one Sentinel (or of what answers at its address)."""
         host, port = address
-        return redis.Redis(host=host, port=port, retry=no_retry(), **self._sentinel_options())  # type: ignore[arg-type]
+        return redis.Redis(host=host, port=port, retry=no_retry(), **self._sentinel_options())
 
-    def _sentinel_options(self) -> dict[str, object]:
+    def _sentinel_options(self) -> dict[str, Any]:
         own = self.topology.sentinel_password
         return {
             "socket_timeout": self.socket_timeout,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import redis
 
+from sweeperd.server.calls import command
 from sweeperd.server.serverinfo import parse_info
 
 
@@ -16,7 +17,7 @@ def may_evict(policy: str) -> bool:
 
 def read_eviction(client: redis.Redis) -> tuple[str, int]:
     """The node's maxmemory-policy and evicted_keys, in one INFO call."""
-    raw = client.execute_command("INFO", "memory", "stats")  # type: ignore[no-untyped-call]
+    raw = command(client, "INFO", "memory", "stats")
     fields = parse_info(raw)
     return fields.get("maxmemory_policy", ""), int(fields.get("evicted_keys", "0") or 0)
 

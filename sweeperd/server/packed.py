@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import redis
 from redis.connection import Connection
 
+from sweeperd.server.calls import disconnect, send_packed
+
 # A command's error reply: its result, not a broken connection (redis-py makes -LOADING one).
 ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
 
@@ -23,7 +25,7 @@ def resp(args: Sequence[object]) -> bytes:
 
 def _exchange(connection: Connection, commands: bytes, count: int) -> list[object]:
     """Send the packed commands, read their `count` replies; an error reply is its reply."""
-    connection.send_packed_command([commands])  # type: ignore[no-untyped-call]
+    send_packed(connection, [commands])
     replies: list[object] = []
     for _ in range(count):
         try:
@@ -43,10 +45,10 @@ def round_trip(client: redis.Redis, commands: bytes, count: int) -> list[object]
     try:
         return connection.retry.call_with_retry(
             lambda: _exchange(connection, commands, count),
-            lambda _error: connection.disconnect(),  # type: ignore[no-untyped-call]
+            lambda _error: disconnect(connection),
         )
     except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]
+        disconnect(connection)
         raise
     finally:
         pool.release(connection)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import redis
 
 from sweeperd.constants import VERB
+from sweeperd.server.calls import command
 
 INFO_SECTIONS = ("server", "replication", "cluster", "persistence")
 
@@ -56,13 +57,13 @@ def server_info_of(raw: bytes | str) -> ServerInfo:
 def read_server_info(client: redis.Redis) -> ServerInfo:
     """INFO server, replication, cluster and persistence in one reply, read raw (see
     connection.connect)."""
-    raw = client.execute_command("INFO", *INFO_SECTIONS)  # type: ignore[no-untyped-call]
+    raw = command(client, "INFO", *INFO_SECTIONS)
     return server_info_of(raw)
 
 
 def has_verb(client: redis.Redis) -> bool:
     """Whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
-    return verb_in(client.execute_command("COMMAND", "INFO", VERB))  # type: ignore[no-untyped-call]
+    return verb_in(command(client, "COMMAND", "INFO", VERB))
 
 
 def verb_in(command_info: object) -> bool:

@@ -17,6 +17,7 @@ from redis.sentinel import MasterNotFoundError, Sentinel
 
 from sweeperd.constants import TopologyMode
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.calls import command, primary_of, replicas_of
 from sweeperd.server.connection import UNREACHABLE, Connection
 from sweeperd.server.denied import DEFAULT_USER, denied, user_of
 from sweeperd.server.serverinfo import read_server_info
@@ -183,7 +184,7 @@ class ClusterSlots:
         answered: Address | None = None
         for address in self._candidates():
             try:
-                reply = self._client(address).execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+                reply = command(self._client(address), "CLUSTER", "SLOTS")
             except redis.exceptions.NoPermissionError as exc:
                 raise denied(exc, user_of(self._client(address)), where=name_of(address)) from None
             except redis.ResponseError as exc:
@@ -297,19 +298,17 @@ class SentinelPrimary:
 
     def read(self) -> Layout:
         try:
-            host, port = self._sentinel.discover_master(self._master)  # type: ignore[no-untyped-call]
+            address = primary_of(self._sentinel, self._master)
         except redis.exceptions.NoPermissionError as exc:  # the Sentinels' own ACL: their user
             sentinels = ", ".join(name_of(a) for a in self._connection.topology.sentinels)
             raise denied(exc, DEFAULT_USER, where=sentinels) from None
         except (MasterNotFoundError, redis.ResponseError):
             raise self.diagnosis() from None
-        address = (str(host), int(port))
         return Layout({name_of(address): address})
 
     def replicas(self) -> tuple[Address, ...]:
         """The primary's replicas, as the Sentinels name them now."""
-        named = self._sentinel.discover_slaves(self._master)  # type: ignore[no-untyped-call]
-        return tuple((str(host), int(port)) for host, port in named)
+        return replicas_of(self._sentinel, self._master)
 
     def close(self) -> None:
         for client in self._sentinel.sentinels:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
-import redis
-
 from sweeperd.constants import BOOLEAN_WORDS
+from sweeperd.server.calls import url_parts
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 MAX_DB = 2**31 - 1  # the most `databases` a server may be configured with
@@ -129,7 +128,7 @@ def check_url(url: str) -> str:
         if "db" in query:
             raise BadConnection("the db is given twice, in the path and as ?db=")
     try:
-        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+        url_parts(url)
     except ValueError as exc:
         raise BadConnection(str(exc).rstrip(".")) from None
     return url

@@ -6,9 +6,11 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import AbstractConnection
 from redis.retry import Retry
 
 from sweeperd.reasons import ReplyLost
+from sweeperd.server.calls import typed
 
 
 def no_retry() -> Retry:
@@ -16,7 +18,7 @@ def no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-class _TellsLostReplies:
+class _TellsLostReplies(AbstractConnection):
     """Raises ReplyLost for a connection that breaks while a command's reply is awaited.
 
     A command is read for only once it was written whole (redis-py writes, then reads), so a
@@ -37,20 +39,20 @@ class _TellsLostReplies:
     def on_connect(self, *args: Any, **kwargs: Any) -> None:
         before, self._handshaking = self._handshaking, True
         try:
-            super().on_connect(*args, **kwargs)  # type: ignore[misc]
+            typed(super().on_connect)(*args, **kwargs)
         finally:
             self._handshaking = before
 
     def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
         before, self._handshaking = self._handshaking, True
         try:
-            super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+            super().on_connect_check_health(*args, **kwargs)
         finally:
             self._handshaking = before
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+            return super().read_response(*args, **kwargs)
         except redis.ConnectionError as exc:
             if self._handshaking or isinstance(exc, redis.AuthenticationError | ReplyLost):
                 raise

@@ -21,6 +21,7 @@ from redis.exceptions import (
 
 from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.calls import command
 from sweeperd.server.counts import COUNTS, counts_of, queue_counts
 from sweeperd.server.denied import USERS_SAVED, denial, user_of
 from sweeperd.server.packed import resp, round_trip
@@ -136,15 +137,15 @@ class NodeReader:
         as RESP: at 100,000 queues redis-py's pipeline packed them five times slower). An
         unreachable server raises."""
         if self._offset_ms is None:  # once, at the start: the server's clock bounds "expired"
-            raw = self.client.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
+            raw = command(self.client, "INFO", "server")
             self._offset_ms = server_ms(parse_info(raw)) - now * 1000
         due = int(now * 1000 + self._offset_ms)
         shown = [q for q in queues if q in detail]
         pipe = self.client.pipeline(transaction=False)
         if self.readonly:
-            pipe.execute_command("READONLY")  # type: ignore[no-untyped-call]
-        pipe.execute_command("INFO", "server", "replication", "memory")  # type: ignore[no-untyped-call]
-        pipe.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
+            command(pipe, "READONLY")
+        command(pipe, "INFO", "server", "replication", "memory")
+        command(pipe, "COMMAND", "INFO", VERB)
         for queue in shown:
             queue_counts(pipe, QueueKeys(queue, self.root))
         if members_key is not None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import redis
 from redis.connection import Connection
 
+from sweeperd.server.calls import disconnect, send
 from sweeperd.server.denied import user_of
 from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
 from sweeperd.verb.executors import Executor
@@ -96,7 +97,7 @@ class InFlight:
         args = call.args(executor)
         try:
             self._connection = client.connection_pool.get_connection()
-            self._connection.send_command(*args)  # type: ignore[no-untyped-call]
+            send(self._connection, *args)
         except Exception as exc:  # raised by result(), where a failed call is handled
             self._error = exc
 
@@ -121,7 +122,7 @@ class InFlight:
                 return exc
         except BaseException:
             if connection is not None:
-                connection.disconnect()  # type: ignore[no-untyped-call]
+                disconnect(connection)
             raise
         finally:
             if connection is not None:
