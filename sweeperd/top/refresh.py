@@ -30,7 +30,8 @@ from sweeperd.top.read import (
 )
 from sweeperd.top.standins import Standins
 
-Clock = Callable[[], float]  # seconds since the epoch: time.time, or a test's own
+# Seconds since the epoch: time.time, or a test's own.
+Clock = Callable[[], float]
 # The queues a refresh reads on one primary beyond those it shows (the busiest, read in detail):
 # the rest in turn, so that a refresh's cost to the server stays bounded at any number of
 # queues; each is read at least once every ceil(queues / READS_PER_REFRESH) refreshes.
@@ -54,14 +55,19 @@ class Screen:
     at: float
     servers: tuple[ServerRow, ...]
     rows: tuple[QueueRow, ...]
-    queues: int  # queues the view knows, of which `rows` shows the most backlogged
-    failures: tuple[Unread, ...] = ()  # why a server's queues could not be read
-    members: tuple[str, ...] = ()  # the replicas' live members, by id; (): no sharing
-    members_error: str | None = None  # why the members could not be read
-    window_s: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
-    unread: int = 0  # of the queues known, those whose numbers are not read now
-    seen: Mapping[str, int] = field(default_factory=dict)  # each member's place in the order
-    # the view first saw them (its letter: kept when another member leaves)
+    # The queues the view knows, of which `rows` shows the most backlogged.
+    queues: int
+    failures: tuple[Unread, ...] = ()
+    # The replicas' live members, by id ((): no sharing).
+    members: tuple[str, ...] = ()
+    members_error: str | None = None
+    # The rates are over the reads of this long.
+    window_s: float = DEFAULT_TOP_RATE_WINDOW_S
+    # Of the queues known, those whose numbers are not read now.
+    unread: int = 0
+    # Each member's place in the order the view first saw them (its letter: kept when another member
+    # leaves).
+    seen: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def answered(self) -> bool:
@@ -84,28 +90,37 @@ class Top:
         reads: int = READS_PER_REFRESH,
     ) -> None:
         self._connection = connection
-        self._reads = reads  # queues read per primary per refresh, beyond those shown
-        self._turns: dict[str, int] = {}  # primary -> where its next refresh's reads start
+        # Queues read per primary per refresh beyond those shown, and where each primary's next
+        # refresh's reads start.
+        self._reads = reads
+        self._turns: dict[str, int] = {}
         self._root = root
-        self._discover = not queues  # no queue given: those found on each primary
-        self._queues: set[str] = set(queues)  # every queue the view has known: they stay
+        # No queue given: those found on each primary; every queue the view has known stays.
+        self._discover = not queues
+        self._queues: set[str] = set(queues)
         self._rows = rows
         self._clock = clock
         self._rates = RateWindow(window)
         self._source: MapSource | None = None
-        self._map: Map | None = None  # the layout as last read
-        self._remap = True  # read the layout before the next read: it may have changed
-        self._routes: dict[str | None, list[str]] = {}  # primary -> its queues; None: no primary
+        self._map: Map | None = None
+        # Read the layout before the next read: it may have changed.
+        self._remap = True
+        # Primary -> its queues; None: no primary.
+        self._routes: dict[str | None, list[str]] = {}
         self._readers: dict[str, NodeReader] = {}
         self._standins = Standins(connection, root)
-        self._searched: set[str] = set()  # the primaries discovery has looked at
-        self._unlisted: dict[str, str] = {}  # primary -> why discovery could not list its queues
-        self._servers: dict[str, ServerRow] = {}  # every server shown, in the order first seen
+        # The primaries discovery has looked at, and why it could not list a primary's queues.
+        self._searched: set[str] = set()
+        self._unlisted: dict[str, str] = {}
+        # Every server shown, in the order first seen.
+        self._servers: dict[str, ServerRow] = {}
         self._first_run_ids: dict[str, str] = {}
         self._last: dict[str, QueueRow] = {}
         self._members: tuple[str, ...] = ()
-        self._seen: dict[str, int] = {}  # member -> its place in the order first seen
-        self._detail: set[str] | None = None  # the queues shown last time: read in detail now
+        # Member -> its place in the order first seen.
+        self._seen: dict[str, int] = {}
+        # The queues shown last time: read in detail now.
+        self._detail: set[str] | None = None
 
     def resize(self, rows: int) -> None:
         """The refreshes from now on show at most `rows` queues (the terminal was resized)."""
