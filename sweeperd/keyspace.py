@@ -23,7 +23,8 @@ def job_id_text(job_id: bytes | str) -> str:
     return job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
 
 
-NOT_IN_A_TAG = re.compile(r"[{}\s]")  # \s: what str.isspace() calls whitespace
+# \s: what str.isspace() calls whitespace.
+NOT_IN_A_TAG = re.compile(r"[{}\s]")
 
 
 def is_queue_name(name: object) -> bool:

@@ -15,8 +15,9 @@ from sweeperd.constants import LogFormat
 from sweeperd.keyspace import job_id_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
-ID_CAP = 20  # job ids listed in one log event at the most
-NAMES_CAP = 10  # queue names listed in one log event at the most (the count says how many)
+# Job ids and queue names listed in one log event at the most (the count says how many).
+ID_CAP = 20
+NAMES_CAP = 10
 # The libraries' loggers log WARNING and up whatever the level: at debug APScheduler says two
 # lines per job run, redis-py one per connection, and sweeperd's own debug lines would drown.
 QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")
@@ -25,7 +26,8 @@ QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 _USERINFO = re.compile(r"(://)[^\s/@'\"<>]*@")
 _SECRET_MARKS = ("@", "password=")
-SECRET_QUERY_KEYS = ("password",)  # a URL's query keys whose value is a secret
+# A URL's query keys whose value is a secret.
+SECRET_QUERY_KEYS = ("password",)
 
 
 class _OurHandler(logging.StreamHandler[TextIO]):
@@ -53,7 +55,8 @@ def _redact_url(match: re.Match[str]) -> str:
     url = match.group(0)
     try:
         return redact(url)
-    except ValueError:  # a URL urllib cannot parse (a bad port): drop the userinfo by hand
+    except ValueError:
+        # A URL urllib cannot parse (a bad port): drop the userinfo by hand.
         return _USERINFO.sub(r"\1", url)
 
 
@@ -153,5 +156,6 @@ def configure_logging(fmt: str, level: str, stream: TextIO | None = None) -> Non
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,  # a second call (SIGHUP) must reach existing loggers
+        # A second call (SIGHUP) must reach existing loggers.
+        cache_logger_on_first_use=False,
     )

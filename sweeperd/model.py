@@ -92,7 +92,8 @@ class Snapshot:
     """What the verb reads: key types, the selected leases and the failed-count field."""
 
     leases: tuple[Lease, ...] = ()
-    key_types: Mapping[str, str] = field(default_factory=dict)  # active/pending/dead/metrics
+    # active/pending/dead/metrics.
+    key_types: Mapping[str, str] = field(default_factory=dict)
     metrics_count: bytes | None = None
 
     def type_of(self, name: str) -> str:

@@ -9,18 +9,19 @@ from enum import StrEnum
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
 
-STATES = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())  # a state names the set holding it
+# A state names the set holding it.
+STATES = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())
 
 
 class AuditClass(StrEnum):
     """What is wrong with one job id: a fixed vocabulary (metric labels, --json keys)."""
 
-    STRANDED = "stranded"  # state active, in no set: nobody will recover it
-    UNREACHABLE_DEADLINE = "unreachable_deadline"  # a lease due further out than the max lease
-    TWO_SETS = "two_sets"  # in more than one of active, pending and dead
-    STATE_MISMATCH = "state_mismatch"  # the row's state is not its set's, or is unknown
-    ROWLESS = "rowless"  # in pending or dead with no row
-    SETLESS = "setless"  # state pending or dead, in no set
+    STRANDED = "stranded"
+    UNREACHABLE_DEADLINE = "unreachable_deadline"
+    TWO_SETS = "two_sets"
+    STATE_MISMATCH = "state_mismatch"
+    ROWLESS = "rowless"
+    SETLESS = "setless"
 
 
 CLASSES = tuple(AuditClass)

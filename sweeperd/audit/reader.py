@@ -34,7 +34,8 @@ SETS = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())
 ROW = JOB.encode()
 # A queue's failure that ends its audit, not the node's: the others go on.
 QUEUE_ERRORS = (redis.ResponseError,)
-SETS_GROUP = 20  # queues whose sets' first pages are read in one round trip: 60 small reads
+# The queues whose sets' first pages are read in one round trip: 60 small reads.
+SETS_GROUP = 20
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class QueueAudit:
 
     queue: str
     node: str
-    rows: int = 0  # row keys read (SCAN may return one twice)
+    # Row keys read (SCAN may return one twice).
+    rows: int = 0
     found: dict[AuditClass, list[bytes]] = field(default_factory=dict)
     error: SweepError | None = None
     candidates: dict[bytes, AuditClass] = field(default_factory=dict, repr=False)
@@ -110,14 +112,16 @@ class NodeAudit:
         self.pace = pace
         self.clocks = clocks
         self.node = node_of(client)
-        self.read = 0  # keys read on the node: the pace's count
+        # Keys read on the node: the pace's count.
+        self.read = 0
         self.started = clocks.clock()
         self.last_candidate = -float("inf")
         self.interrupted = False
         self.queues: dict[str, QueueAudit] = {}
-        self.waiting: list[tuple[QueueAudit, Sequence[bytes], Seen]] = []  # ids to observe
+        # Ids to observe, and each queue's rows found until a batch is full.
+        self.waiting: list[tuple[QueueAudit, Sequence[bytes], Seen]] = []
         self.waiting_ids = 0
-        self.held: dict[str, list[bytes]] = {}  # each queue's rows found, until a batch is full
+        self.held: dict[str, list[bytes]] = {}
 
     def audit(self, queues: Collection[str] | None) -> list[QueueAudit]:
         """Every queue named (None: every queue found on the node), read, then its candidates
@@ -154,9 +158,8 @@ class NodeAudit:
         cursor = 0
         while not self.stopped():
             cursor, keys = self.client.scan(cursor, match=match, count=self.pace.scan_count)
-            self.paced(
-                max(len(keys), self.pace.scan_count)
-            )  # the keys it looked at, matched or not
+            # Paced by the keys it looked at, matched or not.
+            self.paced(max(len(keys), self.pace.scan_count))
             yield cast(list[bytes], keys)
             if cursor == 0:
                 return
@@ -185,7 +188,8 @@ class NodeAudit:
                 audit.rows += len(ids)
                 held = self.held.setdefault(queue, [])
                 held += ids
-                if len(held) >= self.pace.batch:  # a queue's rows sent a full batch at a time
+                # A queue's rows are sent a full batch at a time.
+                if len(held) >= self.pace.batch:
                     self.look(audit, held, rows_only=True)
                     held.clear()
         for queue, held in self.held.items():

@@ -21,7 +21,8 @@ from sweeperd.config.options import OPTIONS
 from sweeperd.constants import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from sweeperd.reasons import SweepError
 
-PACE_OPTIONS = {  # audit's own values, and how each is read (config/coercers.py)
+# audit's own values, and how each is read (config/coercers.py)
+PACE_OPTIONS = {
     "grace": coercers.grace_seconds,
     "max_lease": coercers.max_lease_seconds,
     "rate": coercers.keys_per_second,

@@ -48,7 +48,8 @@ def asked(
     if adaptive and not drain:
         queue = replace(queue, limit=CallSizer(settings.call_target_ms / 1000).next(queue.limit))
     preview = recover(settings, queue, dry=True, drain=drain, adaptive=False)
-    if preview.error is not None or not preview.dead:  # the sweep itself says a refusal
+    # The sweep itself says a refusal.
+    if preview.error is not None or not preview.dead:
         return False
     say_budget(queue.name)
     typer.echo(f"a dry run now: {report.tally(preview)}", err=True)

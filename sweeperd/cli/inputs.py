@@ -25,7 +25,7 @@ def given(ctx: typer.Context, key: str) -> object:
     """A setting's flag or env var (a switch's env var set false too: it beats the file), None
     when neither is given; one given empty is "" (click drops an env var set empty: the
     settings refuse it, as they refuse an empty flag)."""
-    if key not in ctx.params:  # not an option of this command
+    if key not in ctx.params:
         return None
     if ctx.get_parameter_source(key) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
         return ctx.params[key]
@@ -36,7 +36,8 @@ def build(ctx: typer.Context, *, needs_queue: bool = True, **fixed: str) -> Sett
     """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
     overrides = {key: fixed[key] if key in fixed else given(ctx, key) for key in SETTING_KEYS}
     config = given(ctx, "config")
-    if config == "":  # not "no file": whatever the file said would silently not apply
+    # Not "no file": whatever the file said would silently not apply.
+    if config == "":
         raise ConfigError(
             f"{OPTIONS['config'].where} is empty: give the TOML file's path or leave it out"
         )

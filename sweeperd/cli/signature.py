@@ -13,7 +13,8 @@ from sweeperd.config.options import OPTIONS
 
 Command = TypeVar("Command", bound=Callable[..., None])
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
-LISTED = ("queues", "redis_url", "sentinels")  # options given once per value, or as one list
+# Options given once per value, or as one list.
+LISTED = ("queues", "redis_url", "sentinels")
 
 
 def typer_option(key: str) -> Any:

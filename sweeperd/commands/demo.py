@@ -44,11 +44,14 @@ from sweeperd.metrics.registry import Metrics
 from sweeperd.server.connection import connect
 from sweeperd.server.serverinfo import read_server_info
 
-POLL_S = 0.05  # how often the demo looks whether the daemon has swept what it waits for
-KEPT_POLL_S = 0.5  # how often a kept server is looked at while it waits for you
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides Ctrl-C: what stops a kept server
+# How often the demo looks whether the daemon has swept what it waits for, and how often a kept
+# server is looked at while it waits for you; SIGTERM and SIGHUP stop a kept server, besides Ctrl-C.
+POLL_S = 0.05
+KEPT_POLL_S = 0.5
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 Say = Callable[[str], None]
-Swept = dict[str, int]  # leases each queue's sweeps took: recovered, dead and ghosts
+# Leases each queue's sweeps took: recovered, dead and ghosts.
+Swept = dict[str, int]
 
 
 class NotShown(Exception):
@@ -63,7 +66,8 @@ def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> S
         "max_stalled": str(DEMO_MAX_STALLED),
         "metrics_addr": f"{HOST}:{metrics_port or free_port()}",
         "executor": executor,
-        "queue_metrics": "full",  # the summary shows each queue's ghosts
+        # The summary shows each queue's ghosts.
+        "queue_metrics": "full",
     }
     return build_settings(overrides, None, logs_to_tty=isatty)
 

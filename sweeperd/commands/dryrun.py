@@ -16,7 +16,8 @@ from sweeperd.reasons import SweepError, reason_of_text
 from sweeperd.server.serverinfo import read_server_info
 from sweeperd.verb.executors import Executor
 
-HELD = (redis.exceptions.AskError, redis.exceptions.TryAgainError)  # the slot migrates or moved
+# The slot migrates or moved.
+HELD = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
 
 
 def read_snapshot(
@@ -75,7 +76,8 @@ def dry_run(
         result.calls += 1
         if isinstance(verdict, model.Refusal):
             result.error = SweepError(reason_of_text(verdict.message), verdict.message)
-            result.left_read = False  # the whole due count: read when the refusal is said
+            # The whole due count: read when the refusal is said.
+            result.left_read = False
             break
         result.add(verdict)
         snapshot = _after_deaths(snapshot, len(verdict.dead))

@@ -73,7 +73,8 @@ def audit_progress(
         done = [0]
 
         def update(read: int) -> None:
-            if read < done[-1]:  # the next server: its count starts again
+            # The next server: its count starts again.
+            if read < done[-1]:
                 done.append(0)
             done[-1] = read
             total = sum(done)

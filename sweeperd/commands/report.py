@@ -12,7 +12,8 @@ from sweeperd.commands.outcome import OnceResult
 from sweeperd.keyspace import QueueKeys, job_id_text
 from sweeperd.server.eviction import eviction_note, may_evict
 
-FRAME_LINES = 8  # lines of a `once` summary besides the ids
+# Lines of a `once` summary besides the ids.
+FRAME_LINES = 8
 
 
 def once_json(result: OnceResult) -> str:

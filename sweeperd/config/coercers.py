@@ -23,7 +23,8 @@ from sweeperd.constants import (
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, redact_text
 
-MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
+# Characters: a member id shows in logs and on the landing page.
+MAX_INSTANCE_ID = 200
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -37,12 +38,14 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Given:
-    """A value and where it came from: a flag/env var, the file or the default."""
+    """A value and where it came from: a flag/env var, the file or the default. `text_ok` is
+    True for flags and env vars, which may arrive as text (the file's values are typed);
+    `beside` is the config file's folder, for a value read from the file."""
 
     value: object
     where: str
-    text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
-    beside: Path | None = None  # the config file's folder, for a value read from the file
+    text_ok: bool
+    beside: Path | None = None
 
 
 def shown(value: object) -> str:
@@ -286,7 +289,8 @@ def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
-SEED_SPLIT = re.compile(r"[\s,]+(?=(?:redis|rediss|unix)://)")  # a comma in a password stays
+# A comma in a password stays.
+SEED_SPLIT = re.compile(r"[\s,]+(?=(?:redis|rediss|unix)://)")
 
 
 def redis_urls(given: Given) -> tuple[str, ...]:
@@ -315,7 +319,8 @@ def queue_list(given: Given) -> list[str]:
     names: list[str] = []
     for entry in _entries(given, "queue names"):
         pieces = _pieces(entry)
-        if not pieces:  # nothing but separators: the message shows what was given
+        # Nothing but separators: the message shows what was given.
+        if not pieces:
             raise ConfigError(
                 f"queue name {shown(entry)} in {given.where} must be non-empty, "
                 "without {, } or whitespace"

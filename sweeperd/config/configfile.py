@@ -12,9 +12,11 @@ from typing import Any
 from sweeperd.config.coercers import ConfigError, Given, queue_name, why_unreadable
 from sweeperd.config.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
 
-QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
-TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list of names
-OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
+# What a [queue.<name>] table may set; the tables' name ("queues" is the list of names), and
+# their name before TOML's list/table clash, [queues.<name>].
+QUEUE_KEYS = ("interval", "max_stalled", "limit")
+TABLES = "queue"
+OLD_TABLES = "queues"
 # The keys a file may hold, in the order a refusal lists them; instance_id is per replica.
 FILE_KEYS = (
     *(k for k in SETTING_KEYS if k != "queues" and OPTIONS[k].toml),
@@ -25,8 +27,9 @@ FILE_KEYS = (
 NOT_IN_FILE = {
     "instance_id": ("each replica has its own, and the replicas share the file", "each replica"),
 }
-QueueTables = dict[str, dict[str, Given]]  # a queue's name -> the values its table sets
-Tables = dict[str, Any]  # [queue.<name>] tables as TOML read them: name -> table
+# A queue's name -> the values its table sets; and the tables as TOML read them.
+QueueTables = dict[str, dict[str, Given]]
+Tables = dict[str, Any]
 
 
 @dataclass(frozen=True)

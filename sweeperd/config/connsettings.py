@@ -15,7 +15,8 @@ from sweeperd.server.connection import Connection, Topology, TopologyRefused
 from sweeperd.server.tls import TLS_KEYS, BadTlsFile, TlsFiles
 from sweeperd.server.urls import BadConnection, check_url, seed_of
 
-CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
+# The systemd LoadCredential= name.
+CREDENTIAL_NAME = "redis-password"
 TLS_FIX = "see docs/security.md#tls"
 
 
@@ -36,7 +37,8 @@ def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connect
     try:
         url = check_url(url)
         topology = replace(topology, seeds=_seeds(url, others, where["redis_url"]))
-        topology.check(url)  # the URL first: the topology's check reads its db
+        # The URL first: the topology check reads its db.
+        topology.check(url)
         return Connection.checked(url, password, typed["socket_timeout"], tls, topology)
     except BadTlsFile as exc:
         raise ConfigError(f"{where[exc.key]} {exc}; {TLS_FIX}") from None

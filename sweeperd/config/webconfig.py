@@ -32,7 +32,8 @@ import yaml
 
 TLS_KEYS = ("cert_file", "key_file", "client_ca_file")
 TOP_KEYS = ("tls_server_config", "basic_auth_users")
-HANDSHAKE_TIMEOUT_S = 10.0  # a client that does not finish its TLS handshake is dropped
+# A client that does not finish its TLS handshake is dropped.
+HANDSHAKE_TIMEOUT_S = 10.0
 REALM = 'Basic realm="sweeperd", charset="UTF-8"'
 
 
@@ -48,10 +49,10 @@ class WebConfig:
     cert_file: Path | None = None
     key_file: Path | None = None
     client_ca_file: Path | None = None
-    users: Mapping[str, bytes] = field(default_factory=dict)  # name -> bcrypt hash
-    _passed: set[tuple[str, bytes]] = field(
-        default_factory=set, compare=False, repr=False
-    )  # (user, sha256 of a password bcrypt accepted): bcrypt is slow by design, once is enough
+    # Name -> bcrypt hash; and (user, sha256 of a password bcrypt accepted): bcrypt is slow by
+    # design, once is enough.
+    users: Mapping[str, bytes] = field(default_factory=dict)
+    _passed: set[tuple[str, bytes]] = field(default_factory=set, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -23,10 +23,12 @@ from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.metrics.families import COUNTER, FAMILIES, Described
 from sweeperd.metrics.numbers import Durations, SweepNumbers, Totals
 
-SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
+# The `set` label of sweeperd_queue_jobs.
+SETS = (ACTIVE, PENDING, DEAD)
 OPENMETRICS_EOF = b"# EOF\n"
 
-Row = tuple[str, tuple[str, ...], float]  # labels as written, their values, the value
+# Labels as written, their values, the value.
+Row = tuple[str, tuple[str, ...], float]
 HistogramRow = tuple[str, tuple[str, ...], Durations]
 
 
@@ -51,7 +53,8 @@ class SweepFamily:
 class Family(SweepFamily):
     """One family of the sweep's counters or gauges, and its rows."""
 
-    rows: Iterable[Row]  # read once, as the family is written
+    # Read once, as the family is written.
+    rows: Iterable[Row]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ DELAY_BUCKETS_S = (5e-3, 0.025, 0.05, 0.25, 1.0, 5.0, 60.0)
 # (every Prometheus scraping at least once a minute sees the 0 before the counts), and restarted
 # at 0 once it is quiet again (its next appearance starts from 0 too).
 SAID_FOR_S = 1800.0
-STALE_S = 150.0  # half SweeperdQueueNotSwept's 300 s
+# Half SweeperdQueueNotSwept's 300 s.
+STALE_S = 150.0
 ZERO_FIRST_S = 60.0
 
 
@@ -62,8 +63,9 @@ class Totals:
     __slots__ = ("delays", "durations", "ghosts", "label", "sweeps", "values")
 
     def __init__(self, label: str, values: tuple[str, ...]) -> None:
-        self.label = label  # the sample's labels, as the text writes them
-        self.values = values  # and as the library's families take them
+        # The sample's labels as the text writes them, and as the library's families take them.
+        self.label = label
+        self.values = values
         self.sweeps = 0
         self.ghosts = 0
         self.durations = Durations()
@@ -75,8 +77,9 @@ def node_totals(node: str) -> Totals:
     return Totals(f'node="{escaped(node)}"', (node,))
 
 
-NO_FAILURES: dict[str, int] = {}  # shared by every queue that has none: never written
-NO_NODES: dict[str, Totals] = {}  # likewise: a queue's totals by node (full)
+# Shared by every queue that has no failures, or no totals by node (full): never written.
+NO_FAILURES: dict[str, int] = {}
+NO_NODES: dict[str, Totals] = {}
 
 
 class QueueSeries:
@@ -105,25 +108,31 @@ class QueueSeries:
 
     def __init__(self, queue: str, *, owned: bool = True) -> None:
         self.name = queue
-        self.label = f'queue="{escaped(queue)}"'  # the sample's labels, escaped once
-        self.values = (queue,)  # and as the library's families take them
+        # The sample's labels, escaped once, and as the library's families take them.
+        self.label = f'queue="{escaped(queue)}"'
+        self.values = (queue,)
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
-        self.failures = NO_FAILURES  # a reason appears when it happens
-        self.last_success: float | None = None  # absent until a call succeeds: 0 reads as 1970
+        # A reason appears when it happens.
+        self.failures = NO_FAILURES
+        # Absent until a call succeeds: 0 reads as 1970.
+        self.last_success: float | None = None
         # The gauges of its state: None (absent) until a call of this replica read them, as a
         # 0 would say "nothing expired" of a server never read.
         self.expired: int | None = None
         self.oldest_expired_age: float | None = None
         self.jobs: tuple[int, int, int] | None = None
         self.failed: int | None = None
-        self.owned = owned  # False: not this replica's (yet): its state's gauges stay absent
+        # False: not this replica's (yet): its state's gauges stay absent.
+        self.owned = owned
         # With full: its totals on each node it was routed to or called on, by node; one
         # routed elsewhere since keeps its own (counters never go backwards).
         self.on = NO_NODES
-        self.said_at: float | None = None  # sparse: when a call last had something to say
-        self.shown_at: float | None = None  # sparse: the scrape its series appeared in
+        # With sparse: when a call last had something to say, and the scrape its series
+        # appeared in.
+        self.said_at: float | None = None
+        self.shown_at: float | None = None
 
     def speaks(self, now: float) -> bool:
         """sparse: whether its series are exported at `now` (see SAID_FOR_S)."""
@@ -164,12 +173,15 @@ class QueueSeries:
         for t in totals:
             t.sweeps += 1
             t.ghosts += ghosts
-            if delay_s is not None:  # the call took leases
+            # The call took leases.
+            if delay_s is not None:
                 t.delays.add(delay_s)
-        if depths is not None and self.owned:  # a call that outlived the ownership: unknown
+        # A call that outlived the ownership: unknown.
+        if depths is not None and self.owned:
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
-            if (jobs := depths.jobs) is not None:  # a brief reply read none: the last stand
+            # A brief reply read none: the last stand.
+            if (jobs := depths.jobs) is not None:
                 self.jobs = jobs
                 self.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
@@ -197,13 +209,18 @@ class SweepNumbers:
 
     def __init__(self, level: QueueMetrics) -> None:
         self.level = level
-        self.full = level is QueueMetrics.FULL  # a queue's totals on each node are kept too
-        self.sparse = level is QueueMetrics.SPARSE  # only the queues with something to say
-        self.clock: Callable[[], float] = time.time  # a scrape's now, for sparse
-        self.lock = threading.Lock()  # held by writers; a scrape holds it only to list them
+        # A queue's totals on each node are kept too.
+        self.full = level is QueueMetrics.FULL
+        # Only the queues with something to say.
+        self.sparse = level is QueueMetrics.SPARSE
+        # A scrape's now, for sparse.
+        self.clock: Callable[[], float] = time.time
+        # Held by writers; a scrape holds it only to list them.
+        self.lock = threading.Lock()
         self.queues: dict[str, QueueSeries] = {}
         self.nodes: dict[str, Totals] = {}
-        self.owner: Callable[[str], str | None] = lambda _queue: None  # the fleet's routes
+        # The fleet's routes.
+        self.owner: Callable[[str], str | None] = lambda _queue: None
 
     def series(self, queue: str) -> QueueSeries:
         """The queue's numbers; call with the lock held. Only add_queue() makes a queue's

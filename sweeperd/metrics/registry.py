@@ -43,8 +43,10 @@ class Metrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.numbers = SweepNumbers(level)
-        self._state = StateCollector(StateReaders())  # until read_state: a daemon knowing nothing
-        self.others: tuple[Collector, ...] = ()  # every collector but the sweep's
+        # Until read_state: a daemon knowing nothing.
+        self._state = StateCollector(StateReaders())
+        # Every collector but the sweep's.
+        self.others: tuple[Collector, ...] = ()
         for collector in (
             ProcessCollector(registry=None),
             PlatformCollector(registry=None),

@@ -21,8 +21,10 @@ def _address(fields: list[str]) -> str:
     return fields[1].split("@", 1)[0]
 
 
-AGAIN = "run it again once the cluster is up"  # the ending of a one-off command's refusal
-DOWN_FLAGS = frozenset({"fail", "fail?", "noaddr"})  # a node the Cluster cannot reach
+# The ending of a one-off command's refusal.
+AGAIN = "run it again once the cluster is up"
+# A node the Cluster cannot reach.
+DOWN_FLAGS = frozenset({"fail", "fail?", "noaddr"})
 
 
 def failed_primaries(nodes: list[list[str]]) -> list[str]:
@@ -107,7 +109,8 @@ def due_count(connection: Connection, client: redis.Redis, key: str, bound_ms: i
     try:
         try:
             return int(client.zcount(key, "-inf", bound_ms))
-        except redis.exceptions.AskError as exc:  # MovedError is one too
+        except redis.exceptions.AskError as exc:
+            # MovedError is one too.
             with connection.client(exc.node_addr) as there:
                 pipe = there.pipeline(transaction=False)
                 if not isinstance(exc, redis.exceptions.MovedError):

@@ -77,10 +77,13 @@ class Topology:
     answer. The URL's credentials, db and TLS options apply to every primary."""
 
     cluster: bool = False
-    sentinels: tuple[tuple[str, int], ...] = ()  # Sentinel's addresses; () = no Sentinel
-    sentinel_master: str | None = None  # the name Sentinel knows the primary by
+    # Sentinel's addresses; () = no Sentinel.
+    sentinels: tuple[tuple[str, int], ...] = ()
+    # The name Sentinel knows the primary by.
+    sentinel_master: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
-    seeds: tuple[tuple[str, int], ...] = ()  # a Cluster's nodes named beside the URL's
+    # A Cluster's nodes named beside the URL's.
+    seeds: tuple[tuple[str, int], ...] = ()
 
     @property
     def mode(self) -> TopologyMode:
@@ -116,7 +119,8 @@ class Connection:
 
     url: str
     password: str | None = field(repr=False)
-    socket_timeout: float  # seconds, connect and read
+    # seconds, connect and read.
+    socket_timeout: float
     tls: TlsFiles = NO_TLS
     topology: Topology = STANDALONE
 

@@ -14,8 +14,10 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.reasons import Reason, SweepError
 
-COUNTS = 5  # the reads of a queue's counts (queue_counts): its five commands
-SORTED_SET, HASH = "sorted set", "hash"  # the types of a queue's keys (docs/keyspace.md)
+# The reads of a queue's counts (queue_counts): its five commands.
+COUNTS = 5
+# The types of a queue's keys (docs/keyspace.md)
+SORTED_SET, HASH = "sorted set", "hash"
 KEYSPACE_PAGE = "docs/keyspace.md#a-queues-keys"
 
 
@@ -77,11 +79,14 @@ class Counts:
     """A queue's counts as read; None where a read was refused (or a count not an integer)."""
 
     active: int | None
-    oldest_overdue_s: float | None  # how long its oldest expired lease has been overdue
+    # How long its oldest expired lease has been overdue.
+    oldest_overdue_s: float | None
     pending: int | None
     dead: int | None
-    failed: int | None  # the metrics:failed count: 0 when missing
-    exists: bool  # any of the queue's own keys (keys.absent() says what none means)
+    # The metrics:failed count: 0 when missing.
+    failed: int | None
+    # Any of the queue's own keys (keys.absent() says what none means)
+    exists: bool
 
 
 def counts_of(replies: Sequence[object], now_ms: int) -> Counts:

@@ -13,7 +13,8 @@ from sweeperd.server.scan import glob_escape
 ACL_PAGE = "docs/security.md#the-acl-user"
 USERS_PAGE = "docs/security.md#acl-users-live-on-each-node"
 USERS_SAVED = f"ACL SAVE with an aclfile, or user lines in the config file: {USERS_PAGE}"
-DEFAULT_USER = "default"  # the user a connection without a user name authenticates as
+# The user a connection without a user name authenticates as.
+DEFAULT_USER = "default"
 # The command a refusal names: Redis 7.0 "this user has no permissions to run the 'zcount'
 # command", Valkey "User u has no permissions to run the 'cluster|slots' command".
 NAMED = re.compile(r"run the '([^']+)' command")

@@ -10,7 +10,8 @@ import redis
 from sweeperd.constants import ACTIVE
 from sweeperd.keyspace import queue_of_key
 
-SCAN_COUNT = 1000  # keys a SCAN call looks at
+# Keys a SCAN call looks at.
+SCAN_COUNT = 1000
 
 
 def glob_escape(text: str) -> str:

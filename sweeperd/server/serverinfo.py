@@ -17,12 +17,17 @@ INFO_SECTIONS = ("server", "replication", "cluster", "persistence")
 @dataclass(frozen=True)
 class ServerInfo:
     run_id: bytes
-    time_ms: int  # the server's clock when it answered
+    # The server's clock when it answered.
+    time_ms: int
     version: str
-    role: str = "master"  # master or slave, as INFO replication says
-    replid: bytes = b""  # master_replid: changes when a server takes or leaves the primary role
-    cluster: bool = False  # cluster_enabled: a Cluster node
-    loading: bool = False  # loading its dataset (an RDB or the AOF): keyed calls are refused
+    # Master or slave, as INFO replication says.
+    role: str = "master"
+    # master_replid: changes when a server takes or leaves the primary role.
+    replid: bytes = b""
+    # cluster_enabled: a Cluster node.
+    cluster: bool = False
+    # Loading its dataset (an RDB or the AOF): keyed calls are refused.
+    loading: bool = False
 
 
 def parse_info(raw: bytes | str) -> dict[str, str]:

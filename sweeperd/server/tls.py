@@ -9,18 +9,16 @@ import redis
 
 from sweeperd.server.urls import BadConnection
 
-DROPPED = ("reset by peer", "closed by server")  # a TLS port's answer to a plain connection
+# A TLS port's answer to a plain connection.
+DROPPED = ("reset by peer", "closed by server")
 NOT_TLS = (
     "the server may not speak TLS (a plain port leaves a TLS handshake unanswered): use "
     "redis:// if it has no TLS port"
 )
 TLS_ONLY = "the server may speak TLS only (it drops a plain connection): use rediss://"
 
-TLS_KEYS = (
-    "redis_ca_file",
-    "redis_cert_file",
-    "redis_key_file",
-)  # the settings, in TlsFiles' order
+# The settings, in TlsFiles' order.
+TLS_KEYS = ("redis_ca_file", "redis_cert_file", "redis_key_file")
 
 
 class BadTlsFile(BadConnection):
@@ -58,7 +56,8 @@ class TlsFiles:
         except (OSError, ssl.SSLError) as exc:
             raise BadTlsFile("redis_ca_file", _tls_problem(self.ca_file, exc)) from None
         for key, path in (("redis_cert_file", self.cert_file), ("redis_key_file", self.key_file)):
-            _readable(key, path)  # which of the two cannot be read, before they are paired
+            # Which of the two cannot be read, before they are paired.
+            _readable(key, path)
         try:
             if self.cert_file:
                 context.load_cert_chain(self.cert_file, self.key_file)
@@ -83,7 +82,8 @@ class TlsFiles:
         return options
 
 
-NO_TLS = TlsFiles()  # plain TCP, or rediss:// with the system's CA bundle
+# Plain TCP, or rediss:// with the system's CA bundle.
+NO_TLS = TlsFiles()
 
 
 def _readable(key: str, path: str | None) -> None:

@@ -27,7 +27,8 @@ from sweeperd.server.urls import name_at
 Address = tuple[str, int]
 CLUSTER_FLAG = "--cluster (SWEEPERD_CLUSTER=true)"
 SEEDS_FLAG = "--redis-url (repeat it: one node each; SWEEPERD_REDIS_URL: commas between)"
-CLUSTER_DISABLED = "cluster support disabled"  # a server that is no Cluster node, of CLUSTER SLOTS
+# A server that is no Cluster node, of CLUSTER SLOTS.
+CLUSTER_DISABLED = "cluster support disabled"
 
 
 class NoPrimary(redis.ConnectionError):
@@ -56,7 +57,8 @@ class Layout:
     """The primaries (name -> address; None: the URL's own server) and who owns each slot."""
 
     primaries: Mapping[str, Address | None]
-    owners: tuple[str | None, ...] | None = None  # per slot; None: the one primary owns all
+    # Per slot; None: the one primary owns all.
+    owners: tuple[str | None, ...] | None = None
 
     def owner(self, slot: int) -> str | None:
         """The primary that serves `slot` now; None while no primary does (mid-failover)."""
@@ -168,11 +170,15 @@ class ClusterSlots:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._seeds = connection.seeds
-        self._by_name = connection.url.startswith("rediss://")  # the certificate names the host
-        self._known: list[Address] = []  # every node seen, the last to answer first
-        self._replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
+        # The certificate names the host.
+        self._by_name = connection.url.startswith("rediss://")
+        # Every node seen, the last to answer first.
+        self._known: list[Address] = []
+        # The last map's, by primary.
+        self._replicas_of: dict[str, tuple[Address, ...]] = {}
         self._clients: dict[Address, redis.Redis] = {}
-        self._lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
+        # The clients: a read on the watch's thread, close() on stop.
+        self._lock = threading.Lock()
         self._closed = False
 
     def read(self) -> Layout:
@@ -299,7 +305,8 @@ class SentinelPrimary:
     def read(self) -> Layout:
         try:
             address = primary_of(self._sentinel, self._master)
-        except redis.exceptions.NoPermissionError as exc:  # the Sentinels' own ACL: their user
+        except redis.exceptions.NoPermissionError as exc:
+            # The Sentinels' own ACL: their user.
             sentinels = ", ".join(name_of(a) for a in self._connection.topology.sentinels)
             raise denied(exc, DEFAULT_USER, where=sentinels) from None
         except (MasterNotFoundError, redis.ResponseError):

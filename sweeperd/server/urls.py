@@ -8,7 +8,8 @@ from sweeperd.constants import BOOLEAN_WORDS
 from sweeperd.server.calls import url_parts
 
 URL_SCHEMES = ("redis", "rediss", "unix")
-MAX_DB = 2**31 - 1  # the most `databases` a server may be configured with
+# The most `databases` a server may be configured with.
+MAX_DB = 2**31 - 1
 SSL_CERT_REQS = ("none", "optional", "required")
 URL_QUERY_KEYS = ("db", "username", "password", "ssl_cert_reqs", "ssl_check_hostname")
 
@@ -113,7 +114,8 @@ def check_url(url: str) -> str:
         raise BadConnection("the scheme must be redis://, rediss:// or unix://")
     try:
         parts = urlsplit(url)
-    except ValueError:  # an unclosed or malformed [IPv6] host
+    except ValueError:
+        # An unclosed or malformed [IPv6] host.
         raise BadConnection("the host is not a name, an IPv4 address or an [IPv6] one") from None
     if parts.fragment:
         raise BadConnection("a URL fragment (#...) means nothing here")

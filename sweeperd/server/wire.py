@@ -43,7 +43,8 @@ class _TellsLostReplies(AbstractConnection):
         finally:
             self._handshaking = before
 
-    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        """Run the handshake as redis-py >= 6 does, its replies a connection failure."""
         before, self._handshaking = self._handshaking, True
         try:
             super().on_connect_check_health(*args, **kwargs)
@@ -56,7 +57,8 @@ class _TellsLostReplies(AbstractConnection):
         except redis.ConnectionError as exc:
             if self._handshaking or isinstance(exc, redis.AuthenticationError | ReplyLost):
                 raise
-            if isinstance(exc, redis.exceptions.BusyLoadingError):  # an error reply: it never ran
+            # An error reply: it never ran.
+            if isinstance(exc, redis.exceptions.BusyLoadingError):
                 raise
             raise ReplyLost(f"the connection broke before the reply came: {exc}") from exc
 

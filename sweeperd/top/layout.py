@@ -16,7 +16,8 @@ from sweeperd.server.topology import (
     source_of,
 )
 
-QUEUE_SETS = (ACTIVE, PENDING, DEAD)  # a queue with any of them is shown
+# A queue with any of them is shown.
+QUEUE_SETS = (ACTIVE, PENDING, DEAD)
 
 
 @dataclass(frozen=True)

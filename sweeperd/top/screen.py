@@ -30,17 +30,24 @@ from sweeperd.top.read import (
 )
 from sweeperd.top.refresh import QueueRow, Screen, ServerRow
 
-MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!", REPLICA: "≈"}  # before a name
+# Before a name.
+MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!", REPLICA: "≈"}
 STYLES = {STALE: "dim", MIGRATING: "dim", MOVED: "dim", ERROR: "yellow", REPLICA: "cyan"}
-CELL = 6  # characters a count or a rate may take
+# Characters a count or a rate may take.
+CELL = 6
 COLUMNS = ("expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
 DROPPED_FIRST = ("active", "owner", "dead", "dead/s", "node", "pending", "rec/s", "overdue")
-QUEUE_MIN = 8  # the queue's name is cut to no fewer characters (its mark included)
-MIN_COLUMNS, MIN_LINES = 30, 6  # the smallest live view: the table's head, a row, the count
-TABLE_HEAD = 2  # the table's lines besides its rows: the head and its rule (a row is one line)
-GAP = 2  # characters between two columns
+# The queue's name is cut to no fewer characters (its mark included)
+QUEUE_MIN = 8
+# The smallest live view: the table's head, a row, the count.
+MIN_COLUMNS, MIN_LINES = 30, 6
+# The table's lines besides its rows: the head and its rule (a row is one line)
+TABLE_HEAD = 2
+# Characters between two columns.
+GAP = 2
 STALE_NOTE = "~ the last numbers read: their server cannot be read now (its line says why)"
-NEVER = "?"  # before a name kept with no numbers: never read since the view started
+# Before a name kept with no numbers: never read since the view started.
+NEVER = "?"
 NEVER_NOTE = "? never read: their server has not been read since top started (its line says why)"
 REPLICA_NOTE = "≈ read on a replica: their primary cannot be read now (read-only; it may lag)"
 
@@ -103,10 +110,12 @@ def server_line(
     replica read in place of its primary names it as its role."""
     line = Text(f"{label} {s.node}  ")
     if s.error is not None:
-        error = s.error.replace(f" connecting to {s.node}.", ":")  # the node is named already
+        # The node is named already.
+        error = s.error.replace(f" connecting to {s.node}.", ":")
         unreachable = "UNREACHABLE (replaced)" if s.replaced else "UNREACHABLE"
         rows = "rows as last read" if ever_read else "its queues never read"
-        if error.startswith(LOGIN_REFUSED):  # it answered: not unreachable
+        # It answered: not unreachable.
+        if error.startswith(LOGIN_REFUSED):
             said = error
         else:
             said = f"{unreachable}: {error}" if not s.run_id else f"{error} ({rows})"
@@ -160,8 +169,10 @@ class QueueTable:
     a number is never cut."""
 
     screen: Screen
-    nodes: Mapping[str, str]  # node -> its line's number
-    owners: Mapping[str, str]  # member -> its letter
+    # Node -> its line's number.
+    nodes: Mapping[str, str]
+    # Member -> its letter.
+    owners: Mapping[str, str]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         columns = self._cells()
@@ -177,7 +188,8 @@ class QueueTable:
             pad_edge=False,
             collapse_padding=True,
         )
-        grid.add_column("queue", overflow="ellipsis", min_width=QUEUE_MIN)  # cut, never wrapped
+        # cut, never wrapped.
+        grid.add_column("queue", overflow="ellipsis", min_width=QUEUE_MIN)
         for name in kept:
             grid.add_column(name, justify="right", no_wrap=True)
         for n, row in enumerate(self.screen.rows):
@@ -301,9 +313,11 @@ class Fitted:
         below = [line for text in notes(self.screen) for line in drawn(text)]
         rows, others = self.screen.rows, len(above) + len(below)
         shown, cut = rows, 0
-        for _ in range(3):  # the count's lines grow with what it says: settled by the third
+        # The count's lines grow with what it says: settled by the third.
+        for _ in range(3):
             count = drawn(Text(caption(replace(self.screen, rows=shown), table.nodes, cut)))
-            room = max(0, height - len(count) - TABLE_HEAD)  # for the rows and the other lines
+            # For the rows and the other lines.
+            room = max(0, height - len(count) - TABLE_HEAD)
             fits = rows[: min(room, max(min(1, len(rows)), room - others))]
             if (fits, max(0, others - (room - len(fits)))) == (shown, cut):
                 break

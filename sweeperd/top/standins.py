@@ -23,7 +23,8 @@ class Standins:
         self._connection = connection
         self._root = root
         self._readers: dict[str, NodeReader] = {}
-        self._used: set[str] = set()  # the replicas read since the last `release`
+        # The replicas read since the last `release`.
+        self._used: set[str] = set()
 
     def read(
         self,

@@ -24,13 +24,19 @@ from sweeperd.server.urls import url_at
 from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, Unread, wall_clock
 from sweeperd.top.screen import Fitted, lines_besides_rows, plain_text
 
-HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
-SPARE_LINES = 2  # left below the view
-MIN_ROWS = 5  # the rows shown however small the terminal
+# The title, the table's head and rule, the caption, the replicas.
+HEADER_LINES = 5
+# Left below the view.
+SPARE_LINES = 2
+# The rows shown however small the terminal.
+MIN_ROWS = 5
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
-JSON_SCHEMA = 3  # `schema` in --json: raised when a field changes meaning or goes
-LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the live view as Ctrl-C does
-HUNG_UP = (errno.EIO, errno.EPIPE)  # a write to a terminal that was closed
+# `schema` in --json: raised when a field changes meaning or goes.
+JSON_SCHEMA = 3
+# Leave the live view as Ctrl-C does.
+LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# A write to a terminal that was closed.
+HUNG_UP = (errno.EIO, errno.EPIPE)
 
 
 class TerminalGone(Exception):
@@ -90,10 +96,13 @@ def rows_for(screen: Screen, lines: int, width: int, interval: float) -> int:
 class ViewOptions:
     interval: float
     rows: int
-    once: bool  # print once and exit: --once, or stdout is no terminal
+    # Print once and exit: --once, or stdout is no terminal.
+    once: bool
     json: bool
-    window: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
-    fit: bool = False  # no --rows: the live view fits the terminal at every refresh
+    # The rates are over the reads of this long.
+    window: float = DEFAULT_TOP_RATE_WINDOW_S
+    # No --rows: the live view fits the terminal at every refresh.
+    fit: bool = False
 
 
 def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int]) -> float:
@@ -140,7 +149,8 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     else:
         rows = rows_fitting(shutil.get_terminal_size((100, 40)).lines, 1)
     once = bool(params["once"]) or not isatty or bool(params["json"])
-    if once:  # two reads an interval apart: the rates are over that interval, whatever the window
+    # Two reads an interval apart: the rates are over that interval, whatever the window.
+    if once:
         window = interval
     fit = params["rows"] is None
     return ViewOptions(interval, rows, once, bool(params["json"]), window, fit)
@@ -173,7 +183,8 @@ def run(
 
 def _once(top: Top, connection: Connection, view: ViewOptions, say: Callable[[str], None]) -> int:
     screen = top.refresh()
-    time.sleep(view.interval)  # two reads: the rates need both
+    # Two reads: the rates need both.
+    time.sleep(view.interval)
     screen = top.refresh()
     if not screen.answered and screen.failures:
         raise NothingRead.of(connection, screen.failures[0])

@@ -44,8 +44,10 @@ class SweepReply:
     dead: tuple[bytes, ...] = ()
     exempt: tuple[bytes, ...] = ()
     ghosts: int = 0
-    counts: tuple[int, int, int] | None = None  # recovered, dead, exempt when the lists are cut
-    ghost_ids: tuple[bytes, ...] = ()  # the ghosts among the first `listed` ids the call took
+    # recovered, dead, exempt when the lists are cut.
+    counts: tuple[int, int, int] | None = None
+    # The ghosts among the first `listed` ids the call took.
+    ghost_ids: tuple[bytes, ...] = ()
 
     @property
     def sizes(self) -> tuple[int, int, int]:
@@ -62,7 +64,8 @@ class SweepReply:
 
     @classmethod
     def parse(cls, raw: object) -> SweepReply:
-        if raw == NOTHING_RAW:  # most calls: nothing was due
+        # Most calls: nothing was due.
+        if raw == NOTHING_RAW:
             return NOTHING
         if not (isinstance(raw, list) and len(raw) in (5, 8) and isinstance(raw[3], int)):
             raise ValueError(f"the sweep replied {raw!r}, not its five or eight parts")
@@ -72,7 +75,8 @@ class SweepReply:
 
 
 NOTHING = SweepReply()
-NOTHING_RAW = [[], [], [], 0, []]  # the sweep's reply when it took nothing
+# The sweep's reply when it took nothing.
+NOTHING_RAW = [[], [], [], 0, []]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +87,19 @@ class Depths:
 
     run_id: bytes | None
     now_ms: int
-    expired: int  # leases due by the call's bound
+    # Leases due by the call's bound.
+    expired: int
     active: int | None
     pending: int | None
     dead: int | None
-    failed: int | None  # the metrics:failed count; None when it is not an integer
-    earliest_ms: float | None  # the earliest deadline left in active, due or not; None: none
-    server_us: int = 0  # how long the call ran on the server, in microseconds
-    delay_ms: float | None = None  # how long after its deadline the call took its oldest lease
+    # The metrics:failed count; None when it is not an integer.
+    failed: int | None
+    # The earliest deadline left in active, due or not; None: none.
+    earliest_ms: float | None
+    # How long the call ran on the server, in microseconds.
+    server_us: int = 0
+    # How long after its deadline the call took its oldest lease.
+    delay_ms: float | None = None
 
     @property
     def oldest_expired_ms(self) -> float | None:
@@ -129,7 +138,8 @@ class Depths:
             and isinstance(pending, int)
             and isinstance(dead, int)
         ):
-            return None  # a key of the wrong type: the sweep's own error says which
+            # A key of the wrong type: the sweep's own error says which.
+            return None
         return cls(
             run_id,
             now_ms,
@@ -199,7 +209,8 @@ def result_of(call: Call, raw: object) -> CallResult:
         return CallResult(call, SweepError.of(raw))
     if not (isinstance(raw, list) and len(raw) == 2):
         return CallResult(call, SweepError.of(ValueError(f"the sweep replied {raw!r}")))
-    if isinstance(raw[0], int):  # brief: nothing was due, {now, earliest deadline}
+    # brief: nothing was due, {now, earliest deadline}.
+    if isinstance(raw[0], int):
         return CallResult(call, NOTHING, Depths.brief(*raw))
     verdict, stats = raw
     depths = Depths.parse(stats)

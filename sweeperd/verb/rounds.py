@@ -14,7 +14,8 @@ from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
 from sweeperd.verb.executors import Executor
 from sweeperd.verb.replies import Call, CallResult, named, result_of
 
-PACKED_MAX = 1 << 17  # commands kept packed: more queues than that are packed anew each round
+# Commands kept packed: more queues than that are packed anew each round.
+PACKED_MAX = 1 << 17
 
 
 class Packed:
@@ -98,7 +99,8 @@ class InFlight:
         try:
             self._connection = client.connection_pool.get_connection()
             send(self._connection, *args)
-        except Exception as exc:  # raised by result(), where a failed call is handled
+        except Exception as exc:
+            # Raised by result(), where a failed call is handled.
             self._error = exc
 
     def result(self) -> CallResult:
