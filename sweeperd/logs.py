@@ -35,7 +35,8 @@ class _OurHandler(logging.StreamHandler[TextIO]):
 
 
 def redact(url: str) -> str:
-    """The URL with any user and password removed, the query's too, fit for logs and labels."""
+    """Return the URL with any user and password removed, the query's too, fit for logs and
+    labels."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
@@ -61,7 +62,7 @@ def _redact_url(match: re.Match[str]) -> str:
 
 
 def redact_text(text: str) -> str:
-    """The text with the user and password removed from every URL in it, the query's too."""
+    """Return the text with the user and password removed from every URL in it, the query's too."""
     if not any(mark in text for mark in _SECRET_MARKS):
         return text
     return _URL.sub(_redact_url, text)
@@ -80,7 +81,7 @@ def _redact_value(value: Any) -> Any:
 def redact_credentials(
     _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """A processor: credentials removed from any URL found in the event's string values."""
+    """Return a processor: credentials removed from any URL found in the event's string values."""
     for key, value in event_dict.items():
         event_dict[key] = _redact_value(value)
     return event_dict

@@ -356,7 +356,7 @@ def demo_command(
 
 
 def was_given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option was on the command line (or in its env var), not its default."""
+    """Tell whether the option was on the command line (or in its env var), not its default."""
     source = ctx.get_parameter_source(name)
     return source is not None and source is not click.core.ParameterSource.DEFAULT
 

@@ -56,7 +56,7 @@ def exit_code(result: AuditResult) -> int:
 
 
 def asked_to_repair(count: int, yes: bool) -> bool:
-    """Whether the stranded jobs are to be repaired: --yes, or a yes on the terminal."""
+    """Tell whether the stranded jobs are to be repaired: --yes, or a yes on the terminal."""
     if yes:
         return True
     question = (
@@ -67,7 +67,7 @@ def asked_to_repair(count: int, yes: bool) -> bool:
 
 
 def run(ctx: typer.Context) -> int:
-    """The whole of `audit`; its exit code."""
+    """Return the whole of `audit`; its exit code."""
     params = ctx.params
     reply = Reply(params["json"])
     try:

@@ -18,7 +18,7 @@ LISTED = ("queues", "redis_url", "sentinels")
 
 
 def typer_option(key: str) -> Any:
-    """The typer option of OPTIONS[key]: its flag, env var, value name, help and default."""
+    """Return the typer option of OPTIONS[key]: its flag, env var, value name, help and default."""
     o = OPTIONS[key]
     decls = [o.flag_name, *([o.short] if o.short else [])]
     if o.is_switch:

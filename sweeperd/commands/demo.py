@@ -73,7 +73,7 @@ def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> S
 
 
 def value(daemon: Daemon, name: str, queue: str) -> int:
-    """The queue's count, summed over the nodes that took its calls (at full its ghosts are
+    """Return the queue's count, summed over the nodes that took its calls (at full its ghosts are
     per queue and node)."""
     return int(
         sum(
@@ -86,7 +86,7 @@ def value(daemon: Daemon, name: str, queue: str) -> int:
 
 
 def swept(daemon: Daemon) -> Swept:
-    """What the daemon's sweeps took from each queue so far, by its own counters."""
+    """Return what the daemon's sweeps took from each queue so far, by its own counters."""
     names = ("sweeperd_recovered_total", "sweeperd_dead_total", "sweeperd_ghosts_removed_total")
     return {q: sum(value(daemon, name, q) for name in names) for q in DEMO_QUEUES}
 
@@ -100,7 +100,7 @@ def restarts(daemon: Daemon) -> int:
 
 
 def wait_until(done: Callable[[], bool], deadline: float) -> bool:
-    """Whether `done` came true before the monotonic `deadline`, looked at every POLL_S."""
+    """Tell whether `done` came true before the monotonic `deadline`, looked at every POLL_S."""
     while not done():
         if time.monotonic() >= deadline:
             return False
@@ -125,7 +125,7 @@ def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
 
 
 def shortfall(daemon: Daemon, due: Swept) -> str:
-    """What the daemon has not swept yet of what falls due, in a few words."""
+    """Return what the daemon has not swept yet of what falls due, in a few words."""
     taken = swept(daemon)
     behind = [f"{q} {taken[q]:,} of {n:,} swept" for q, n in due.items() if taken[q] < n]
     return ", ".join(behind) or "the restart not seen yet"
@@ -196,7 +196,7 @@ def run_demo(
 
 
 def keep_tour(module: Path | None, say: Say, server: str | None = None, port: int = 0) -> None:
-    """The README tour's queues seeded into a throwaway server, kept until Ctrl-C, SIGTERM or
+    """Seed the README tour's queues into a throwaway server, kept until Ctrl-C, SIGTERM or
     SIGHUP (or the server's own SHUTDOWN); then the server is stopped and its files removed."""
     binary, found = find_server(server), find_module(module)
     check_port(port, "--port")

@@ -23,7 +23,7 @@ HELD = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
 def read_snapshot(
     client: redis.Redis, keys: QueueKeys, now_ms: int, limit: int | None
 ) -> model.Snapshot:
-    """What the verb would read now: key types, the selected leases' rows, the failed count.
+    """Return what the verb would read now: key types, the selected leases' rows, the failed count.
     A Cluster slot that is migrating refuses the first read as it refuses the sweep (see
     constants.SWEEP_GUARD); any refusal but a key's type (a command the user lacks) raises."""
     client.exists(keys.active, keys.guard)
@@ -60,7 +60,8 @@ def dry_run(
     limit: int,
     drain: bool,
 ) -> OnceResult:
-    """The model's verdicts on what is due now, batch by batch as the verb would take them."""
+    """Return the model's verdicts on what is due now, batch by batch as the verb would take
+    them."""
     info = read_server_info(client)
     result = OnceResult.begun(
         keys, executor, info, dry_run=True, max_stalled=max_stalled, limit=limit
@@ -85,7 +86,7 @@ def dry_run(
 
 
 def _after_deaths(snapshot: model.Snapshot, dead: int) -> model.Snapshot:
-    """The failed count the next batch sees once this batch's dead are counted."""
+    """Return the failed count the next batch sees once this batch's dead are counted."""
     if not dead:
         return snapshot
     count = model.string2ll(snapshot.metrics_count or b"0") or 0
@@ -93,7 +94,7 @@ def _after_deaths(snapshot: model.Snapshot, dead: int) -> model.Snapshot:
 
 
 def _checked(replies: list[object]) -> list[object]:
-    """The replies, once none is a refusal other than WRONGTYPE (what the model judges)."""
+    """Return the replies, once none is a refusal other than WRONGTYPE (what the model judges)."""
     for reply in replies:
         if isinstance(reply, redis.ResponseError) and not str(reply).startswith("WRONGTYPE"):
             raise reply

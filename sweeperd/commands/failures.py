@@ -56,7 +56,7 @@ class Failure:
 
 
 def server_said(exc: redis.RedisError) -> str:
-    """What the server said, without the command redis-py names a failed pipeline by."""
+    """Return what the server said, without the command redis-py names a failed pipeline by."""
     text = str(exc)
     return text.partition(PIPELINE_ERROR)[2] or text
 
@@ -66,7 +66,8 @@ def _one_line(text: object) -> str:
 
 
 def _auth(exc: redis.AuthenticationError, connection: Connection, node: str) -> Failure:
-    """An authentication refused, on the node that refused it, with its fixes."""
+    """Return the failure of an authentication refused, on the node that refused it, with its
+    fixes."""
     if not connection.has_password:
         password_file = OPTIONS["redis_password_file"].where
         return Failure(
@@ -76,7 +77,7 @@ def _auth(exc: redis.AuthenticationError, connection: Connection, node: str) -> 
 
 
 def auth_refused(text: str, connection: Connection) -> str:
-    """What a node that refused the user's credentials means, and the two fixes."""
+    """Return what a node that refused the user's credentials means, and the two fixes."""
     user = connection.user
     missing = (
         f"the user {user} may be missing there: ACL users live on each node and are lost at "
@@ -105,7 +106,7 @@ def _no_seed(exc: NoSeedAnswered, connection: Connection) -> Failure:
 
 
 def loading(node: str, said: str, refusal: str = "") -> str:
-    """A server still loading its dataset: which, what it said, what was refused, the fix."""
+    """Return a server still loading its dataset: which, what it said, what was refused, the fix."""
     refused = f": {refusal};" if refusal else ":"
     return f"{node} is loading its dataset ({said}){refused} run it again once it has loaded"
 
@@ -115,8 +116,9 @@ PERMISSION_ADVICE = "ACL SETUSER"
 
 
 def _permission(text: str, connection: Connection, node: str) -> Failure:
-    """A command or key the ACL user lacks: named, with the rule that grants it, on the node
-    that refused it when that is not the URL's (ACL users live on each node)."""
+    """Return the failure of a command or key the ACL user lacks: named, with the rule that
+    grants it, on the node that refused it when that is not the URL's (ACL users live on each
+    node)."""
     at = f"{node}: " if node != connection.node and not text.startswith(f"{node}: ") else ""
     # Named where it was refused: said once is enough.
     if PERMISSION_ADVICE in text:
@@ -186,7 +188,7 @@ class AtNode(redis.RedisError):
 
 @contextmanager
 def at_node(client: redis.Redis) -> Iterator[None]:
-    """The errors of the block's calls on `client` said as that node's."""
+    """Yield the errors of the block's calls on `client` said as that node's."""
     try:
         yield
     except (redis.RedisError, SweepError) as exc:
@@ -194,7 +196,7 @@ def at_node(client: redis.Redis) -> Iterator[None]:
 
 
 def failure_of(exc: BaseException, connection: Connection) -> Failure:
-    """The exit code, reason and message for an error from the server or the client."""
+    """Return the exit code, reason and message for an error from the server or the client."""
     node = connection.node
     if isinstance(exc, AtNode):
         node, exc = exc.node, exc.error

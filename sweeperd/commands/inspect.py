@@ -74,15 +74,15 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
 
 
 def due_in_s(upcoming: list[tuple[bytes, float]], now_ms: int) -> float | None:
-    """How soon the first lease not due at `now_ms` falls due; None when there is none, or its
-    deadline is +inf."""
+    """Return how soon the first lease not due at `now_ms` falls due; None when there is none, or
+    its deadline is +inf."""
     if not upcoming or math.isinf(upcoming[0][1]):
         return None
     return (upcoming[0][1] - now_ms) / 1000
 
 
 def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
-    """The census of the queue, read on the primary that holds it now; a Cluster that is down
+    """Return the census of the queue, read on the primary that holds it now; a Cluster that is down
     is said as `once` says it, naming the primaries whose failure took it down."""
     keys = QueueKeys(queue.name, settings.prefix_root)
     connection = settings.connection
@@ -90,7 +90,7 @@ def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
 
 
 def census_on(connection: Connection, client: redis.Redis, keys: QueueKeys) -> Census:
-    """The census read on `client`: a slot that moved since the map was read (MOVED: a
+    """Return the census read on `client`: a slot that moved since the map was read (MOVED: a
     failover, a reshard) is read where it went, once; a Cluster down is said with the
     primaries whose failure took it down."""
     with at_node(client):

@@ -73,8 +73,8 @@ class OnceResult:
 
     @property
     def refusal(self) -> str:
-        """Which call was refused, and that it wrote nothing (a dry run says it of the call the
-        real one would make)."""
+        """Return which call was refused, and that it wrote nothing (a dry run says it of the call
+        the real one would make)."""
         if self.calls <= 1:
             return "refused, nothing written"
         return f"call {self.calls} refused, nothing written by it"

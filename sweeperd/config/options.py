@@ -82,7 +82,7 @@ class Option:
 
     @property
     def empty_in_env(self) -> bool:
-        """Its env var is set empty (click drops that, as if it were not set)."""
+        """Tell whether its env var is set empty (click drops that, as if it were not set)."""
         return os.environ.get(self.env_name) == ""
 
     @property
@@ -92,7 +92,8 @@ class Option:
 
     @property
     def is_flag(self) -> bool:
-        """A command's own option (--json, --rows), not a setting (--cluster is a setting)."""
+        """Tell whether it is a command's own option (--json, --rows), not a setting (--cluster is a
+        setting)."""
         return (self.is_switch and not self.toml) or not self.setting
 
     @property
@@ -107,7 +108,7 @@ class Option:
 
     @property
     def where(self) -> str:
-        """How an error message names the option: the flag and its env var."""
+        """Return how an error message names the option: the flag and its env var."""
         return f"{self.flag_name} ({self.env_name})"
 
 

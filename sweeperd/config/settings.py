@@ -111,7 +111,7 @@ class Settings:
     budget_given: bool = True
 
     def for_queue(self, name: str) -> QueueSettings:
-        """A configured queue's settings, or the global ones for a discovered queue."""
+        """Return a configured queue's settings, or the global ones for a discovered queue."""
         for queue in self.queues:
             if queue.name == name:
                 return queue
@@ -120,8 +120,8 @@ class Settings:
         )
 
     def describe(self) -> dict[str, object]:
-        """The settings fit for a log line: credentials removed from the URL, no password, the
-        queues counted and the first NAMES_CAP of them named."""
+        """Return the settings fit for a log line: credentials removed from the URL, no password,
+        the queues counted and the first NAMES_CAP of them named."""
         topology = self.connection.topology
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
@@ -159,7 +159,8 @@ def queue_names(value: object) -> list[str]:
 def _gather(
     overrides: Mapping[str, object], data: Mapping[str, Any], path: Path | None
 ) -> dict[str, Given]:
-    """Every setting with its winning value: an override, else the file's, else the default."""
+    """Return every setting with its winning value: an override, else the file's, else the
+    default."""
     unknown = set(overrides) - set(KNOWN_KEYS)
     if unknown:
         raise ValueError(f"build_settings: unknown override keys {sorted(unknown)}")
@@ -176,8 +177,8 @@ def _gather(
 
 
 def _not_empty(key: str, given: Given) -> Given:
-    """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
-    would otherwise mean the default, e.g. whatever server listens on localhost."""
+    """Return the value given, refusing one given empty (`--redis-url ''`, a variable that did
+    not expand): it would otherwise mean the default, e.g. whatever server listens on localhost."""
     values = given.value if isinstance(given.value, list | tuple) else [given.value]
     if any(isinstance(value, str) and not value.strip() for value in values):
         o = OPTIONS[key]
@@ -190,7 +191,7 @@ def _not_empty(key: str, given: Given) -> Given:
 
 
 def _web_config(path: Path | None, where: str) -> WebConfig | None:
-    """The web config file named, read and checked."""
+    """Return the web config file named, read and checked."""
     if path is None:
         return None
     try:
@@ -204,7 +205,8 @@ def _queues(
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
-    """The file's queues (a table's own values win over the globals), then the flags' new ones."""
+    """Return the file's queues (a table's own values win over the globals), then the flags' new
+    ones."""
     built: dict[str, QueueSettings] = {}
     for name, table in tables.items():
         own = {key: _parse(key, given) for key, given in table.items()}
@@ -221,7 +223,7 @@ def _queues(
 
 
 def _parse(key: str, given: Given) -> Any:
-    """The value of one setting, read by the coercer its row in the options table names."""
+    """Return the value of one setting, read by the coercer its row in the options table names."""
     parse = OPTIONS[key].parse
     assert parse is not None, f"{key} has no coercer in options.OPTIONS"
     return parse(given)

@@ -56,7 +56,7 @@ class WebConfig:
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The server side's TLS context, or None for plain HTTP."""
+        """Return the server side's TLS context, or None for plain HTTP."""
         if self.cert_file is None:
             return None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -68,7 +68,7 @@ class WebConfig:
         return context
 
     def allows(self, authorization: str | None) -> bool:
-        """Whether an Authorization header lets the request in (always, without users)."""
+        """Tell whether an Authorization header lets the request in (always, without users)."""
         if not self.users:
             return True
         user, password = _basic(authorization)
@@ -131,7 +131,7 @@ DUMMY_HASH = bcrypt.hashpw(b"timing", bcrypt.gensalt(4))
 
 
 def _basic(authorization: str | None) -> tuple[str | None, bytes | None]:
-    """The user and password of a Basic Authorization header, or (None, None)."""
+    """Return the user and password of a Basic Authorization header, or (None, None)."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "basic":
         return None, None
@@ -193,7 +193,8 @@ def _users(table: object) -> dict[str, bytes]:
 
 
 def load_web_config(path: Path) -> WebConfig:
-    """The web config in `path`, checked: readable YAML, known keys, usable TLS files, hashes."""
+    """Return the web config in `path`, checked: readable YAML, known keys, usable TLS files,
+    hashes."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

@@ -70,7 +70,7 @@ def _family(name: str, rows: Iterable[Row], labels: tuple[str, ...] | None = Non
 
 
 def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
-    """Every family at the numbers' level, read from them as they are now."""
+    """Yield every family at the numbers' level, read from them as they are now."""
     queues, nodes, zeroed = numbers.shown()
     # sparse: a queue's counters show 0 in the scrapes of its first minute (numbers.shown)
     yield _family(
@@ -140,12 +140,12 @@ def _number(value: float) -> str:
 
 @cache
 def le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
-    """A histogram's `le` label values, +Inf last."""
+    """Return a histogram's `le` label values, +Inf last."""
     return (*(str(float(b)) for b in bounds), "+Inf")
 
 
 def cumulative(durations: Durations) -> list[tuple[str, int]]:
-    """A histogram's buckets as exposition counts them: each with every one below it."""
+    """Return a histogram's buckets as exposition counts them: each with every one below it."""
     running, out = 0, []
     for bound, count in zip(le_labels(durations.bounds), list(durations.buckets), strict=True):
         running += count
@@ -154,7 +154,7 @@ def cumulative(durations: Durations) -> list[tuple[str, int]]:
 
 
 def text(described: Iterable[Family | HistogramFamily], openmetrics: bool) -> bytes:
-    """The families in the text format, or OpenMetrics (without its EOF)."""
+    """Return the families in the text format, or OpenMetrics (without its EOF)."""
     lines: list[str] = []
     for f in described:
         shown = f.name if openmetrics or f.kind != "counter" else f"{f.name}_total"
@@ -174,7 +174,7 @@ def text(described: Iterable[Family | HistogramFamily], openmetrics: bool) -> by
 
 
 def metric(f: Family | HistogramFamily) -> Metric:
-    """A family as the library's metric family."""
+    """Return a family as the library's metric family."""
     if isinstance(f, HistogramFamily):
         histogram = HistogramMetricFamily(f.name, f.about.help, labels=f.labels)
         for _, values, durations in f.rows:
@@ -203,7 +203,8 @@ class SweepCollector(Collector):
             yield metric(family)
 
     def describe(self) -> Iterator[Metric]:
-        """The family names, so that a ?name[]= scrape of other series skips this collector."""
+        """Yield the family names, so that a ?name[]= scrape of other series skips this
+        collector."""
         for family in families(self.numbers):
             yield Metric(family.name, "", family.kind)
 
@@ -222,7 +223,7 @@ class Collected:
 def scrape(
     others: tuple[Collector, ...], sweep: SweepCollector, accept: str | None
 ) -> tuple[bytes, str]:
-    """A whole scrape for an Accept header, its body and content type: the library encodes
+    """Return a whole scrape for an Accept header, its body and content type: the library encodes
     every other collector (content negotiation included), the sweep's families follow."""
     encoder, content_type = choose_encoder(accept or "")
     head = encoder(Collected(others))

@@ -31,7 +31,7 @@ ZERO_FIRST_S = 60.0
 
 
 def escaped(value: str) -> str:
-    """A label value as the exposition formats write it."""
+    """Return a label value as the exposition formats write it."""
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -52,7 +52,7 @@ class Durations:
         self.total += seconds * times
 
     def add(self, seconds: float) -> None:
-        """One observation of `seconds`."""
+        """Count one observation of `seconds`."""
         self.observe(bisect_left(self.bounds, seconds), seconds)
 
 
@@ -73,7 +73,7 @@ class Totals:
 
 
 def node_totals(node: str) -> Totals:
-    """A node's totals, labelled `node`."""
+    """Return a node's totals, labelled `node`."""
     return Totals(f'node="{escaped(node)}"', (node,))
 
 
@@ -135,20 +135,20 @@ class QueueSeries:
         self.shown_at: float | None = None
 
     def speaks(self, now: float) -> bool:
-        """sparse: whether its series are exported at `now` (see SAID_FOR_S)."""
+        """Tell whether, with sparse, its series are exported at `now` (see SAID_FOR_S)."""
         if self.said_at is not None and now - self.said_at < SAID_FOR_S:
             return True
         return self.owned and self.last_success is not None and now - self.last_success > STALE_S
 
     def quiet(self) -> None:
-        """sparse: its series gone, its counters restart at 0 (rates stay right across the
+        """Make its series go, with sparse: its counters restart at 0 (rates stay right across the
         gap: the next appearance shows 0 first, then what it counts from now)."""
         self.recovered = self.dead = self.exempt = 0
         self.failures = NO_FAILURES
         self.shown_at = None
 
     def at(self, node: str) -> Totals:
-        """The queue's totals on the node (with full), at zero on first use; call with the
+        """Return the queue's totals on the node (with full), at zero on first use; call with the
         lock held."""
         found = self.on.get(node)
         if found is None:
@@ -164,7 +164,7 @@ class QueueSeries:
         self.expired = self.oldest_expired_age = self.jobs = self.failed = None
 
     def count(self, totals: Sequence[Totals], result: CallResult, at: float) -> None:
-        """One call into the queue's numbers and the totals it counts in (its node's, and with
+        """Count one call into the queue's numbers and the totals it counts in (its node's, and with
         full the queue's on that node); call with the lock held."""
         depths = result.depths
         delay_s = None if depths is None or depths.delay_ms is None else depths.delay_ms / 1000
@@ -223,32 +223,32 @@ class SweepNumbers:
         self.owner: Callable[[str], str | None] = lambda _queue: None
 
     def series(self, queue: str) -> QueueSeries:
-        """The queue's numbers; call with the lock held. Only add_queue() makes a queue's
+        """Return the queue's numbers; call with the lock held. Only add_queue() makes a queue's
         series: a call still running when its queue was dropped is counted into numbers of
         its own that nobody exports (its node's totals count it), never bringing it back."""
         found = self.queues.get(queue)
         return found if found is not None else QueueSeries(queue)
 
     def node(self, node: str) -> Totals:
-        """The node's totals, created at zero on first use; call with the lock held."""
+        """Return the node's totals, created at zero on first use; call with the lock held."""
         found = self.nodes.get(node)
         if found is None:
             found = self.nodes[node] = node_totals(node)
         return found
 
     def totals(self, node: str, queue: QueueSeries) -> tuple[Totals, ...]:
-        """What a call of the queue on the node counts in: the node's totals, and with full the
-        queue's on that node; call with the lock held."""
+        """Return what a call of the queue on the node counts in: the node's totals, and with full
+        the queue's on that node; call with the lock held."""
         return (self.node(node), queue.at(node)) if self.full else (self.node(node),)
 
     def listed(self) -> tuple[list[QueueSeries], list[Totals]]:
-        """The queues and nodes as they are now, for a scrape to read without the lock: each
+        """Return the queues and nodes as they are now, for a scrape to read without the lock: each
         number is whole, but one that meets a call being counted may show part of it."""
         with self.lock:
             return list(self.queues.values()), list(self.nodes.values())
 
     def shown(self) -> tuple[list[QueueSeries], list[Totals], set[str]]:
-        """What a scrape exports now: the queues (at sparse those with something to say, the
+        """Return what a scrape exports now: the queues (at sparse those with something to say, the
         others made quiet), the nodes, and the queues whose counters still show 0."""
         if not self.sparse:
             queues, nodes = self.listed()
@@ -271,7 +271,7 @@ class SweepNumbers:
 
     # The ledger's: what each call did.
     def record(self, node: str, queue: str, result: CallResult, at: float) -> None:
-        """One call at Unix time `at`: what it recovered, dead-lettered, exempted and removed
+        """Record one call at Unix time `at`: what it recovered, dead-lettered, exempted and removed
         as ghosts, or its failure, and the queue's numbers right after it."""
         with self.lock:
             q = self.series(queue)
@@ -286,7 +286,7 @@ class SweepNumbers:
         *,
         duration_s: float,
     ) -> None:
-        """A tick's calls, one per queue, each as record() counts it, and the tick's round
+        """Record a tick's calls, one per queue, each as record() counts it, and the tick's round
         trip as each queue's duration."""
         bucket = bisect_left(DURATION_BUCKETS_S, duration_s)
         with self.lock:
@@ -303,7 +303,8 @@ class SweepNumbers:
                     q.count(alone, result, at)
 
     def record_failure(self, node: str, queue: str, reason: Reason) -> None:
-        """One verb call that failed without a reply (the node was down, or the tick broke)."""
+        """Record one verb call that failed without a reply (the node was down, or the tick
+        broke)."""
         with self.lock:
             q = self.series(queue)
             for t in self.totals(node, q):
@@ -312,7 +313,7 @@ class SweepNumbers:
             q.said_at = self.clock()
 
     def record_ticks(self, node: str, queues: Sequence[str], *, duration_s: float) -> None:
-        """A tick of these queues that took `duration_s`, there and back."""
+        """Record a tick of these queues that took `duration_s`, there and back."""
         bucket = bisect_left(DURATION_BUCKETS_S, duration_s)
         with self.lock:
             self.node(node).durations.observe(bucket, duration_s, len(queues))
@@ -321,7 +322,7 @@ class SweepNumbers:
 
     # Which queues and nodes have series.
     def add_node(self, node: str) -> None:
-        """A node's sweeps and ghosts at 0 from the start."""
+        """Export a node's sweeps and ghosts at 0 from the start."""
         with self.lock:
             self.node(node)
 
@@ -334,7 +335,7 @@ class SweepNumbers:
                 q.on.pop(node, None)
 
     def route_by(self, owner: Callable[[str], str | None]) -> None:
-        """Where each queue is swept from now (the fleet's routes: a queue's node, None while
+        """Say where each queue is swept from now (the fleet's routes: a queue's node, None while
         none serves it). With full, each queue's totals on its node are there at 0 from now;
         those on a node it left stay."""
         with self.lock:
@@ -348,7 +349,7 @@ class SweepNumbers:
             q.at(node)
 
     def add_queue(self, queue: str, *, owned: bool = True) -> None:
-        """The queue's counters at 0, so that rate() and increase() work from the start (and,
+        """Export the queue's counters at 0, so that rate() and increase() work from the start (and,
         summed across replicas, whichever owns it); with full, its totals on its node too, once
         the route is known (route_by). `owned` (this replica sweeps it) lets its state's
         gauges appear with the first call that reads them. A queue already here keeps its
@@ -368,7 +369,7 @@ class SweepNumbers:
                 self._routed(found)
 
     def disown_queue(self, queue: str) -> None:
-        """The queue is another replica's now (or nobody's, while the server is out of reach):
+        """Mark the queue as another replica's now (or nobody's, while the server is out of reach):
         its counters and last success stay, for sums across replicas to stay whole; the gauges
         of its state (expired leases, oldest age, set sizes) go, as only its owner keeps them
         true (owned again, they start again at 0)."""

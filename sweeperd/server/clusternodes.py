@@ -28,7 +28,7 @@ DOWN_FLAGS = frozenset({"fail", "fail?", "noaddr"})
 
 
 def failed_primaries(nodes: list[list[str]]) -> list[str]:
-    """The primaries the Cluster marks failed (fail, not fail?) that still hold slots (no
+    """Return the primaries the Cluster marks failed (fail, not fail?) that still hold slots (no
     replica took over), as host:port: a failed replica, or a primary whose replica took its
     slots, took nothing down."""
     return sorted(_address(f) for f in _failed(nodes))
@@ -39,7 +39,7 @@ def _failed(nodes: list[list[str]]) -> list[list[str]]:
 
 
 def _replicas(nodes: list[list[str]], primary: list[str]) -> tuple[list[str], list[str]]:
-    """A primary's replicas as CLUSTER NODES lists them: those up, and those down too."""
+    """Return a primary's replicas as CLUSTER NODES lists them: those up, and those down too."""
     up: list[str] = []
     down: list[str] = []
     for f in nodes:
@@ -49,7 +49,7 @@ def _replicas(nodes: list[list[str]], primary: list[str]) -> tuple[list[str], li
 
 
 def why_down(nodes: list[list[str]]) -> str:
-    """Which primaries took the Cluster down and why no replica has taken their slots: it is
+    """Return which primaries took the Cluster down and why no replica has taken their slots: it is
     down too, there is none, or one is up and has not yet (a failover takes about
     cluster-node-timeout); what to do, when waiting will not do."""
     said, stuck = [], False
@@ -91,8 +91,8 @@ def cluster_down(error: SweepError, client: redis.Redis) -> SweepError:
 
 
 def migrating_to(client: redis.Redis, slot: int) -> str | None:
-    """Where the node `client` speaks to is migrating `slot` (its `[slot->-id]`), or None (not
-    migrating, or not said)."""
+    """Return where the node `client` speaks to is migrating `slot` (its `[slot->-id]`), or None
+    (not migrating, or not said)."""
     try:
         nodes = cluster_nodes(client)
     except redis.RedisError:
@@ -104,7 +104,7 @@ def migrating_to(client: redis.Redis, slot: int) -> str | None:
 
 
 def due_count(connection: Connection, client: redis.Redis, key: str, bound_ms: int) -> int | None:
-    """How many leases of the active set `key` are due by `bound_ms`, read where the key is
+    """Return how many leases of the active set `key` are due by `bound_ms`, read where the key is
     now (a migrating slot's ASK followed once, with ASKING); None when it cannot be read."""
     try:
         try:

@@ -35,7 +35,7 @@ def _raw(response: Any, **_options: Any) -> Any:
 def connect(
     url: str, *, socket_timeout: float, password: str | None = None, tls: TlsFiles | None = None
 ) -> redis.Redis:
-    """A client whose replies are bytes and whose INFO and COMMAND replies are left unparsed.
+    """Return a client whose replies are bytes and whose INFO and COMMAND replies are left unparsed.
 
     It never resends a call by itself (a sweep sent twice would be counted wrong), and a
     connection that breaks after a call was written raises reasons.ReplyLost."""
@@ -59,7 +59,7 @@ def connect(
 
 
 def check_timeout(value: float) -> float:
-    """A socket timeout a socket takes: positive, finite and at most an hour."""
+    """Return a socket timeout a socket takes: positive, finite and at most an hour."""
     if not (math.isfinite(value) and 0 < value <= MAX_SOCKET_TIMEOUT_S):
         raise BadConnection(
             f"must be a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}, not {value:g}"
@@ -174,18 +174,19 @@ class Connection:
 
     @property
     def seeds(self) -> tuple[tuple[str, int], ...]:
-        """Where a Cluster is first asked for its layout: the URL's node, then the others named."""
+        """Return where a Cluster is first asked for its layout: the URL's node, then the others
+        named."""
         parts = urlsplit(self.url)
         first = (parts.hostname or "localhost", parts.port or 6379)
         return tuple(dict.fromkeys([first, *self.topology.seeds]))
 
     @property
     def shown_seeds(self) -> str:
-        """The seeds as a line names them: host:port, commas between."""
+        """Return the seeds as a line names them: host:port, commas between."""
         return ", ".join(name_at(address) for address in self.seeds)
 
     def client(self, address: tuple[str, int] | None = None) -> redis.Redis:
-        """A client of the URL's server, or of the primary at `address` with the URL's
+        """Return a client of the URL's server, or of the primary at `address` with the URL's
         credentials, db and TLS options: every client sweeperd sweeps with is made here."""
         url = self.url if address is None else url_at(self.url, *address)
         return connect(
@@ -193,11 +194,11 @@ class Connection:
         )
 
     def sentinel(self) -> Sentinel:
-        """The library's Sentinel client: asked for the primary's address, nothing else."""
+        """Return the library's Sentinel client: asked for the primary's address, nothing else."""
         return sentinel(self.topology.sentinels, self._sentinel_options())
 
     def sentinel_client(self, address: tuple[str, int]) -> redis.Redis:
-        """A plain client of one Sentinel (or of what answers at its address)."""
+        """Return a plain client of one Sentinel (or of what answers at its address)."""
         host, port = address
         return redis.Redis(host=host, port=port, retry=no_retry(), **self._sentinel_options())
 

@@ -15,7 +15,7 @@ ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
 
 
 def resp(args: Sequence[object]) -> bytes:
-    """A command as RESP puts it on the wire: an array of bulk strings."""
+    """Return a command as RESP puts it on the wire: an array of bulk strings."""
     out = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
@@ -36,7 +36,7 @@ def _exchange(connection: Connection, commands: bytes, count: int) -> list[objec
 
 
 def round_trip(client: redis.Redis, commands: bytes, count: int) -> list[object]:
-    """The `count` packed commands' replies (an error reply in place of a refused one), in
+    """Return the `count` packed commands' replies (an error reply in place of a refused one), in
     order; one round trip, on a pooled connection under its retry policy (none, as
     connection.connect sets it: nothing is sent twice). A connection failure raises, the
     connection closed (replies may be left unread)."""

@@ -31,7 +31,7 @@ class ServerInfo:
 
 
 def parse_info(raw: bytes | str) -> dict[str, str]:
-    """The `field:value` lines of an INFO reply."""
+    """Return the `field:value` lines of an INFO reply."""
     text = raw.decode() if isinstance(raw, bytes) else raw
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -42,7 +42,7 @@ def parse_info(raw: bytes | str) -> dict[str, str]:
 
 
 def server_ms(fields: Mapping[str, str]) -> int:
-    """The server's clock when it answered INFO server, in ms since the Unix epoch."""
+    """Return the server's clock when it answered INFO server, in ms since the Unix epoch."""
     return int(fields.get("server_time_usec", "0")) // 1000
 
 
@@ -67,10 +67,11 @@ def read_server_info(client: redis.Redis) -> ServerInfo:
 
 
 def has_verb(client: redis.Redis) -> bool:
-    """Whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
+    """Tell whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
     return verb_in(command(client, "COMMAND", "INFO", VERB))
 
 
 def verb_in(command_info: object) -> bool:
-    """Whether a raw `COMMAND INFO EMQ.STALLED.CHECK` reply describes the verb (nil: unknown)."""
+    """Tell whether a raw `COMMAND INFO EMQ.STALLED.CHECK` reply describes the verb (nil:
+    unknown)."""
     return isinstance(command_info, list) and bool(command_info) and command_info[0] is not None

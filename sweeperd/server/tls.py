@@ -41,7 +41,7 @@ class TlsFiles:
         return any((self.ca_file, self.cert_file, self.key_file))
 
     def checked(self, scheme: str) -> TlsFiles:
-        """Each file readable and what it claims to be, the key matching the certificate."""
+        """Return each file readable and what it claims to be, the key matching the certificate."""
         if not self:
             return self
         if scheme != "rediss":
@@ -67,11 +67,12 @@ class TlsFiles:
         return self
 
     def by_key(self) -> dict[str, str | None]:
-        """Each file by the setting that names it."""
+        """Return each file by the setting that names it."""
         return dict(zip(TLS_KEYS, (self.ca_file, self.cert_file, self.key_file), strict=True))
 
     def client_options(self) -> dict[str, object]:
-        """redis-py's SSLConnection options; the hostname is checked unless the URL says not."""
+        """Return redis-py's SSLConnection options; the hostname is checked unless the URL says
+        not."""
         options: dict[str, object] = {"ssl_check_hostname": True}
         if self.ca_file:
             options["ssl_ca_certs"] = self.ca_file
@@ -87,7 +88,7 @@ NO_TLS = TlsFiles()
 
 
 def _readable(key: str, path: str | None) -> None:
-    """The file named by setting `key` can be opened for reading (or none is named)."""
+    """Check that the file named by setting `key` can be opened for reading (or none is named)."""
     if path is None:
         return
     try:
@@ -104,7 +105,7 @@ def _tls_problem(path: str | None, exc: OSError | ssl.SSLError) -> str:
 
 
 def mismatch(scheme: str, exc: BaseException) -> str:
-    """What a failure to connect may mean when the URL and the server disagree on TLS: a
+    """Return what a failure to connect may mean when the URL and the server disagree on TLS: a
     rediss:// handshake left unanswered, a redis:// connection dropped; "" otherwise."""
     text = str(exc)
     if scheme == "rediss" and isinstance(exc, redis.TimeoutError) and "connecting" in text:

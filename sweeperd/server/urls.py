@@ -19,7 +19,7 @@ class BadConnection(ValueError):
 
 
 def url_at(url: str, host: str, port: int) -> str:
-    """The same URL (credentials, db, query) pointed at another host and port."""
+    """Return the same URL (credentials, db, query) pointed at another host and port."""
     scheme, _, rest = url.partition("://")
     netloc, slash, path = rest.partition("/")
     user, at, _hostport = netloc.rpartition("@")
@@ -28,7 +28,7 @@ def url_at(url: str, host: str, port: int) -> str:
 
 
 def seed_of(first: str, other: str) -> tuple[str, int]:
-    """The host and port of another seed of the Cluster `first` names: checked, and refused
+    """Return the host and port of another seed of the Cluster `first` names: checked, and refused
     unless it differs from `first` in its host and port alone (one user, one TLS, one db)."""
     other = check_url(other)
     if other.startswith("unix://"):
@@ -49,13 +49,13 @@ def seed_of(first: str, other: str) -> tuple[str, int]:
 
 
 def name_at(address: tuple[str, int]) -> str:
-    """A node's name, host:port (an IPv6 host in brackets)."""
+    """Return a node's name, host:port (an IPv6 host in brackets)."""
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def node_name(url: str) -> str:
-    """The `node` label of a server: host:port, or the socket path."""
+    """Return the `node` label of a server: host:port, or the socket path."""
     parts = urlsplit(url)
     if parts.scheme == "unix":
         return parts.path
@@ -107,7 +107,7 @@ def _query(scheme: str, query: str) -> dict[str, str]:
 
 
 def check_url(url: str) -> str:
-    """The URL, stripped, once every part of it is one redis-py will use as written."""
+    """Return the URL, stripped, once every part of it is one redis-py will use as written."""
     url = url.strip()
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in URL_SCHEMES:

@@ -14,7 +14,8 @@ from sweeperd.server.calls import typed
 
 
 def no_retry() -> Retry:
-    """redis-py's default resends a call whose connection broke; a sweep is never resent."""
+    """Return a retry policy that never resends: redis-py's default resends a call whose connection
+    broke; a sweep is never resent."""
     return Retry(NoBackoff(), 0)
 
 
@@ -83,7 +84,7 @@ CONNECTION_CLASSES: dict[str, type[redis.Connection] | type[redis.UnixDomainSock
 
 
 def scheme_of(client: redis.Redis) -> str:
-    """The URL scheme a client's connections speak: redis, rediss or unix."""
+    """Return the URL scheme a client's connections speak: redis, rediss or unix."""
     kind = client.connection_pool.connection_class
     found = (scheme for scheme, made in CONNECTION_CLASSES.items() if issubclass(kind, made))
     return next(found, "redis")

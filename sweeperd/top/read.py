@@ -62,7 +62,8 @@ LOGIN_REFUSED = "LOGIN REFUSED"
 
 
 def error_text(exc: redis.RedisError) -> str:
-    """An error as the server said it, its code in front; a refused login says where to look."""
+    """Return an error as the server said it, its code in front; a refused login says where to
+    look."""
     if isinstance(exc, redis.AuthenticationError):
         return (
             f"{LOGIN_REFUSED}: {' '.join(str(exc).split()).rstrip('.')}: the user may be missing "
@@ -201,7 +202,7 @@ class NodeReader:
         return NodeRead(server, rows, tuple(sorted(m.decode(errors="replace") for m in members)))
 
     def _replies(self, replies: list[Any]) -> list[Any]:
-        """The reads' replies; on a replica READONLY's is taken off first, and a READONLY the
+        """Return the reads' replies; on a replica READONLY's is taken off first, and a READONLY the
         user may not run is said on every read the replica redirected for want of it."""
         if not self.readonly:
             return replies
@@ -211,7 +212,8 @@ class NodeReader:
         return replies
 
     def _expired(self, queues: Sequence[str], due: int) -> list[object]:
-        """Each queue's count of leases due by `due` (server clock, ms), or the error it got."""
+        """Return each queue's count of leases due by `due` (server clock, ms), or the error it
+        got."""
         if not queues:
             return []
         tail = resp(("-inf", due))[4:]
@@ -236,13 +238,13 @@ class NodeReader:
         )
 
     def _said(self, exc: redis.RedisError) -> str:
-        """A row's refusal: a command the user lacks named with the rule that grants it."""
+        """Return a row's refusal: a command the user lacks named with the rule that grants it."""
         if isinstance(exc, NoPermissionError):
             return denial(str(exc), user_of(self.client))
         return error_text(exc)
 
     def _row(self, queue: str, replies: Sequence[object], server_ms: int, now: float) -> QueueRow:
-        """One queue's replies: the expired count, then the five counts when it is shown."""
+        """Return one queue's replies: the expired count, then the five counts when it is shown."""
         redirect = next((r for r in replies if isinstance(r, (AskError, TryAgainError))), None)
         # MOVED is an AskError.
         if redirect is not None:
@@ -275,7 +277,7 @@ def _moving(exc: redis.RedisError) -> str:
 
 
 def _where(exc: redis.RedisError) -> str:
-    """Where a redirected read would go: `slot 1234 migrating to 10.0.0.2:6379`."""
+    """Return where a redirected read would go: `slot 1234 migrating to 10.0.0.2:6379`."""
     if isinstance(exc, AskError):
         host, port = exc.node_addr
         return f"slot {exc.slot_id} {_moving(exc)} to {host}:{port}"

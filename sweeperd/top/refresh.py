@@ -71,7 +71,8 @@ class Screen:
 
     @property
     def answered(self) -> bool:
-        """A server of the view answered (its identity read), if only to refuse its queues."""
+        """Tell whether a server of the view answered (its identity read), if only to refuse its
+        queues."""
         return any(server.run_id for server in self.servers)
 
 
@@ -123,11 +124,11 @@ class Top:
         self._detail: set[str] | None = None
 
     def resize(self, rows: int) -> None:
-        """The refreshes from now on show at most `rows` queues (the terminal was resized)."""
+        """Show at most `rows` queues from the next refresh on (the terminal was resized)."""
         self._rows = rows
 
     def refresh(self) -> Screen:
-        """One read of every primary: one round trip each (two on the first refresh, whose
+        """Return one read of every primary: one round trip each (two on the first refresh, whose
         first pass reads every queue's expired count to find which to show), and the layout
         first when it may have changed. After the first pass a refresh reads the queues shown,
         any never read, and `reads` more per primary in turn: the rest keep their last numbers."""
@@ -187,7 +188,7 @@ class Top:
         )
 
     def _chosen(self, node: str, queues: Sequence[str], detail: set[str]) -> list[str]:
-        """The primary's queues this refresh reads: those shown (the busiest), those never
+        """Return the primary's queues this refresh reads: those shown (the busiest), those never
         read, and the next `reads` of the others in turn."""
         if len(queues) <= self._reads:
             return list(queues)
@@ -204,7 +205,7 @@ class Top:
     def _unread(
         self, node: str, queues: Sequence[str], chosen: Sequence[str], *, down: bool
     ) -> list[QueueRow]:
-        """The rows of the queues not read this refresh: as last read, or stale when their
+        """Return the rows of the queues not read this refresh: as last read, or stale when their
         server could not be read."""
         read_now = set(chosen)
         return [
@@ -222,7 +223,7 @@ class Top:
         now: float,
         wanted: str | None,
     ) -> tuple[NodeRead, NodeRead | None]:
-        """A primary's read of `queues`, and a replica's in its place when it cannot be
+        """Return a primary's read of `queues`, and a replica's in its place when it cannot be
         reached (or is loading, or hangs)."""
         try:
             read = reader.read(queues, detail, now, wanted)
@@ -234,8 +235,8 @@ class Top:
         return read, self._standins.read(node, replicas, queues, detail, now, wanted)
 
     def _stand_in(self, standins: Iterable[ServerRow]) -> None:
-        """The lines of the replicas read in place of their primary, after the primaries' (the
-        numbers of those stay when a replica is no longer read); the others' dropped."""
+        """Return the lines of the replicas read in place of their primary, after the primaries'
+        (the numbers of those stay when a replica is no longer read); the others' dropped."""
         lines = {server.node: server for server in standins}
         for name, server in list(self._servers.items()):
             if server.reads_for is not None and name not in lines:
@@ -244,11 +245,11 @@ class Top:
         self._standins.release()
 
     def _address(self, node: str) -> Address | None:
-        """Where a primary is (None: the URL's own server)."""
+        """Return where a primary is (None: the URL's own server)."""
         return None if self._map is None else self._map.layout.primaries.get(node)
 
     def _row(self, read: QueueRow, run_id: str, now: float) -> QueueRow:
-        """A read row with its rates, or the last numbers when it could not be read now."""
+        """Return a read row with its rates, or the last numbers when it could not be read now."""
         if read.state in KEPT:
             return self._kept(read.queue, read.node, read.state, read.error)
         row = read
@@ -264,7 +265,8 @@ class Top:
         return replace(before, node=node or before.node, state=state, error=error)
 
     def _down(self, reader: NodeReader, queues: Sequence[str], exc: redis.RedisError) -> NodeRead:
-        """A server that cannot be read: its line says why, its queues keep their last rows."""
+        """Return a server that cannot be read: its line says why, its queues keep their last
+        rows."""
         server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=error_text(exc))
         stale = [QueueRow(q, reader.node, None, state=STALE) for q in queues]
         return NodeRead(server, stale, failure=exc)
@@ -276,7 +278,7 @@ class Top:
                 self._servers[node] = ServerRow(node, error=error)
 
     def _orphans(self) -> list[QueueRow]:
-        """The queues no primary serves: their slot's owner is being chosen, or no layout was
+        """Return the queues no primary serves: their slot's owner is being chosen, or no layout was
         ever read (the URL's server says why)."""
         if self._map is None:
             return [self._kept(q, None, STALE, None) for q in sorted(self._queues)]
@@ -286,7 +288,8 @@ class Top:
         ]
 
     def _layout_may_have_changed(self, rows: Iterable[QueueRow]) -> bool:
-        """A slot moved, a primary demoted, or a gone server's line shown: read the layout."""
+        """Tell whether the layout may have changed: a slot moved, a primary demoted, or a gone
+        server's line shown; then it is read again."""
         standalone = self._connection.topology.mode is TopologyMode.STANDALONE
         return (
             any(row.state == MOVED for row in rows)
@@ -303,13 +306,13 @@ class Top:
         return tuple(ranked[: self._rows])
 
     def _members_node(self) -> str | None:
-        """The primary that holds the replicas' members key."""
+        """Return the primary that holds the replicas' members key."""
         if self._map is None:
             return None
         return self._map.layout.owner(slot_of(members_key(self._root)))
 
     def _find(self) -> None:
-        """The layout now: a reader per primary, the queues each one serves, the lines of the
+        """Read the layout now: a reader per primary, the queues each one serves, the lines of the
         servers that left it."""
         if self._source is None:
             self._source = MapSource(self._connection)
@@ -324,7 +327,7 @@ class Top:
         self._remap = False
 
     def _add_readers(self, found: Map) -> None:
-        """A reader for each primary new to the view, and its queues discovered."""
+        """Add a reader for each primary new to the view, and discover its queues."""
         for name, address in found.layout.primaries.items():
             if name not in self._readers:
                 client, was = self._connection.client(address), self._first_run_ids.get(name, "")
@@ -333,7 +336,7 @@ class Top:
                 self._search(name, found.replicas_of.get(name, ()))
 
     def _search(self, name: str, replicas: Iterable[Address]) -> None:
-        """A primary's queues, found by SCAN there, or on a replica of it when it cannot be
+        """Find a primary's queues by SCAN there, or on a replica of it when it cannot be
         scanned; why neither could be is said on its line (tried again at the next layout)."""
         try:
             found = find_queues(self._readers[name].client, self._root, QUEUE_SETS)
@@ -348,7 +351,7 @@ class Top:
         self._unlisted.pop(name, None)
 
     def _forget(self, found: Map) -> None:
-        """The servers that are primaries no more: their readers closed, their lines dropped,
+        """Forget the servers that are primaries no more: their readers closed, their lines dropped,
         but for one unreachable and nowhere in the layout (replaced), until it is back."""
         primaries = found.layout.primaries
         for name in [n for n in self._readers if n not in primaries]:

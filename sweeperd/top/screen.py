@@ -53,7 +53,7 @@ REPLICA_NOTE = "≈ read on a replica: their primary cannot be read now (read-on
 
 
 def count(value: int | None, missing: str = "…") -> str:
-    """A count in at most 6 characters: 99,999 (-9,999), then 123.5k (-123k), 12.3M, 1.2G:
+    """Return a count in at most 6 characters: 99,999 (-9,999), then 123.5k (-123k), 12.3M, 1.2G:
     the first of these that fits, a unit taken only while under 1,000 of it."""
     if value is None:
         return missing
@@ -66,7 +66,7 @@ def count(value: int | None, missing: str = "…") -> str:
 
 
 def rate(value: float | None) -> str:
-    """A rate per second: one decimal under 100, whole above, compact above 99,999."""
+    """Return a rate per second: one decimal under 100, whole above, compact above 99,999."""
     if value is None:
         return "-"
     if abs(value) < 100:
@@ -91,21 +91,21 @@ def uptime(seconds: int) -> str:
 
 
 def letters(n: int) -> str:
-    """The owner label of the n-th member: a … z, then aa, ab …"""
+    """Return the owner label of the n-th member: a … z, then aa, ab …"""
     high, low = divmod(n, 26)
     return (letters(high - 1) if high else "") + chr(ord("a") + low)
 
 
 def mark(row: QueueRow) -> str:
-    """What goes before a row's name: its state's mark, or NEVER for a row kept that was never
-    read (it has no last numbers to keep)."""
+    """Return what goes before a row's name: its state's mark, or NEVER for a row kept that was
+    never read (it has no last numbers to keep)."""
     return NEVER if row.state in KEPT and row.as_of is None else MARKS[row.state]
 
 
 def server_line(
     label: str, s: ServerRow, nodes: Mapping[str, str], standin: str | None, ever_read: bool
 ) -> Text:
-    """One server: run_id, uptime, role and the verb, or why its queues cannot be read (and
+    """Return one server: run_id, uptime, role and the verb, or why its queues cannot be read (and
     where they are read instead; whether its rows keep numbers read before, `ever_read`); a
     replica read in place of its primary names it as its role."""
     line = Text(f"{label} {s.node}  ")
@@ -139,7 +139,7 @@ def server_line(
 
 
 def _unlisted(s: ServerRow) -> str:
-    """Why discovery could not list a server's queues (its line says already when it cannot
+    """Return why discovery could not list a server's queues (its line says already when it cannot
     be reached), and what lists them: the user's right to SCAN, or the queues named."""
     said = "  its queues not listed" if not s.run_id else f"  queues not listed: {s.scan_error}"
     if s.scan_error is not None and s.scan_error.startswith("NOPERM"):
@@ -148,8 +148,8 @@ def _unlisted(s: ServerRow) -> str:
 
 
 def caption(screen: Screen, nodes: Mapping[str, str], cut: int = 0) -> str:
-    """How many rows of how many queues, how many were read now, whose queues are unknown, and
-    how many lines the terminal had no room for (`cut`)."""
+    """Return how many rows of how many queues, how many were read now, whose queues are unknown,
+    and how many lines the terminal had no room for (`cut`)."""
     said = [f"{len(screen.rows)} of {screen.queues} queues shown, most expired first"]
     if screen.unread:
         said.append(f"{screen.queues - screen.unread} of {screen.queues} queues read")
@@ -198,7 +198,7 @@ class QueueTable:
         yield grid
 
     def _cells(self) -> dict[str, list[str]]:
-        """Each column's cells, by its header, in the order shown."""
+        """Return each column's cells, by its header, in the order shown."""
         columns: dict[str, list[str]] = {"node": []}
         if self.owners:
             columns["owner"] = []
@@ -226,13 +226,13 @@ def _numbers(row: QueueRow, missing: str) -> tuple[str, ...]:
 
 
 def _width(columns: Mapping[str, list[str]], kept: list[str]) -> int:
-    """The table's width with the `kept` columns whole, the queue's name at its narrowest."""
+    """Return the table's width with the `kept` columns whole, the queue's name at its narrowest."""
     widths = [max(map(cell_len, [name, *columns[name]])) for name in kept]
     return QUEUE_MIN + sum(width + GAP for width in widths)
 
 
 def notes(screen: Screen) -> Iterator[Text]:
-    """A line per row with its own error or a slot on the move; one for the rows kept stale,
+    """Yield a line per row with its own error or a slot on the move; one for the rows kept stale,
     one for the rows read on a replica."""
     for row in screen.rows:
         if row.error is not None:
@@ -258,7 +258,7 @@ def _clock(at: float | None) -> str:
 
 
 def parts(screen: Screen, interval: float, live: bool = True) -> tuple[list[Text], QueueTable]:
-    """The lines above the table (the title, the servers, the replicas) and the table."""
+    """Return the lines above the table (the title, the servers, the replicas) and the table."""
     how = (
         f"every {interval:g}s, rates over {screen.window_s:g}s  (read only; Ctrl-C quits)"
         if live
@@ -282,7 +282,8 @@ def parts(screen: Screen, interval: float, live: bool = True) -> tuple[list[Text
 
 
 def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
-    """The whole view: the lines above the table, the table, the count under it, the notes."""
+    """Return the whole view: the lines above the table, the table, the count under it, the
+    notes."""
     head, table = parts(screen, interval, live)
     return Group(*head, table, Text(caption(screen, table.nodes)), *notes(screen))
 
@@ -334,7 +335,7 @@ class Fitted:
 
 
 def lines_besides_rows(screen: Screen, interval: float, width: int) -> int:
-    """The lines the live view takes at `width` for all but its rows: the title, the server
+    """Return the lines the live view takes at `width` for all but its rows: the title, the server
     lines, the table's head and caption, the notes, each as wrapped."""
     console = Console(file=io.StringIO(), width=width, color_system=None)
     drawn: list[Group | Text] = [renderable(replace(screen, rows=()), interval), *notes(screen)]
@@ -342,7 +343,7 @@ def lines_besides_rows(screen: Screen, interval: float, width: int) -> int:
 
 
 def plain_text(screen: Screen, interval: float, width: int) -> str:
-    """The same view as text without colours, for a pipe or a log."""
+    """Return the same view as text without colours, for a pipe or a log."""
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, force_terminal=False)
     console.print(renderable(screen, interval, live=False))

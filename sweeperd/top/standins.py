@@ -52,7 +52,7 @@ class Standins:
         return None
 
     def scan(self, replicas: Iterable[Address]) -> set[str] | None:
-        """The queues the first replica that answers SCAN holds; None when none answers."""
+        """Return the queues the first replica that answers SCAN holds; None when none answers."""
         for address in replicas:
             reader = self._reader(address)
             try:

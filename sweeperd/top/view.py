@@ -64,7 +64,7 @@ def _server_json(s: ServerRow) -> dict[str, object]:
 
 
 def as_json(screen: Screen, interval: float) -> str:
-    """The documented --json object (docs/commands.md: sweeperd top)."""
+    """Return the documented --json object (docs/commands.md: sweeperd top)."""
     body = {
         "schema": JSON_SCHEMA,
         "at": screen.at,
@@ -80,12 +80,12 @@ def as_json(screen: Screen, interval: float) -> str:
 
 
 def rows_fitting(lines: int, servers: int) -> int:
-    """How many rows fit a terminal of `lines` lines under the header; at least MIN_ROWS."""
+    """Return how many rows fit a terminal of `lines` lines under the header; at least MIN_ROWS."""
     return max(MIN_ROWS, lines - HEADER_LINES - servers - SPARE_LINES)
 
 
 def rows_for(screen: Screen, lines: int, width: int, interval: float) -> int:
-    """How many rows the live view's next refresh may show in `lines` of `width`: room for
+    """Return how many rows the live view's next refresh may show in `lines` of `width`: room for
     every other line as drawn at that width (the servers' lines and the notes under the table,
     wrapped), which the rows must not push off the screen, however many servers an incident
     brings."""
@@ -115,8 +115,8 @@ def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int
 
 
 def _given(params: Mapping[str, object], key: str) -> bool:
-    """The option was given; given empty (a flag, or an env var click drops) is refused, as the
-    settings refuse it: it would otherwise mean the default."""
+    """Tell whether the option was given; given empty (a flag, or an env var click drops) it is
+    refused, as the settings refuse it: it would otherwise mean the default."""
     value = params[key]
     if value == "" or (value is None and OPTIONS[key].empty_in_env):
         raise ValueError(
@@ -126,7 +126,8 @@ def _given(params: Mapping[str, object], key: str) -> bool:
 
 
 def _seconds(params: Mapping[str, object], key: str) -> float:
-    """A number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's default."""
+    """Return a number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's
+    default."""
     if not _given(params, key):
         return float(str(OPTIONS[key].default))
     seconds = _number(params, key, float)
@@ -139,7 +140,7 @@ def _seconds(params: Mapping[str, object], key: str) -> float:
 
 
 def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
-    """top's own options, checked: a ValueError names the bad one and its range."""
+    """Return top's own options, checked: a ValueError names the bad one and its range."""
     interval = _seconds(params, "top_interval")
     window = _seconds(params, "top_rate_window")
     if _given(params, "rows"):

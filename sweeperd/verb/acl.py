@@ -102,7 +102,7 @@ class Uses:
 
 
 def _sweep_sent(uses: Uses) -> list[str]:
-    """What a sweep sends (run's, once's, audit --repair's): the verb, its script and its
+    """Return what a sweep sends (run's, once's, audit --repair's): the verb, its script and its
     accounting."""
     native, port = "native" in uses.executors, "script" in uses.executors
     sent = [*(VERB_KNOWN if native else ()), *SCRIPTS, *ACCOUNTING]
@@ -111,7 +111,7 @@ def _sweep_sent(uses: Uses) -> list[str]:
 
 
 def _sent_by(command: str, uses: Uses) -> list[str]:
-    """The commands one sweeperd command sends, beyond INFO and the topology's own."""
+    """Return the commands one sweeperd command sends, beyond INFO and the topology's own."""
     if command == AUDIT:
         sent = [*AUDIT_READS, *(CLUSTER_NODES if uses.cluster else ())]
         return sent + ([*AUDIT_REPAIR, *_sweep_sent(uses)] if uses.repair else [])
@@ -133,7 +133,7 @@ def _sent_by(command: str, uses: Uses) -> list[str]:
 
 
 def commands_for(uses: Uses) -> list[str]:
-    """Every command `uses.commands` send with those options, each once, in a fixed order."""
+    """Return every command `uses.commands` send with those options, each once, in a fixed order."""
     wanted = [*EPOCH, *(SELECT if uses.select else ()), *(CLUSTER_MAP if uses.cluster else ())]
     for command in COMMANDS:
         if command in uses.commands:
@@ -142,7 +142,7 @@ def commands_for(uses: Uses) -> list[str]:
 
 
 def keys_for(uses: Uses) -> str:
-    """The key pattern: every key under the root, read-only for a user that never sweeps; and
+    """Return the key pattern: every key under the root, read-only for a user that never sweeps; and
     the invalidation channel, for `run` hearing its queues change."""
     keys = f"{'' if uses.writes else '%R'}~{glob_escape(uses.root)}:*"
     return f"{keys} &{INVALIDATION_CHANNEL}" if _hears(uses) else keys
@@ -153,13 +153,13 @@ def _hears(uses: Uses) -> bool:
 
 
 def setuser_line(user: str, uses: Uses, password: str = "<password>") -> str:
-    """The one ACL SETUSER line that makes `user` able to do exactly what `uses` says."""
+    """Return the one ACL SETUSER line that makes `user` able to do exactly what `uses` says."""
     grants = " ".join(f"+{command}" for command in commands_for(uses))
     return f"ACL SETUSER {user} reset on >{password} {keys_for(uses)} {grants}"
 
 
 def commands_named(text: str, where: str) -> tuple[str, ...]:
-    """The sweeperd commands a --for value names (commas or spaces between), each known."""
+    """Return the sweeperd commands a --for value names (commas or spaces between), each known."""
     names = [name for name in re.split(r"[\s,]+", text) if name]
     unknown = [name for name in names if name not in COMMANDS]
     if unknown or not names:
@@ -170,7 +170,7 @@ def commands_named(text: str, where: str) -> tuple[str, ...]:
 
 
 def refused_command(text: str, script_source: str, *, pcall_refusal: str = VERB) -> str:
-    """The command an ACL refusal inside the sweep script was about.
+    """Return the command an ACL refusal inside the sweep script was about.
 
     Redis 7.2 names it; 7.0 says "can't run this command" and, for a redis.call, the script's
     line, whose command literal names it. A refusal without a line came from a redis.pcall whose

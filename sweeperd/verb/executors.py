@@ -66,7 +66,7 @@ NO_VERB_HINT = (
 
 
 def choose(client: redis.Redis, wanted: ExecutorChoice) -> Executor:
-    """The executor for one node: `auto` asks the server whether it knows the verb."""
+    """Return the executor for one node: `auto` asks the server whether it knows the verb."""
     if wanted is ExecutorChoice.SCRIPT:
         return SCRIPT
     available = has_verb(client)

@@ -41,7 +41,7 @@ class Packed:
 def _send(
     client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed
 ) -> list[object]:
-    """Each call's reply, or the error it got, in call order; one round trip.
+    """Return each call's reply, or the error it got, in call order; one round trip.
 
     A round is what redis-py's pipeline does (one write, the replies read in order, the
     connection's retry policy on a connection failure: none, as connection.connect sets it, so
@@ -60,9 +60,9 @@ def _lost(reply: object) -> bool:
 def sweep_round(
     client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed | None = None
 ) -> list[CallResult]:
-    """Every call in one round trip; a call the server refused with NOSCRIPT (it wrote nothing)
-    is sent again once the script is loaded. A connection failure raises (the node is down);
-    an error reply is one call's result. `packed` keeps the commands of the node's earlier
+    """Return every call in one round trip; a call the server refused with NOSCRIPT (it wrote
+    nothing) is sent again once the script is loaded. A connection failure raises (the node is
+    down); an error reply is one call's result. `packed` keeps the commands of the node's earlier
     rounds."""
     if not calls:
         return []
@@ -104,7 +104,7 @@ class InFlight:
             self._error = exc
 
     def result(self) -> CallResult:
-        """The call's result; a connection failure raises (the node is down), a NOSCRIPT is
+        """Return the call's result; a connection failure raises (the node is down), a NOSCRIPT is
         answered by loading the script and sending the call again (it wrote nothing)."""
         raw = self.reply()
         if _lost(raw):
@@ -113,7 +113,7 @@ class InFlight:
         return named(result_of(self.call, raw), self._executor, user_of(self._client))
 
     def reply(self) -> object:
-        """The call's reply as read, or the error it got; a connection failure raises."""
+        """Return the call's reply as read, or the error it got; a connection failure raises."""
         connection = self._connection
         try:
             if self._error is not None or connection is None:

@@ -27,7 +27,7 @@ class LuaScript:
 
 
 def package_text(file: str) -> str:
-    """The text of a file shipped in the package (a Lua script)."""
+    """Return the text of a file shipped in the package (a Lua script)."""
     return resources.files("sweeperd.verb").joinpath(file).read_text()
 
 

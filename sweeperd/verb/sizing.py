@@ -28,11 +28,12 @@ class CallSizer:
     size: int = FIRST_SIZE
 
     def next(self, limit: int) -> int:
-        """The next call's size: the learned size, never above the queue's `limit`."""
+        """Return the next call's size: the learned size, never above the queue's `limit`."""
         return max(1, min(self.size, limit))
 
     def observe(self, asked: int, taken: int, seconds: float) -> None:
-        """A call asked for `asked` leases, took `taken`, and ran `seconds`."""
+        """Size the next call from one that asked for `asked` leases, took `taken`, and ran
+        `seconds`."""
         if seconds <= 0:
             return
         ratio = self.target_s * AIM / seconds
