@@ -8,12 +8,14 @@ from collections.abc import Sequence
 import redis
 from redis.connection import Connection
 
+from sweeperd.server.calls import disconnect, send
 from sweeperd.server.denied import user_of
 from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
 from sweeperd.verb.executors import Executor
 from sweeperd.verb.replies import Call, CallResult, named, result_of
 
-PACKED_MAX = 1 << 17  # commands kept packed: more queues than that are packed anew each round
+# Commands kept packed: more queues than that are packed anew each round.
+PACKED_MAX = 1 << 17
 
 
 class Packed:
@@ -39,7 +41,7 @@ class Packed:
 def _send(
     client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed
 ) -> list[object]:
-    """Each call's reply, or the error it got, in call order; one round trip.
+    """Return each call's reply, or the error it got, in call order; one round trip.
 
     A round is what redis-py's pipeline does (one write, the replies read in order, the
     connection's retry policy on a connection failure: none, as connection.connect sets it, so
@@ -58,9 +60,9 @@ def _lost(reply: object) -> bool:
 def sweep_round(
     client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed | None = None
 ) -> list[CallResult]:
-    """Every call in one round trip; a call the server refused with NOSCRIPT (it wrote nothing)
-    is sent again once the script is loaded. A connection failure raises (the node is down);
-    an error reply is one call's result. `packed` keeps the commands of the node's earlier
+    """Return every call in one round trip; a call the server refused with NOSCRIPT (it wrote
+    nothing) is sent again once the script is loaded. A connection failure raises (the node is
+    down); an error reply is one call's result. `packed` keeps the commands of the node's earlier
     rounds."""
     if not calls:
         return []
@@ -96,12 +98,13 @@ class InFlight:
         args = call.args(executor)
         try:
             self._connection = client.connection_pool.get_connection()
-            self._connection.send_command(*args)  # type: ignore[no-untyped-call]
-        except Exception as exc:  # raised by result(), where a failed call is handled
+            send(self._connection, *args)
+        except Exception as exc:
+            # Raised by result(), where a failed call is handled.
             self._error = exc
 
     def result(self) -> CallResult:
-        """The call's result; a connection failure raises (the node is down), a NOSCRIPT is
+        """Return the call's result; a connection failure raises (the node is down), a NOSCRIPT is
         answered by loading the script and sending the call again (it wrote nothing)."""
         raw = self.reply()
         if _lost(raw):
@@ -110,7 +113,7 @@ class InFlight:
         return named(result_of(self.call, raw), self._executor, user_of(self._client))
 
     def reply(self) -> object:
-        """The call's reply as read, or the error it got; a connection failure raises."""
+        """Return the call's reply as read, or the error it got; a connection failure raises."""
         connection = self._connection
         try:
             if self._error is not None or connection is None:
@@ -121,7 +124,7 @@ class InFlight:
                 return exc
         except BaseException:
             if connection is not None:
-                connection.disconnect()  # type: ignore[no-untyped-call]
+                disconnect(connection)
             raise
         finally:
             if connection is not None:
