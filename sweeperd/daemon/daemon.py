@@ -67,7 +67,9 @@ class Daemon:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.fleet = Fleet(s.connection, self.metrics, tuning(s), report=self.act, clock=self.clock)
+        self.fleet = Fleet(
+            s.connection, self.metrics, tuning(s), report=self.answer, clock=self.clock
+        )
         # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
         # a live scheduler look dead to the liveness probe.
         self.scheduler = BackgroundScheduler(
@@ -95,7 +97,7 @@ class Daemon:
             self.sharing,
             self.metrics.numbers,
             self.schedule,
-            forget=self.fleet.forget,
+            own=self.fleet.own,
             clock=self.clock,
         )
         self._discovery = Discovery(
@@ -147,10 +149,10 @@ class Daemon:
         """The wakes' job: the queues due at their deadlines by `now`, swept."""
         if self._stop_requested.is_set():
             return
-        self.fleet.wake(now, self.queues.setting)
+        self.fleet.wake(now)
 
-    def act(self, outcome: Outcome) -> None:
-        """What the fleet found. A new run of a server, a new primary or slots that changed
+    def answer(self, outcome: Outcome) -> None:
+        """Answer what the fleet found. A new run of a server, a new primary or slots that changed
         hands: every queue at once, on the primary that holds it now, so that its earlier
         leases go back now. A server loading its dataset: every queue again shortly, so that
         the sweep that brings back the previous run's leases comes as soon as it has loaded.
@@ -174,7 +176,7 @@ class Daemon:
         gained, lost = self.queues.apply()
         self.sharing.moved(len(gained), len(lost), len(self.queues.sweeping()))
         # Not once stopping: the scheduler's shutdown holds its job store's lock while it waits
-        # for this thread, and the takeover's jobs would wait for that lock (see act()).
+        # for this thread, and the takeover's jobs would wait for that lock (see answer()).
         if had and (gained or lost) and not self._stop_requested.is_set():
             self.schedule.sweep_once(self.queues.owned())
 

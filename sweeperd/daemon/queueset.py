@@ -30,18 +30,17 @@ class QueueSet:
         numbers: SweepNumbers,
         schedule: Schedule,
         *,
-        forget: Callable[[str], None],
+        own: Callable[[list[QueueSettings]], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings  # reconfigure() replaces it (SIGHUP)
         self._sharing = sharing
         self._numbers = numbers
         self._schedule = schedule
-        self._forget = forget  # a queue owned no more leaves the drains and ledgers
+        self._own = own
         self._clock = clock
         self._discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
         self._swept: set[str] = set()  # the queues this replica sweeps now
-        self._owned: dict[str, QueueSettings] = {}  # the same, by name, with their settings
         self._exported: set[str] = set()  # the queues with series: swept once, still known
         self._unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
         self._lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
@@ -76,10 +75,6 @@ class QueueSet:
         it, and a scrape reads it)."""
         return frozenset(self._swept)
 
-    def setting(self, name: str) -> QueueSettings | None:
-        """A queue's settings while this replica sweeps it; None when it does not."""
-        return self._owned.get(name)
-
     def apply(self) -> tuple[set[str], set[str]]:
         """Schedule the queues owned now. Every configured queue has its counters, at 0 from
         the start, owned or not (a replica that does not know yet what it owns, its server
@@ -97,13 +92,12 @@ class QueueSet:
                 self._numbers.add_queue(name)
             for name in lost:
                 self._numbers.disown_queue(name)
-                self._forget(name)
             for name in configured - names:
                 self._numbers.add_queue(name, owned=False)
             self._exported = (self._exported | names | configured) & {q.name for q in known}
             self._numbers.keep_queues(self._exported)
             self._swept = names
-            self._owned = {q.name: q for q in wanted}
+            self._own(wanted)
             self._schedule.sync(wanted)
         return gained, lost
 

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.fleet.ledger import Ledger
-from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
@@ -23,6 +19,9 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
 from sweeperd.verb.replies import Call, CallResult, SweepReply, keeps_draining
 from sweeperd.verb.rounds import InFlight
+
+if TYPE_CHECKING:
+    from sweeperd.fleet.member import Member
 
 log = structlog.get_logger("sweeperd.drain")
 
@@ -71,27 +70,13 @@ class Drainer:
     scheduled ticks of the other queues) get the server between two calls; queues with a
     backlog take turns. The next call is sent as soon as a reply is read, and the reply counted
     while the server runs it. `share` below 1 pauses between calls to leave the server that much
-    (and then the next call waits for the pause).
+    (and then the next call waits for the pause). Its node, ledger, wakes, clocks and report
+    are its member's.
     """
 
-    def __init__(
-        self,
-        node: Node,
-        ledger: Ledger,
-        *,
-        share: float,
-        report: Callable[[Outcome], None] = lambda _outcome: None,
-        deadlines: Deadlines | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.node = node
-        self.ledger = ledger
-        self.share = share  # SIGHUP changes it in place
-        self._report = report  # what the schedule must answer: a restart, a queue sent away
-        self._deadlines = deadlines  # where a queue drained is woken next; None: off
-        self._clock = clock
-        self._wall_clock = wall_clock
+    def __init__(self, member: Member, *, share: float) -> None:
+        self.member = member
+        self.share = share
         self._backlogs: OrderedDict[str, Backlog] = OrderedDict()
         self._wake = threading.Condition()
         self._stopped = threading.Event()
@@ -100,7 +85,7 @@ class Drainer:
 
     def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
         """A queue with `left` leases still due joins the turns (once)."""
-        now = self._clock()
+        now = self.member.clock()
         with self._wake:
             if queue.name in self._backlogs:
                 return
@@ -137,22 +122,22 @@ class Drainer:
             return None
         name = sent.backlog.queue.name
         try:
-            result = self.node.result(sent.flight)
+            result = self.member.node.result(sent.flight)
         except UNREACHABLE as exc:
             error = SweepError.of(exc)
-            self.node.failed(self._clock(), exc)
-            self.ledger.fail(name, error)
+            self.member.node.failed(self.member.clock(), exc)
+            self.member.ledger.fail(name, error)
             self.drop_all("loading" if error.reason is Reason.LOADING else "redis_down")
             return None
         except redis.RedisError as exc:
             self.forget(name)
-            self.ledger.fail(name, SweepError.of(exc))
+            self.member.ledger.fail(name, SweepError.of(exc))
             return 0.0
         again = keeps_draining(result)
         pause = 0.0
         if isinstance(result.reply, SweepReply):
-            spent = result.seconds(self._clock() - sent.started)
-            self.node.observe(sent.flight.call.limit, result.reply.taken, spent)
+            spent = result.seconds(self.member.clock() - sent.started)
+            self.member.node.observe(sent.flight.call.limit, result.reply.taken, spent)
             pause = spent * (1 / self.share - 1)
         if again:
             self.to_the_back(name)
@@ -167,12 +152,14 @@ class Drainer:
             backlog = next((b for n, b in self._backlogs.items() if n != skip), None)
         if backlog is None:
             return None
-        size = self.node.call_size(backlog.queue.limit)
-        flight = self.node.send(Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP))
+        size = self.member.node.call_size(backlog.queue.limit)
+        flight = self.member.node.send(
+            Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
+        )
         if flight is None:  # the node restarted and has not been looked at yet: the tick will
             self.forget(backlog.queue.name)
             return None
-        return Sent(backlog, self._clock(), flight)
+        return Sent(backlog, self.member.clock(), flight)
 
     def to_the_back(self, name: str) -> None:
         with self._wake:
@@ -185,23 +172,25 @@ class Drainer:
         name = backlog.queue.name
         if result.redirect is not None:  # unrun: the queue's ticks go on, held or routed anew
             self.forget(name)
-            self.ledger.hold(name, result.redirect)
-            if self._deadlines is not None:
-                self._deadlines.forget(name)
+            self.member.ledger.hold(name, result.redirect)
+            if self.member.deadlines is not None:
+                self.member.deadlines.forget(name)
             if result.redirect is Reason.MOVED:
-                self._report(Outcome(moved=(name,)))
+                self.member.report(Outcome(moved=(name,)))
             return
-        reply = self.ledger.record(name, result, self._wall_clock(), level=logging.DEBUG)
+        reply = self.member.ledger.record(
+            name, result, self.member.wall_clock(), level=logging.DEBUG
+        )
         run_id = None if result.depths is None else result.depths.run_id
-        if run_id is not None and self.node.noticed(run_id):
-            self._report(RESTARTED)
+        if run_id is not None and self.member.node.noticed(run_id):
+            self.member.report(RESTARTED)
         if reply is None:
             self.forget(name)
             return
-        self.node.answered(self._clock())
+        self.member.node.answered(self.member.clock())
         backlog.done += reply.taken
         backlog.left = result.expired_left or 0
-        now = self._clock()
+        now = self.member.clock()
         if again:
             if now - backlog.logged >= PROGRESS_LOG_S:
                 backlog.logged = now
@@ -209,9 +198,10 @@ class Drainer:
             return
         self.forget(name)
         log.info("drain_finished", **backlog.progress(now))
-        if self._deadlines is not None:  # woken again when its next lease falls due
-            self._deadlines.arm(name, result.due_next_ms, sent.started, backlog.queue.interval)
-            self._report(Outcome(wake=self._deadlines.next_wake()))
+        deadlines = self.member.deadlines
+        if deadlines is not None:
+            deadlines.arm(name, result.due_next_ms, sent.started, backlog.queue.interval)
+            self.member.report(Outcome(wake=deadlines.next_wake()))
 
     def drop_all(self, why: str) -> None:
         with self._wake:
@@ -223,12 +213,12 @@ class Drainer:
     def broke(self, exc: Exception) -> None:
         """An unexpected error in a drain step: each held queue fails with reason `other`, and
         every one goes back to its ticks."""
-        log.exception("drain_failed", node=self.node.name)
+        log.exception("drain_failed", node=self.member.name)
         with self._wake:
             names = list(self._backlogs)
         error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         for name in names:
-            self.ledger.fail(name, error)
+            self.member.ledger.fail(name, error)
         self.drop_all("error")
 
     def run_forever(self) -> None:
@@ -250,7 +240,7 @@ class Drainer:
 
     def start(self) -> None:
         self._thread = threading.Thread(
-            target=self.run_forever, name=f"drain-{self.node.name}", daemon=True
+            target=self.run_forever, name=f"drain-{self.member.name}", daemon=True
         )
         self._thread.start()
 

@@ -8,23 +8,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import structlog
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, TopologyMode
-from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.holds import Holds
 from sweeperd.fleet.layoutwatch import LayoutWatch, slot_moves
 from sweeperd.fleet.ledger import Ledger
-from sweeperd.fleet.listener import Listener, SourceState
+from sweeperd.fleet.listener import SourceState
+from sweeperd.fleet.member import Member
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
 from sweeperd.fleet.routes import Routes, Slots
-from sweeperd.fleet.tick import Tick
 from sweeperd.keyspace import members_key
 from sweeperd.metrics.registry import Metrics
 from sweeperd.metrics.state import NodeState
@@ -46,70 +43,6 @@ WORKERS = 4  # ticks one primary runs at once (batches falling due together)
 SENTINEL_TICK_S = 0.1  # Sentinel is asked for the primary before every tick, unless within this
 UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
 RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a queue no more does
-
-
-@dataclass
-class Member:
-    """One primary: its node, its ledger, its drainer and ticks, its queues' wakes at their
-    deadlines and the listener that hears them change, and the queues its ticks hold now."""
-
-    node: Node
-    ledger: Ledger
-    drainer: Drainer
-    ticks: Tick
-    pool: ThreadPoolExecutor | None  # None: the scheduler's thread runs the tick
-    deadlines: Deadlines | None = None  # None: queues swept at their interval only
-    listener: Listener | None = None  # None: a deadline is learned by a sweep only
-    busy: set[str] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def claim(self, queues: Sequence[QueueSettings]) -> list[QueueSettings]:
-        """The queues no tick of this primary holds, now held: one call per queue at a time."""
-        with self.lock:
-            free = [q for q in queues if q.name not in self.busy]
-            self.busy.update(q.name for q in free)
-            return free
-
-    def release(self, queues: Sequence[QueueSettings]) -> None:
-        with self.lock:
-            self.busy.difference_update(q.name for q in queues)
-
-    def start(self) -> None:
-        """Its threads: the drainer's, and the listener's."""
-        self.drainer.start()
-        if self.listener is not None:
-            self.listener.start()
-
-    def stop(self, timeout_s: float) -> None:
-        """Its threads end (the drainer's within `timeout_s`), its ticks' pool is let go."""
-        if self.listener is not None:
-            self.listener.stop(0)
-        self.drainer.stop(timeout_s)
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-
-    def forget(self, queue: str) -> None:
-        """The queue leaves its drain, ledger, wakes and listener."""
-        self.drainer.forget(queue)
-        self.ledger.forget(queue)
-        if self.deadlines is not None:
-            self.deadlines.forget(queue)
-        if self.listener is not None:
-            self.listener.forget(queue)
-
-    @property
-    def source(self) -> SourceState:
-        """Where its queues' deadlines come from now (the interval's sweeps, at the least)."""
-        return SourceState.OFF if self.listener is None else self.listener.source
-
-    def state(self) -> NodeState:
-        """Its node's state, and whether the server tells it of its queues' new leases."""
-        listener = self.listener
-        return replace(
-            self.node.state(),
-            hearing=listener is not None and listener.source is SourceState.TRACKING,
-            reads=0 if listener is None else listener.reads,
-        )
 
 
 @dataclass
@@ -156,7 +89,7 @@ class Fleet:
         self._connection = connection
         self._metrics = metrics
         self._tuning = tuning
-        self._report = report
+        self._answer = report
         self._clock = clock
         self._fan_out = connection.topology.cluster
         self._slots = Slots(tuning.prefix_root)
@@ -168,7 +101,7 @@ class Fleet:
             source if source is not None else source_of(connection),
             self.mode,
             self.apply,
-            on_moved=lambda: self.tell(RESTARTED),  # slots changed hands: new epochs for them
+            on_moved=lambda: self.report(RESTARTED),  # slots changed hands: new epochs for them
             clock=clock,
         )
         self._holds = Holds(clock)  # every primary's: a queue held on one resumes on another
@@ -176,6 +109,7 @@ class Fleet:
         self._nowhere = Ledger(metrics.numbers, UNROUTED, self._holds)
         self._retired: dict[str, Retired] = {}  # a primary no more: its counters stay a while
         self._holders: tuple[Routes, Collection[str], list[Node] | None] | None = None
+        self._owned: dict[str, QueueSettings] = {}
 
     @property
     def mode(self) -> TopologyMode:
@@ -215,7 +149,7 @@ class Fleet:
                 self._members[name] = member = self._member(name, layout.primaries[name])
                 before = predecessor(old, layout, name)
                 if before is not None and before in self._members:
-                    member.node.inherit(self._members[before].node)
+                    member.inherit(self._members[before])
             gone = [name for name in self._members if name not in layout.primaries]
             for name in gone:
                 self._drop(self._members.pop(name))
@@ -238,6 +172,7 @@ class Fleet:
 
     # The members.
     def _member(self, name: str, address: tuple[str, int] | None) -> Member:
+        """Make the member of a primary new to the layout, started once the fleet is."""
         t = self._tuning
         node = Node(
             name,
@@ -249,31 +184,19 @@ class Fleet:
             restarts=self._retired.pop(name, Retired(0, 0.0)).restarts,
             clock=self._clock,
         )
-        ledger = Ledger(self._metrics.numbers, name, self._holds)
         self._metrics.numbers.add_node(name)
-        deadlines = Deadlines() if t.at_deadlines else None
-        drainer = Drainer(node, ledger, share=t.drain_share, report=self.tell, deadlines=deadlines)
-        pool = (
-            ThreadPoolExecutor(WORKERS, thread_name_prefix=f"sweep-{name}")
-            if self._fan_out
-            else None
+        made = Member(
+            node,
+            Ledger(self._metrics.numbers, name, self._holds),
+            prefix_root=t.prefix_root,
+            share=t.drain_share,
+            report=self.report,
+            clock=self._clock,
+            at_deadlines=t.at_deadlines,
+            hear_changes=t.hear_changes,
+            brief=not self._metrics.numbers.full,
+            workers=WORKERS if self._fan_out else 0,
         )
-        # Only --queue-metrics full exports the set sizes an idle call's whole reply reads.
-        brief = not self._metrics.numbers.full
-        ticks = Tick(node, ledger, drainer, t.prefix_root, deadlines, brief=brief)
-        listener = (
-            Listener(
-                name,
-                node.client,
-                t.prefix_root,
-                deadlines,
-                armed=lambda at: self.tell(Outcome(wake=at)),
-                clock=self._clock,
-            )
-            if deadlines is not None and t.hear_changes
-            else None
-        )
-        made = Member(node, ledger, drainer, ticks, pool, deadlines, listener)
         if self._started:
             made.start()
         return made
@@ -282,7 +205,7 @@ class Fleet:
         """A primary no more (failed over, demoted, removed): its threads end, its state's
         series go; its restarts stay, as counters do."""
         member.stop(0)
-        self._retired[member.node.name] = Retired(member.node.restarts, self._clock())
+        self._retired[member.name] = Retired(member.restarts, self._clock())
 
     def _forget_retired(self, now: float) -> None:
         """A primary gone for RETIRED_TTL_S loses its series too (restarts, sweeps, ghosts):
@@ -316,27 +239,28 @@ class Fleet:
         """Each primary's source of deadlines now, and why it is that one."""
         with self._lock:
             members = list(self._members.values())
-        return [
-            (m.node.name, m.source, m.listener.why if m.listener else "--deadline-source off")
-            for m in members
-        ]
+        return [(m.name, m.source, m.why) for m in members]
 
     def retune(self, tuning: Tuning) -> None:
         """SIGHUP's new call target and drain share, in place."""
         with self._lock:
             self._tuning = tuning
             for m in self._members.values():
-                m.node.retune(tuning.call_target_s)
-                m.drainer.share = tuning.drain_share
+                m.retune(tuning.call_target_s, tuning.drain_share)
 
-    def forget(self, queue: str) -> None:
-        """A queue no longer swept leaves every drain, ledger and wake."""
+    def own(self, queues: Sequence[QueueSettings]) -> None:
+        """Keep the queues this replica sweeps now, with their settings, for their wakes; drop
+        those it swept until now from every drain, ledger and wake."""
+        owned = {q.name: q for q in queues}
         with self._lock:
+            lost = self._owned.keys() - owned.keys()
+            self._owned = owned
             members = list(self._members.values())
-        for m in members:
-            m.forget(queue)
-        self._nowhere.forget(queue)
-        self._holds.forget(queue)
+        for queue in lost:
+            for m in members:
+                m.forget(queue)
+            self._nowhere.forget(queue)
+            self._holds.forget(queue)
 
     # The sweep.
     def holding(self, queues: Collection[str]) -> list[Node] | None:
@@ -380,90 +304,39 @@ class Fleet:
             for q in unrouted:
                 self._nowhere.fail(q.name, error)
         for name, queues in routed.items():
-            self._dispatch(members[name], queues)
+            members[name].sweep(queues)
 
-    def wake(self, now: float, owned: Callable[[str], QueueSettings | None]) -> None:
-        """A tick, on each primary, of its queues whose wake has come by `now` (monotonic) and
-        that it still serves: a queue that moved to another primary, or that this replica no
-        longer sweeps (`owned` gives a queue's settings, None then), is not woken here; its
-        sweeps where it lives now arm its wakes there. Its tick is one round trip, the replies'
-        run_id its epoch watch (behind Sentinel the epoch is read first, as every tick does)."""
+    def wake(self, now: float) -> None:
+        """Sweep, on each primary, its queues whose wake has come by `now` (monotonic) and that
+        it still serves: a queue that moved to another primary, or that this replica no longer
+        sweeps, is not woken here; its sweeps where it lives now arm its wakes there. Behind
+        Sentinel the epoch is read first, as every tick does; elsewhere the replies' run_id is
+        the epoch watch."""
         self._ask_sentinel()
         look = self.mode is TopologyMode.SENTINEL
         with self._lock:
-            routes = self._routes
-            members = [(name, m, m.deadlines) for name, m in self._members.items()]
-        for name, member, deadlines in members:
-            if deadlines is None:
-                continue
-            due = [
-                q
-                for queue in deadlines.due(now)
-                if routes.owner(queue) == name and (q := owned(queue)) is not None
-            ]
-            if due:
-                self._dispatch(member, due, look=look, woken=True)
+            routes, owned = self._routes, self._owned
+            members = list(self._members.values())
+        for member in members:
+            member.wake(now, owned, routes, look=look)
 
     def next_wake(self) -> float | None:
-        """The soonest wake of any primary's queues (monotonic seconds); None when none waits."""
+        """Return the soonest wake of any primary's queues (monotonic); None when none waits."""
         with self._lock:
-            found = [
-                m.deadlines.next_wake() for m in self._members.values() if m.deadlines is not None
-            ]
-        return min((at for at in found if at is not None), default=None)
+            wakes = [m.next_wake() for m in self._members.values()]
+        return min((at for at in wakes if at is not None), default=None)
 
     def _ask_sentinel(self) -> None:
         if self.mode is TopologyMode.SENTINEL and self._watch.asked_before(SENTINEL_TICK_S):
             self.refresh()
 
-    def _dispatch(
-        self,
-        member: Member,
-        queues: Sequence[QueueSettings],
-        *,
-        look: bool = True,
-        woken: bool = False,
-    ) -> None:
-        """The member's tick of the queues: on this thread, or on the member's own."""
-        if member.pool is None:
-            self._tick(member, queues, look, woken)
-            return
-        with contextlib.suppress(RuntimeError):  # the primary was dropped meanwhile
-            member.pool.submit(self._tick, member, queues, look, woken)
-
-    def _tick(
-        self, member: Member, queues: Sequence[QueueSettings], look: bool, woken: bool
-    ) -> None:
-        """The member's tick of the queues it holds no call for; a node down, or queues sent
-        elsewhere, make the layout read again (they go there at their next tick). Queues
-        `woken` at their deadline that another tick holds are woken again a floor later: that
-        tick may have armed the very wake that woke them."""
-        held = member.claim(queues)
-        if woken and member.deadlines is not None and len(held) < len(queues):
-            names = {q.name for q in held}
-            member.deadlines.deferred(
-                [q.name for q in queues if q.name not in names], self._clock()
-            )
-            self.tell(Outcome(wake=member.deadlines.next_wake()))
-        if not held:
-            return
-        try:
-            outcome = member.ticks.run(held, self._clock(), look=look, woken=woken)
-        finally:
-            member.release(held)
-        if member.listener is not None:
-            member.listener.track(held)
-        if member.node.up is False:
-            self.doubt()
-        self.tell(outcome)
-
-    def tell(self, outcome: Outcome) -> None:
-        """What a tick, a drain call or a layout read found: queues sent elsewhere make the
-        layout read again; anything the schedule must answer goes to the daemon."""
-        if outcome.moved:
+    def report(self, outcome: Outcome) -> None:
+        """Act on what a tick, a drain call or a layout read found: a node down or queues sent
+        elsewhere make the layout read again; what the schedule must answer goes to the daemon."""
+        if outcome.moved or outcome.down:
             self.doubt()
         if outcome:
-            self._report(outcome)
+            self._answer(outcome)
 
     # The lifetime.
     def start(self) -> None:

@@ -43,15 +43,15 @@ class Ledger:
         return self._log_call(queue, result, level)
 
     def record_round(
-        self, queues: Sequence[str], results: Sequence[CallResult], at: float, *, duration_s: float
+        self, calls: Sequence[tuple[str, CallResult]], at: float, *, duration_s: float
     ) -> None:
-        """A tick's calls, one per queue, counted together (the tick's round trip as each
-        queue's duration) and each logged as record() logs it."""
-        self.numbers.record_round(self.node, queues, results, at, duration_s=duration_s)
-        for queue, result in zip(queues, results, strict=True) if self.holds.held else ():
+        """Count a tick's calls, one (queue, result) per queue, together (the tick's round trip
+        as each queue's duration) and log each as record() logs it."""
+        self.numbers.record_round(self.node, calls, at, duration_s=duration_s)
+        for queue, result in calls if self.holds.held else ():
             if isinstance(result.reply, SweepReply):
                 self.holds.release(queue, self.node)
-        for queue, result in zip(queues, results, strict=True):
+        for queue, result in calls:
             # A quiet success of a queue that was not failing has nothing to log (`failing` is
             # only read here: a queue failing meanwhile is logged by the call that failed).
             if isinstance(result.reply, SweepError) or result.reply.taken or self.failing:

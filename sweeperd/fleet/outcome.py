@@ -13,6 +13,7 @@ class Outcome:
     loading: bool = False  # a server is loading its dataset: its queues again soon
     moved: tuple[str, ...] = ()  # queues a node sent elsewhere: the layout is read again
     wake: float | None = None  # a node's next queue due at its deadline (monotonic seconds)
+    down: bool = False  # a node did not answer: the layout is read again, nothing scheduled
 
     def __bool__(self) -> bool:
         return self.restarted or self.loading or bool(self.moved) or self.wake is not None
