@@ -24,13 +24,17 @@ from prometheus_client.registry import Collector
 from sweeperd.config.settings import QueueSettings
 from sweeperd.metrics.families import described
 
-BATCH_SIZE = 200  # queues per pipelined round trip
+# A batch is BATCH_SIZE queues, swept in one pipelined round trip by the job JOB_PREFIX + its
+# number; sweep_once's one-off jobs are named from TAKEOVER.
+BATCH_SIZE = 200
 JOB_PREFIX = "sweep:"
-TAKEOVER = "takeover"  # the one-off jobs of sweep_once
+TAKEOVER = "takeover"
 # How late a sweep started against its schedule.
 LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
-ON_THE_POINT_S = 0.001  # a run this close before a grid point is at it
+# The batches run on the executor SWEEPS, a RunOnce pool; a run ON_THE_POINT_S or less before a
+# grid point is at it.
+SWEEPS = "sweeps"
+ON_THE_POINT_S = 0.001
 
 Batch = list[QueueSettings]
 
@@ -64,7 +68,7 @@ def phases(batches: dict[str, Batch]) -> dict[str, float]:
         counts[batch[0].interval] = counts.get(batch[0].interval, 0) + 1
     seen: dict[float, int] = {}
     spread = {}
-    for job_id, batch in batches.items():  # an interval's batches in their order
+    for job_id, batch in batches.items():
         interval = batch[0].interval
         n = seen[interval] = seen.get(interval, -1) + 1
         spread[job_id] = n / counts[interval]
@@ -115,7 +119,7 @@ class Schedule:
         self._on_overrun = on_overrun
         self._clock = clock
         self._batches: dict[str, Batch] = {}
-        self._names: frozenset[str] = frozenset()  # the batches' queues, one set per plan
+        self._names: frozenset[str] = frozenset()
         self._running: set[str] = set()
         self._lock = threading.Lock()
         self._lag = Histogram(
@@ -179,16 +183,18 @@ class Schedule:
             args=[job_id],
             id=job_id,
             name=job_id,
-            max_instances=1,  # never two sweeps of one queue at once
-            coalesce=False,  # missed runs collapse into one in RunOnce, listed in the event
-            misfire_grace_time=None,  # a late run still runs
+            # Never two sweeps of one queue at once; missed runs collapse into one in RunOnce,
+            # listed in its event; a late run still runs.
+            max_instances=1,
+            coalesce=False,
+            misfire_grace_time=None,
             executor=SWEEPS,
             next_run_time=now,
         )
 
     def _run(self, job_id: str) -> None:
         with self._lock:
-            batch = self._batches.get(job_id)  # the batch as it is now, not as it was added
+            batch = self._batches.get(job_id)
             if not batch:
                 return
             self._running.add(job_id)

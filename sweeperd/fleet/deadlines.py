@@ -13,16 +13,23 @@ from itertools import islice
 
 from sweeperd.config.settings import QueueSettings
 
-SLEW = 0.001  # a reading later than the one kept is taken once the kept one, let fall by this much
-# a second (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one)
-GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
-FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
-WINDOW_S = 0.03  # a wake waits at most this for the wakes after it, and at most WINDOW_SHARE
-WINDOW_SHARE = 0.001  # of its queue's interval: those within are one round (a round costs ten
-# times one more call in it); 5 ms at the default interval, 30 ms from a 30 s one on
-SOON_S = 1.0  # a scheduled tick leaves a queue whose wake comes within this (or its interval)
-HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
-# interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
+# A later clock reading is taken once the kept one, let fall by SLEW a second, is below it
+# (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one).
+SLEW = 0.001
+# A queue is woken GRACE_S past its deadline (the server's clock is read to the millisecond),
+# and at most every FLOOR_S however its deadlines move.
+GRACE_S = 0.002
+FLOOR_S = 0.01
+# A wake waits for the wakes after it at most WINDOW_S, and at most WINDOW_SHARE of its queue's
+# interval: those within are one round (a round costs ten times one more call in it); 5 ms at
+# the default interval, 30 ms from a 30 s one on.
+WINDOW_S = 0.03
+WINDOW_SHARE = 0.001
+# A scheduled tick leaves to its wake a queue whose wake comes within SOON_S (or its interval).
+SOON_S = 1.0
+# Wakes are armed at most HORIZON_INTERVALS intervals ahead: beyond, the next interval sweep
+# reads the deadline again (so an idle queue's far lease costs nothing).
+HORIZON_INTERVALS = 2
 
 
 def _at(wake: tuple[float, str]) -> float:
@@ -32,7 +39,11 @@ def _at(wake: tuple[float, str]) -> float:
 class Deadlines:
     """The next wake of each queue of one primary, and the server's clock against ours.
 
-    A queue has one wake at most: the one its last sweep armed. Safe to use from any thread.
+    A queue has one wake at most: the one its last sweep armed. `offset_ms` is the server's
+    clock minus ours (monotonic) in ms, read or last held at `measured_s`; `wakes` maps a queue
+    to when it is woken (monotonic) and how long it may wait for others, `order` holds the same
+    (when, queue) soonest first, and `heard` when a read of a queue's change last armed it.
+    Safe to use from any thread.
     """
 
     def __init__(
@@ -41,12 +52,11 @@ class Deadlines:
         self.grace_s = grace_s
         self.floor_s = floor_s
         self.window_s = window_s
-        self.offset_ms: float | None = None  # the server's clock minus ours (monotonic), in ms
-        self.measured_s = 0.0  # when the offset kept was read or last held (monotonic)
-        # queue -> when it is woken (monotonic seconds), and how long it may wait for others
+        self.offset_ms: float | None = None
+        self.measured_s = 0.0
         self.wakes: dict[str, tuple[float, float]] = {}
-        self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
-        self.heard: dict[str, float] = {}  # queue -> when a read of its change last armed it
+        self.order: list[tuple[float, str]] = []
+        self.heard: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def measured(self, server_ms: float, host_s: float) -> None:

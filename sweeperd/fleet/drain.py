@@ -25,20 +25,23 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("sweeperd.drain")
 
-PROGRESS_LOG_S = 5.0  # a drain_progress event per queue at most this often
-IDLE_WAIT_S = 0.5  # how long the drain thread sleeps when no queue is backlogged
+# A drain_progress event per queue at most every PROGRESS_LOG_S; the drain thread sleeps
+# IDLE_WAIT_S at a time while no queue is backlogged.
+PROGRESS_LOG_S = 5.0
+IDLE_WAIT_S = 0.5
 
 
 @dataclass
 class Backlog:
-    """One queue's drain: where it started, what it has done, what is left."""
+    """One queue's drain: when it started and last logged its progress (monotonic), the leases
+    it has taken from active and those due after its last call."""
 
     queue: QueueSettings
     keys: QueueKeys
-    started: float  # monotonic seconds
-    logged: float  # when progress was last logged
-    done: int = 0  # leases taken from active
-    left: int = 0  # leases due after the last call
+    started: float
+    logged: float
+    done: int = 0
+    left: int = 0
 
     def progress(self, now: float) -> dict[str, object]:
         elapsed = max(now - self.started, 1e-9)
@@ -81,7 +84,7 @@ class Drainer:
         self._wake = threading.Condition()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._in_flight: Sent | None = None  # the next call, sent while the last was counted
+        self._in_flight: Sent | None = None
 
     def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
         """A queue with `left` leases still due joins the turns (once)."""
@@ -156,21 +159,23 @@ class Drainer:
         flight = self.member.node.send(
             Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
         )
-        if flight is None:  # the node restarted and has not been looked at yet: the tick will
+        if flight is None:
+            # The node restarted and has not been looked at yet: the tick will.
             self.forget(backlog.queue.name)
             return None
         return Sent(backlog, self.member.clock(), flight)
 
     def to_the_back(self, name: str) -> None:
         with self._wake:
-            if name in self._backlogs:  # not forgotten meanwhile
+            if name in self._backlogs:
                 self._backlogs.move_to_end(name)
 
     def count(self, sent: Sent, result: CallResult, again: bool) -> None:
         """A drain call counted and logged; its queue leaves the turns when nothing is due."""
         backlog = sent.backlog
         name = backlog.queue.name
-        if result.redirect is not None:  # unrun: the queue's ticks go on, held or routed anew
+        if result.redirect is not None:
+            # Unrun: the queue's ticks go on, held or routed anew.
             self.forget(name)
             self.member.ledger.hold(name, result.redirect)
             if self.member.deadlines is not None:
@@ -182,7 +187,7 @@ class Drainer:
             name, result, self.member.wall_clock(), level=logging.DEBUG
         )
         run_id = None if result.depths is None else result.depths.run_id
-        if run_id is not None and self.member.node.noticed(run_id):
+        if run_id is not None and self.member.node.is_new_run(run_id):
             self.member.report(RESTARTED)
         if reply is None:
             self.forget(name)
@@ -227,9 +232,10 @@ class Drainer:
         while not self._stopped.is_set() or self._in_flight is not None:
             try:
                 pause = self.step()
-            except Exception as exc:  # a bug must not leave held queues unswept: ticks retake them
+            except Exception as exc:
+                # A bug must not leave held queues unswept (ticks retake them), nor spin.
                 self.broke(exc)
-                self._stopped.wait(IDLE_WAIT_S)  # and must not spin
+                self._stopped.wait(IDLE_WAIT_S)
                 continue
             if pause is None:
                 with self._wake:

@@ -39,30 +39,37 @@ from sweeperd.verb.sizing import CallSizer
 
 log = structlog.get_logger("sweeperd.fleet")
 
-WORKERS = 4  # ticks one primary runs at once (batches falling due together)
-SENTINEL_TICK_S = 0.1  # Sentinel is asked for the primary before every tick, unless within this
-UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
-RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a queue no more does
+# A Cluster primary runs WORKERS ticks at once (batches falling due together). Sentinel is asked
+# for the primary before every tick, unless asked within SENTINEL_TICK_S. Queues whose slot no
+# primary serves are counted on the node UNROUTED. A primary no more keeps its series for
+# RETIRED_TTL_S, as a queue no more does.
+WORKERS = 4
+SENTINEL_TICK_S = 0.1
+UNROUTED = "none"
+RETIRED_TTL_S = 3600.0
 
 
 @dataclass
 class Tuning:
-    """The settings a SIGHUP may change in place, and what every member is built with."""
+    """What every member is built with; SIGHUP changes the call target and the drain share in
+    place. `at_deadlines`: each queue is swept at its deadline too; `hear_changes`: and woken by
+    the server's word of a new lease (CLIENT TRACKING); a restart changes those two."""
 
     prefix_root: str
     executor: ExecutorChoice
     call_target_s: float
     drain_share: float
-    at_deadlines: bool = False  # each queue swept at its deadline too (a restart changes it)
-    hear_changes: bool = False  # and woken by the server's word of a new lease (CLIENT TRACKING)
+    at_deadlines: bool = False
+    hear_changes: bool = False
 
 
 @dataclass(frozen=True)
 class Retired:
-    """A primary no more: what its series keep showing until RETIRED_TTL_S have passed."""
+    """A primary no more: the restarts its series keep showing until RETIRED_TTL_S have passed
+    since it stopped being one (monotonic)."""
 
-    restarts: int  # run_id changes seen while it was a primary
-    since: float  # monotonic: when it stopped being one
+    restarts: int
+    since: float
 
 
 class Fleet:
@@ -96,18 +103,18 @@ class Fleet:
         self._routes = Routes(None, self._slots, ())
         self._members: dict[str, Member] = {}
         self._started = False
-        self._lock = threading.RLock()  # the members and the layout
+        self._lock = threading.RLock()
         self._watch = LayoutWatch(
             source if source is not None else source_of(connection),
             self.mode,
             self.apply,
-            on_moved=lambda: self.report(RESTARTED),  # slots changed hands: new epochs for them
+            on_moved=lambda: self.report(RESTARTED),
             clock=clock,
         )
-        self._holds = Holds(clock)  # every primary's: a queue held on one resumes on another
+        self._holds = Holds(clock)
         metrics.add_collector(self._holds)
         self._nowhere = Ledger(metrics.numbers, UNROUTED, self._holds)
-        self._retired: dict[str, Retired] = {}  # a primary no more: its counters stay a while
+        self._retired: dict[str, Retired] = {}
         self._holders: tuple[Routes, Collection[str], list[Node] | None] | None = None
         self._owned: dict[str, QueueSettings] = {}
 
@@ -120,9 +127,9 @@ class Fleet:
         """Read the layout now (see LayoutWatch.refresh)."""
         return self._watch.refresh()
 
-    def doubt(self) -> None:
-        """Something said the layout moved: read it again soon."""
-        self._watch.doubt()
+    def refresh_soon(self) -> None:
+        """Read the layout again soon: something said it moved."""
+        self._watch.refresh_soon()
 
     def follow(self) -> None:
         """The layout read now, on the caller's thread (see LayoutWatch.follow)."""
@@ -154,12 +161,13 @@ class Fleet:
             for name in gone:
                 self._drop(self._members.pop(name))
             self._routes = Routes(layout, self._slots, self._members.keys())
-            if layout != old:  # the queues' nodes, for their series on them (at full)
+            if layout != old:
                 self._metrics.numbers.route_by(self._routes.owner)
             self._forget_retired(self._clock())
         if old is None or old == layout:
             return False
-        log.log(  # a primary added or gone is a failover or a new node; slots moved, a reshard
+        # A primary added or gone is a failover or a new node (a warning); slots moved, a reshard.
+        log.log(
             logging.WARNING if added or gone else logging.INFO,
             "topology_changed",
             mode=self.mode,
@@ -263,8 +271,8 @@ class Fleet:
             self._holds.forget(queue)
 
     # The sweep.
-    def holding(self, queues: Collection[str]) -> list[Node] | None:
-        """The primaries that own some of the queues (every primary when there are none);
+    def primaries_of(self, queues: Collection[str]) -> list[Node] | None:
+        """Return the primaries that own some of the queues (every primary when there are none);
         None when a queue has no owner or the servers are not the topology named. The answer
         for the same collection under the same layout is kept: readiness asks twice a second,
         and routing 10,000 queues each time was half the daemon's CPU at idle."""
@@ -274,11 +282,11 @@ class Fleet:
             kept = self._holders
             if kept is not None and kept[0] is self._routes and kept[1] is queues:
                 return kept[2]
-            nodes = self._holding(queues)
+            nodes = self._primaries_of(queues)
             self._holders = (self._routes, queues, nodes)
             return nodes
 
-    def _holding(self, queues: Collection[str]) -> list[Node] | None:
+    def _primaries_of(self, queues: Collection[str]) -> list[Node] | None:
         """Hold the lock."""
         if not queues:
             return [m.node for m in self._members.values()]
@@ -334,7 +342,7 @@ class Fleet:
         """Act on what a tick, a drain call or a layout read found: a node down or queues sent
         elsewhere make the layout read again; what the schedule must answer goes to the daemon."""
         if outcome.moved or outcome.down:
-            self.doubt()
+            self.refresh_soon()
         if outcome:
             self._answer(outcome)
 

@@ -23,13 +23,14 @@ log = structlog.get_logger(LOGGER)
 class Ledger:
     """Counts every call in the sweep's numbers, the one writer of what the calls did (which
     queues and nodes have series is the queue set's and the fleet's); logs a failure once per
-    change of reason per queue, and a call a Cluster held once per change (the holds are every
-    node's: a queue held on one primary resumes on another)."""
+    change of reason per queue (`failing` keeps each failing queue's reason), and a call a
+    Cluster held once per change (the holds are every node's: a queue held on one primary
+    resumes on another)."""
 
     numbers: SweepNumbers
     node: str
     holds: Holds = field(default_factory=Holds)
-    failing: dict[str, Reason] = field(default_factory=dict)  # queue -> its failure's reason
+    failing: dict[str, Reason] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(

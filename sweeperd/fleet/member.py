@@ -131,10 +131,12 @@ class Member:
             self.listener.forget(queue)
 
     def _submit(self, queues: Sequence[QueueSettings], *, look: bool, woken: bool) -> None:
+        """Run the queues' tick on this thread, or on its pool (unless it was dropped
+        meanwhile)."""
         if self.pool is None:
             self.run(queues, look=look, woken=woken)
             return
-        with contextlib.suppress(RuntimeError):  # the primary was dropped meanwhile
+        with contextlib.suppress(RuntimeError):
             self.pool.submit(self.run, queues, look=look, woken=woken)
 
     def run(self, queues: Sequence[QueueSettings], *, look: bool, woken: bool) -> None:

@@ -29,10 +29,11 @@ log = structlog.get_logger("sweeperd.tick")
 class Tick:
     """A primary's ticks: a batch of queues swept in one pipelined round trip, what is left due
     handed to its drainer; each tick says what the schedule must answer (its Outcome). Its
-    node, ledger, drainer, wakes and clocks are its member's."""
+    node, ledger, drainer, wakes and clocks are its member's. With `brief`, an idle call replies
+    without its counts (the set sizes are not exported)."""
 
     member: Member
-    brief: bool = False  # an idle call replies without its counts (the set sizes unexported)
+    brief: bool = False
 
     def run(
         self, batch: Sequence[QueueSettings], now: float, *, look: bool = True, woken: bool = False
@@ -52,11 +53,12 @@ class Tick:
             queues = m.deadlines.unwoken(queues, now)
         try:
             swept = m.node.sweep(self.calls(queues), now, look=look)
-        except NotPrimary:  # demoted: its queues' calls are held, to go to the new primary
+        except NotPrimary:
+            # Demoted: its queues' calls are held, to go to the new primary.
             for q in queues:
                 m.ledger.hold(q.name, Reason.MOVED)
             return Outcome(moved=tuple(q.name for q in queues))
-        except Exception as exc:  # whatever it was, every queue of the batch failed
+        except Exception as exc:
             return self.fail_all(queues, exc, now)
         done: list[tuple[QueueSettings, CallResult]] = []
         held: list[tuple[QueueSettings, Reason]] = []
@@ -73,15 +75,15 @@ class Tick:
         for q, result in done:
             if isinstance(result.reply, SweepReply) and result.expired_left:
                 m.drainer.add(q, result.call.keys, result.expired_left)
-        self.judge(done)
+        self.update_refusal(done)
         moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
-        loading = any(_loading(r) for _, r in done)  # unlooked at, the calls said so themselves
+        loading = any(_loading(r) for _, r in done)
         wake = self.arm(swept, done, [q for q, _ in held], now)
         return Outcome(restarted=swept.restarted, loading=loading, moved=moved, wake=wake)
 
-    def judge(self, done: Sequence[tuple[QueueSettings, CallResult]]) -> None:
-        """A call that went through clears the node's standing refusal; every call refused
-        for one sets it (see Node.refusing)."""
+    def update_refusal(self, done: Sequence[tuple[QueueSettings, CallResult]]) -> None:
+        """Clear the node's standing refusal when a call went through; set it when every call
+        was refused for one (see Node.refusing)."""
         replies = [r.reply for _, r in done]
         if any(isinstance(reply, SweepReply) for reply in replies):
             self.member.node.refusing(None)
@@ -118,7 +120,7 @@ class Tick:
                 QueueKeys(q.name, self.member.prefix_root),
                 q.max_stalled,
                 min(q.limit, share),
-                listed=ID_CAP,  # the log's ids: the counts are whole
+                listed=ID_CAP,
                 brief=self.brief,
             )
             for q in queues
