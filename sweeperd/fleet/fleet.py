@@ -1,5 +1,5 @@
-"""Every primary the daemon sweeps, each with its node, ledger, drainer and threads; queues routed
-to the primary that owns their slot, and the layout followed through failovers and migrations."""
+"""Every primary the daemon sweeps, each a Member; queues routed to the primary that owns their
+slot, and the layout followed through failovers and migrations."""
 
 from __future__ import annotations
 
