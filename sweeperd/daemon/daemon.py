@@ -180,7 +180,7 @@ class Daemon:
             self._wakes.soon(outcome.wake)
 
     def share(self) -> None:
-        """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
+        """Send the membership's heartbeat; when the members changed, choose the queues anew."""
         if not self.sharing.refresh(self.clock()):
             return
         had = bool(self.queues.sweeping())
@@ -192,11 +192,11 @@ class Daemon:
             self.schedule.sweep_once(self.queues.owned())
 
     def discover(self) -> None:
-        """The discovery job: SCAN every primary, the queues found kept (see QueueSet.add_found)."""
+        """SCAN every primary and keep the queues found (see QueueSet.add_found)."""
         self.queues.add_found(self._discovery.scan())
 
     def overrun(self) -> None:
-        """A batch skipped, still sweeping (counted by the schedule): logged once a minute."""
+        """Log a batch skipped while still sweeping (the schedule counts it), once a minute."""
         now = self.clock()
         if self._overruns_logged_at is None or now - self._overruns_logged_at >= OVERRUN_LOG_S:
             self._overruns_logged_at = now
@@ -256,8 +256,8 @@ class Daemon:
 
     # The lifetime.
     def start(self) -> None:
-        """The fleet first (servers that are not the topology named refuse the start), then
-        /metrics, the jobs and the scheduler."""
+        """Start the fleet first (servers that are not the topology named refuse the start),
+        then /metrics, the jobs, the scheduler and the wakes."""
         s, d = self.settings, self.settings.daemon
         self._starting = True
         try:
@@ -301,8 +301,8 @@ class Daemon:
         self._signalled.set()
 
     def apply_reload(self) -> None:
-        """SIGHUP: the config file again, framed for systemd by RELOADING=1 and READY=1 once
-        ready (before, a READY=1 would say the start is done)."""
+        """Answer SIGHUP: read the config file again, framed for systemd by RELOADING=1 and
+        READY=1 once ready (before, a READY=1 would say the start is done)."""
         self._reload_requested.clear()
         # At once: systemd 252 holds `systemctl reload` until the READY=1 only when this comes
         # before ExecReload='s kill has exited; later, the unit is still `reloading` till then.

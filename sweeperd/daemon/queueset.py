@@ -51,7 +51,8 @@ class QueueSet:
         self._lock = threading.Lock()
 
     def reconfigure(self, settings: Settings) -> None:
-        """SIGHUP's settings: the configured queues and their own values from the next apply."""
+        """Take SIGHUP's settings: the configured queues and their own values from the next
+        apply."""
         with self._lock:
             self._settings = settings
 
@@ -128,8 +129,9 @@ class QueueSet:
         self.unmatched_tables(found)
 
     def unmatched_tables(self, found: set[str]) -> None:
-        """A table no list names is kept for a queue a scan finds (see unlisted_tables): one
-        that the scan did not find may be a typo of a listed queue's name, said once."""
+        """Warn once of each table no list names that the scan did not find: such a table is
+        kept for a queue a scan finds (see unlisted_tables), and may be a typo of a listed
+        queue's name."""
         for name in self._settings.unlisted_tables:
             if name not in found and name not in self._unmatched:
                 self._unmatched.add(name)

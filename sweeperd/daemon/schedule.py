@@ -49,7 +49,8 @@ class RunOnce(ThreadPoolExecutor):  # type: ignore[misc]
 
 
 def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dict[str, Batch]:
-    """Queues of one interval fall due together: grouped by interval, cut into batches."""
+    """Group the queues by interval and cut them into batches (those of one interval fall due
+    together)."""
     by_interval = sorted(queues, key=lambda q: (q.interval, q.name))
     batches: dict[str, Batch] = {}
     for interval, group in groupby(by_interval, key=lambda q: q.interval):
@@ -60,9 +61,9 @@ def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dic
 
 
 def phases(batches: dict[str, Batch]) -> dict[str, float]:
-    """Where in its interval each batch runs, as a share of it: an interval's batches spread
-    evenly over it, so that their sweeps come as a steady stream, not as one burst an interval
-    (a burst of thousands of calls holds back every wake at a deadline that falls in it)."""
+    """Return where in its interval each batch runs, as a share of it: an interval's batches spread
+    evenly over it, so that their sweeps come as a steady stream, not as one burst an interval (a
+    burst of thousands of calls holds back every wake at a deadline that falls in it)."""
     counts: dict[float, int] = {}
     for batch in batches.values():
         counts[batch[0].interval] = counts.get(batch[0].interval, 0) + 1
@@ -84,7 +85,8 @@ class OnGrid(IntervalTrigger):  # type: ignore[misc]
         self, previous_fire_time: datetime | None, now: datetime
     ) -> datetime | None:
         if previous_fire_time is None:
-            return super().get_next_fire_time(None, now)  # type: ignore[no-any-return]
+            first: datetime | None = super().get_next_fire_time(None, now)
+            return first
         start, step = self.start_date.timestamp(), self.interval_length
         # A run at a grid point, read back to the microsecond, may fall just short of it: it
         # counts as at the point, so the next is always later (APScheduler lists a job's run
@@ -138,9 +140,9 @@ class Schedule:
         return self._lag, self._missed, self._overruns
 
     def submitted(self, event: JobSubmissionEvent) -> None:
-        """A batch submitted for the run times it missed (the scheduler did not run in time:
-        the process was stopped, the VM paused) as for one: the runs before the last are
-        counted missed, and the lag is the first's."""
+        """Count the run times a batch submitted for them all missed (the scheduler did not run
+        in time: the process was stopped, the VM paused): the runs before the last are counted
+        missed, and the lag is the first's."""
         times = event.scheduled_run_times
         if event.job_id.startswith(JOB_PREFIX) and times:
             self._lag.observe(max(0.0, (self._clock() - times[0]).total_seconds()))
@@ -148,13 +150,14 @@ class Schedule:
                 self._missed.inc(len(times) - 1)
 
     def overran(self, event: JobSubmissionEvent) -> None:
-        """A batch still sweeping when it fell due again, skipped (no other job counts)."""
+        """Count a batch skipped because it was still sweeping when it fell due again (no other
+        job counts)."""
         if event.job_id.startswith(JOB_PREFIX):
             self._overruns.inc()
             self._on_overrun()
 
     def retune(self, jitter: float) -> None:
-        """SIGHUP's spread: the batches added from now on move by up to this fraction."""
+        """Apply SIGHUP's spread: the batches added from now on move by up to this fraction."""
         self._jitter = jitter
 
     def sync(self, queues: Sequence[QueueSettings]) -> None:
@@ -171,7 +174,7 @@ class Schedule:
             self._names = frozenset(q.name for batch in planned.values() for q in batch)
 
     def _add(self, job_id: str, interval: float, phase: float) -> None:
-        """The batch's job: its first run at once, the next ones `phase` of an interval on."""
+        """Add the batch's job: its first run at once, the next ones `phase` of an interval on."""
         now = self._clock()
         self._scheduler.add_job(
             self._run,
@@ -210,21 +213,21 @@ class Schedule:
             self._batches, self._names = {}, frozenset()
 
     def sweep_now(self) -> None:
-        """Every batch not sweeping right now is due at once (after a server restart)."""
+        """Run every batch not sweeping right now at once (after a server restart)."""
         now = self._clock()
         with self._lock:
             for job_id in self._batches.keys() - self._running:
                 self._scheduler.modify_job(job_id, next_run_time=now)
 
     def sweep_soon(self, delay_s: float) -> None:
-        """Every batch due again in `delay_s` (one sweeping now is done by then, or skipped)."""
+        """Run every batch again in `delay_s` (one sweeping now is done by then, or skipped)."""
         at = self._clock() + timedelta(seconds=delay_s)
         with self._lock:
             for job_id in self._batches:
                 self._scheduler.modify_job(job_id, next_run_time=at)
 
     def sweep_once(self, queues: Sequence[QueueSettings]) -> None:
-        """One sweep of every queue now, in batches, beside their timers (a takeover: queues
+        """Sweep every queue once now, in batches, beside their timers (a takeover: queues
         that changed hands may have landed on later timers; this bounds each one's wait)."""
         for batch in plan_batches(queues).values():
             self._scheduler.add_job(self._sweep, args=[batch], name=TAKEOVER, executor=SWEEPS)

@@ -60,12 +60,12 @@ class Deadlines:
         self.lock = threading.Lock()
 
     def measured(self, server_ms: float, host_s: float) -> None:
-        """The server's clock read `server_ms` (ms since the Unix epoch) in a reply read at
-        `host_s` (monotonic seconds). The reading was taken before the reply came, so a deadline
-        turned into our time by it comes no earlier than it does on the server; the reply read
-        soonest after it is the truest, so the offset kept is the greatest of the readings, let
-        fall by SLEW since. A reply read late (its thread waited for the GIL behind a tick's
-        round) would otherwise move every wake after it that much later."""
+        """Keep a reading of the server's clock, `server_ms` (ms since the Unix epoch) in a reply
+        read at `host_s` (monotonic seconds). The reading was taken before the reply came, so a
+        deadline turned into our time by it comes no earlier than it does on the server; the reply
+        read soonest after it is the truest, so the offset kept is the greatest of the readings, let
+        fall by SLEW since. A reply read late (its thread waited for the GIL behind a tick's round)
+        would otherwise move every wake after it that much later."""
         reading = server_ms - host_s * 1000
         with self.lock:
             kept = self.offset_ms
@@ -74,14 +74,15 @@ class Deadlines:
             self.offset_ms, self.measured_s = reading, host_s
 
     def host_s(self, server_ms: float) -> float | None:
-        """A time of the server's clock (ms since the Unix epoch) as ours (monotonic seconds);
-        None before the clock was read."""
+        """Return a time of the server's clock (ms since the Unix epoch) as ours (monotonic
+        seconds); None before the clock was read."""
         offset = self.offset_ms
         return None if offset is None else (server_ms - offset) / 1000
 
     def arm(self, queue: str, earliest_ms: float | None, swept_s: float, interval_s: float) -> None:
-        """A sweep of `queue` (swept every `interval_s`) at `swept_s` (monotonic) read
-        `earliest_ms` as the earliest deadline left in its active set (None: no lease left).
+        """Arm the queue's wake: a sweep of `queue` (swept every `interval_s`) at `swept_s`
+        (monotonic) read `earliest_ms` as the earliest deadline left in its active set (None: no
+        lease left).
         The queue is woken then, plus the grace, and no sooner than the floor after the sweep;
         its earlier wake goes. No lease, a deadline further than HORIZON_INTERVALS intervals
         after the sweep (+inf too), or a clock not yet read: no wake, the queue's interval
@@ -89,7 +90,7 @@ class Deadlines:
         self.arm_round(swept_s, [(queue, earliest_ms, interval_s)])
 
     def arm_round(self, swept_s: float, swept: Iterable[tuple[str, float | None, float]]) -> None:
-        """A round's queues armed as arm() arms one (queue, earliest_ms, interval_s), under one
+        """Arm a round's queues as arm() arms one (queue, earliest_ms, interval_s), under one
         lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
             heard = self.heard
@@ -100,8 +101,8 @@ class Deadlines:
                     self._rearm(queue, earliest_ms, swept_s, interval_s)
 
     def learn(self, read_s: float, read: Iterable[tuple[str, float | None, float]]) -> None:
-        """Queues whose change was heard, read at `read_s` (monotonic): armed as arm_round arms
-        them. A sweep that read a queue before this read and ends after it keeps the sooner of
+        """Arm the queues whose change was heard, read at `read_s` (monotonic), as arm_round
+        arms them. A sweep that read a queue before this read and ends after it keeps the sooner of
         the two wakes: a lease taken between the two reads is in this one only."""
         with self.lock:
             for queue, earliest_ms, interval_s in read:
@@ -139,19 +140,19 @@ class Deadlines:
             self._add(queue, at, min(self.window_s, WINDOW_SHARE * interval_s))
 
     def deferred(self, queues: Iterable[str], now_s: float) -> None:
-        """Queues woken while a sweep of theirs was in flight (a tick holds them): woken again
-        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile, waiting for
-        no other wake (they are late already). Their wake may have been the one that sweep
-        armed as it ended, and it must not be lost."""
+        """Wake again the queues woken while a sweep of theirs was in flight (a tick holds them),
+        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile, waiting for no
+        other wake (they are late already). Their wake may have been the one that sweep armed as it
+        ended, and it must not be lost."""
         with self.lock:
             for queue in queues:
                 if queue not in self.wakes:
                     self._add(queue, now_s + self.floor_s, 0.0)
 
     def unwoken(self, queues: Sequence[QueueSettings], now_s: float) -> list[QueueSettings]:
-        """The queues of a scheduled tick at `now_s` (monotonic) whose wake does not come within
-        SOON_S, nor within their interval: a queue whose wake does is left to it, the sweep of its
-        interval. A wake that found its queue in a tick's round in flight would wait for the
+        """Return the queues of a scheduled tick at `now_s` (monotonic) whose wake does not come
+        within SOON_S, nor within their interval: a queue whose wake does is left to it, the sweep
+        of its interval. A wake that found its queue in a tick's round in flight would wait for the
         whole round (one wake in forty did at a 5 s interval: the slowest recoveries)."""
         with self.lock:
             wakes = self.wakes
@@ -162,14 +163,14 @@ class Deadlines:
             ]
 
     def forget(self, queue: str) -> None:
-        """No wake for the queue: it is no longer swept here (another replica's, another
+        """Drop the queue's wake: it is no longer swept here (another replica's, another
         primary's, held by a migrating slot)."""
         with self.lock:
             self._drop(queue)
             self.heard.pop(queue, None)
 
     def next_wake(self) -> float | None:
-        """When to wake next (monotonic): the soonest wake, or a later one that every wake
+        """Return when to wake next (monotonic): the soonest wake, or a later one that every wake
         before it may wait for (each waits at most its slack), so that the queues falling due
         together go in one round and none goes before its time; None when no queue waits."""
         with self.lock:
@@ -184,8 +185,8 @@ class Deadlines:
             return wake
 
     def due(self, now_s: float) -> list[str]:
-        """The queues whose wake has come by `now_s` (monotonic), soonest first; their wakes
-        are spent (the sweep that follows arms the next)."""
+        """Take the queues whose wake has come by `now_s` (monotonic), soonest first; their
+        wakes are spent (the sweep that follows arms the next)."""
         with self.lock:
             come = bisect_right(self.order, now_s, key=_at)
             woken = [queue for _, queue in self.order[:come]]
@@ -195,7 +196,7 @@ class Deadlines:
             return woken
 
     def waiting(self) -> int:
-        """How many queues have a wake armed."""
+        """Count the queues that have a wake armed."""
         with self.lock:
             return len(self.wakes)
 

@@ -87,7 +87,7 @@ class Drainer:
         self._in_flight: Sent | None = None
 
     def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
-        """A queue with `left` leases still due joins the turns (once)."""
+        """Add a queue with `left` leases still due to the turns (once)."""
         now = self.member.clock()
         with self._wake:
             if queue.name in self._backlogs:
@@ -112,7 +112,7 @@ class Drainer:
         return self._thread is not None and self._thread.is_alive()
 
     def forget(self, name: str) -> None:
-        """A queue no longer swept leaves the turns."""
+        """Drop a queue no longer swept from the turns."""
         with self._wake:
             self._backlogs.pop(name, None)
 
@@ -150,7 +150,7 @@ class Drainer:
         return pause
 
     def send(self, skip: str | None) -> Sent | None:
-        """A call for the first backlogged queue but `skip`, sent; None when there is none."""
+        """Send a call for the first backlogged queue but `skip`; None when there is none."""
         with self._wake:
             backlog = next((b for n, b in self._backlogs.items() if n != skip), None)
         if backlog is None:
@@ -171,7 +171,7 @@ class Drainer:
                 self._backlogs.move_to_end(name)
 
     def count(self, sent: Sent, result: CallResult, again: bool) -> None:
-        """A drain call counted and logged; its queue leaves the turns when nothing is due."""
+        """Count and log a drain call; its queue leaves the turns when nothing is due."""
         backlog = sent.backlog
         name = backlog.queue.name
         if result.redirect is not None:
@@ -216,8 +216,8 @@ class Drainer:
             log.info("drain_stopped", queues=len(names), reason=why)
 
     def broke(self, exc: Exception) -> None:
-        """An unexpected error in a drain step: each held queue fails with reason `other`, and
-        every one goes back to its ticks."""
+        """Fail every held queue with reason `other` after an unexpected error in a drain step,
+        and give each back to its ticks."""
         log.exception("drain_failed", node=self.member.name)
         with self._wake:
             names = list(self._backlogs)
@@ -227,8 +227,8 @@ class Drainer:
         self.drop_all("error")
 
     def run_forever(self) -> None:
-        """The drain thread: a call whenever a queue is backlogged, until stopped; a call in
-        flight then is still read and counted."""
+        """Run the drain thread: a call whenever a queue is backlogged, until stopped; a call
+        in flight then is still read and counted."""
         while not self._stopped.is_set() or self._in_flight is not None:
             try:
                 pause = self.step()

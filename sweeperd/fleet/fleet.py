@@ -132,7 +132,7 @@ class Fleet:
         self._watch.refresh_soon()
 
     def follow(self) -> None:
-        """The layout read now, on the caller's thread (see LayoutWatch.follow)."""
+        """Read the layout now, on the caller's thread (see LayoutWatch.follow)."""
         self._watch.follow()
 
     @property
@@ -146,7 +146,7 @@ class Fleet:
         return self._watch.wrong
 
     def apply(self, layout: Layout) -> bool:
-        """A layout read: a member for each primary new to it (inheriting the epoch of the one
+        """Apply a layout read: a member for each primary new to it (inheriting the epoch of the one
         whose slots it took over), the members of the primaries gone dropped, the queues' routes
         given to the numbers; whether slots changed hands."""
         with self._lock:
@@ -210,13 +210,13 @@ class Fleet:
         return made
 
     def _drop(self, member: Member) -> None:
-        """A primary no more (failed over, demoted, removed): its threads end, its state's
+        """Drop a primary no more (failed over, demoted, removed): its threads end, its state's
         series go; its restarts stay, as counters do."""
         member.stop(0)
         self._retired[member.name] = Retired(member.restarts, self._clock())
 
     def _forget_retired(self, now: float) -> None:
-        """A primary gone for RETIRED_TTL_S loses its series too (restarts, sweeps, ghosts):
+        """Drop the series of a primary gone for RETIRED_TTL_S too (restarts, sweeps, ghosts):
         failovers that name new hosts (new pods, new addresses) would pile them up forever."""
         for name, retired in list(self._retired.items()):
             if now - retired.since > RETIRED_TTL_S:
@@ -224,8 +224,8 @@ class Fleet:
                 self._metrics.numbers.forget_node(name)
 
     def home(self) -> Node | None:
-        """The primary that holds sweeperd's members key now (in a cluster, its slot's owner);
-        None while no primary is known."""
+        """Return the primary that holds sweeperd's members key now (in a cluster, its slot's
+        owner); None while no primary is known."""
         with self._lock:
             layout = self._routes.layout
             key = members_key(self._tuning.prefix_root)
@@ -238,19 +238,19 @@ class Fleet:
             return [m.node for m in self._members.values()]
 
     def states(self) -> list[NodeState]:
-        """Every primary's state now, and the restarts of those no longer primaries."""
+        """Return every primary's state now, and the restarts of those no longer primaries."""
         with self._lock:
             retired = [NodeState(name, r.restarts) for name, r in self._retired.items()]
             return [m.state() for m in self._members.values()] + retired
 
     def sources(self) -> list[tuple[str, SourceState, str]]:
-        """Each primary's source of deadlines now, and why it is that one."""
+        """Return each primary's source of deadlines now, and why it is that one."""
         with self._lock:
             members = list(self._members.values())
         return [(m.name, m.source, m.why) for m in members]
 
     def retune(self, tuning: Tuning) -> None:
-        """SIGHUP's new call target and drain share, in place."""
+        """Apply SIGHUP's new call target and drain share, in place."""
         with self._lock:
             self._tuning = tuning
             for m in self._members.values():
@@ -296,11 +296,10 @@ class Fleet:
         return [self._members[name].node for name in owners if name is not None]
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
-        """One tick of the batch on every primary that owns some of it; the queues no primary
-        serves are counted failed (a connection failure: nobody to send them to, or the servers
-        are not the topology the options name). Behind Sentinel the primary is asked for first:
-        a demoted one may go on answering as a primary for seconds, and what it writes then is
-        lost."""
+        """Tick the batch on every primary that owns some of it; count the queues no primary
+        serves failed (a connection failure: nobody to send them to, or the servers are not the
+        topology the options name). Behind Sentinel the primary is asked for first: a demoted
+        one may go on answering as a primary for seconds, and what it writes then is lost."""
         self._ask_sentinel()
         with self._lock:
             routes, wrong = self._routes, self.wrong
@@ -348,9 +347,9 @@ class Fleet:
 
     # The lifetime.
     def start(self) -> None:
-        """The first layout read now; the layout thread, when the layout can change. Servers
-        that answer but are not the topology the options name are refused here (SweepError);
-        servers that do not answer yet are retried by the ticks."""
+        """Read the layout now and start the members, and the layout thread when the layout can
+        change. Servers that answer but are not the topology the options name are refused here
+        (SweepError); servers that do not answer yet are retried by the ticks."""
         self.refresh()
         if self.wrong is not None:
             raise self.wrong

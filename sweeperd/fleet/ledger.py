@@ -59,8 +59,8 @@ class Ledger:
                 self._log_call(queue, result, logging.INFO)
 
     def _log_call(self, queue: str, result: CallResult, level: int) -> SweepReply | None:
-        """What a counted call says in the log: its failure, its recovery, what it took (at
-        warning when it dropped ghosts: ids in active with no row, a job lost before the call)."""
+        """Log what a counted call did: its failure, its recovery, what it took (at warning when
+        it dropped ghosts: ids in active with no row, a job lost before the call)."""
         reply = result.reply
         if isinstance(reply, SweepError):
             self._log_failure(queue, reply)
@@ -86,25 +86,24 @@ class Ledger:
         return reply
 
     def fail(self, queue: str, error: SweepError) -> None:
-        """A call that failed without a reply: always counted; logged when the queue's reason
-        changes."""
+        """Count a call that failed without a reply; log it when the queue's reason changes."""
         self.numbers.record_failure(self.node, queue, error.reason)
         self._log_failure(queue, error)
 
     def fail_tick(self, queues: Sequence[str], error: SweepError, *, duration_s: float) -> None:
-        """A tick of these queues that failed whole (the node down, the tick broken): its round
-        trip counted as each queue's duration, each queue's failure as fail() counts it."""
+        """Count a tick of these queues that failed whole (the node down, the tick broken): its
+        round trip as each queue's duration, each queue's failure as fail() counts it."""
         self.numbers.record_ticks(self.node, queues, duration_s=duration_s)
         for queue in queues:
             self.fail(queue, error)
 
     def hold(self, queue: str, reason: Reason) -> None:
-        """A call this node held or sent elsewhere, unrun: no failure, nothing counted but the
-        hold (see Holds)."""
+        """Count a call this node held or sent elsewhere, unrun, as a hold only: no failure
+        (see Holds)."""
         self.holds.hold(queue, self.node, reason)
 
     def _log_failure(self, queue: str, error: SweepError) -> None:
-        """A counted failure, logged when the queue's reason changes."""
+        """Log a counted failure when the queue's reason changes."""
         with self.lock:
             changed = self.failing.get(queue) != error.reason
             self.failing[queue] = error.reason
@@ -118,7 +117,7 @@ class Ledger:
             )
 
     def _log_recovery(self, queue: str) -> None:
-        """A call succeeded: a queue that was failing says so once."""
+        """Log once that a queue that was failing succeeded."""
         with self.lock:
             reason = self.failing.pop(queue, None)
         if reason is not None:

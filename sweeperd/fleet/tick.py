@@ -38,13 +38,14 @@ class Tick:
     def run(
         self, batch: Sequence[QueueSettings], now: float, *, look: bool = True, woken: bool = False
     ) -> Outcome:
-        """The epoch, then one call per queue not already draining; a queue left with leases
-        due drains on. A call a Cluster held (its slot migrating) or sent elsewhere is counted
-        as held, not as a failure; the queues sent elsewhere (MOVED, or a primary demoted) are
-        the outcome's `moved`, for the topology to route again; each queue swept is woken again
-        at the earliest deadline its call read (the outcome's `wake`: the node's next). Without
-        `look`, the replies' run_id is the epoch watch (see Node.sweep). A tick not `woken` at
-        the queues' deadlines leaves a queue whose wake comes soon to it."""
+        """Sweep the batch: look at the epoch, then send one call per queue not already draining, in
+        one round; a queue left with leases due drains on. A call a Cluster held (its slot
+        migrating) or sent elsewhere is counted as held, not as a failure; the queues sent elsewhere
+        (MOVED, or a primary demoted) are the outcome's `moved`, for the topology to route again;
+        each queue swept is woken again at the earliest deadline its call read (the outcome's
+        `wake`: the node's next). Without `look`, the replies' run_id is the epoch watch (see
+        Node.sweep). A tick not `woken` at the queues' deadlines leaves a queue whose wake comes
+        soon to it."""
         m = self.member
         if not m.node.may_try(now):
             return NOTHING
@@ -99,9 +100,10 @@ class Tick:
         held: Sequence[QueueSettings],
         now: float,
     ) -> float | None:
-        """The server's clock against ours, then each queue's next wake at the deadline its
-        call read: none for a queue left draining (its drain arms it when done), refused, or
-        held by a migrating slot (it waits for its hold). The node's next wake; None when off."""
+        """Measure the server's clock against ours, then arm each queue's next wake at the deadline
+        its call read: none for a queue left draining (its drain arms it when done), refused, or
+        held by a migrating slot (it waits for its hold). Return the node's next wake; None when
+        off."""
         deadlines = self.member.deadlines
         if deadlines is None:
             return None
@@ -113,7 +115,8 @@ class Tick:
         return deadlines.next_wake()
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
-        """The node's call size shared out: the round stays about one call's target long."""
+        """Build the queues' calls, the node's call size shared out between them: the round
+        stays about one call's target long."""
         share = self.member.node.share(len(queues))
         return [
             Call(
@@ -127,8 +130,8 @@ class Tick:
         ]
 
     def fail_all(self, queues: Sequence[QueueSettings], exc: Exception, started: float) -> Outcome:
-        """The node is down or loading, refused INFO or the verb's choice, is no primary of the
-        kind the options say, or the tick itself broke: every queue's call failed."""
+        """Count every queue's call failed: the node is down or loading, refused INFO or the
+        verb's choice, is no primary of the kind the options say, or the tick itself broke."""
         m = self.member
         error = SweepError.of(exc)
         if isinstance(exc, UNREACHABLE):
