@@ -91,7 +91,7 @@ class LayoutWatch:
         return self.apply(layout)
 
     def watch(self) -> None:
-        """The layout thread: read again every `every_s`, or soon after a doubt."""
+        """Run the layout thread: read the layout every `every_s`, and soon after refresh_soon()."""
         while not self.stopped.is_set():
             if self.soon.wait(self.every_s):
                 self.stopped.wait(SOON_REFRESH_S)  # let the cluster settle a moment
