@@ -76,7 +76,7 @@ class Holds(Collector):
             )
 
     def forget(self, queue: str) -> None:
-        """A queue no longer swept is held no more."""
+        """Drop the hold of a queue no longer swept."""
         with self.lock:
             self.held.pop(queue, None)
 

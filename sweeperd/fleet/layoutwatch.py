@@ -113,7 +113,8 @@ class LayoutWatch:
         self.soon.set()
 
     def start(self) -> None:
-        """The watch thread, where the layout can change; wrong topologies logged from now."""
+        """Start the watch thread, where the layout can change; wrong topologies are logged
+        from now."""
         self.said_wrong = True
         if self.every_s is not None:
             self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)

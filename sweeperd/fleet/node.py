@@ -112,17 +112,18 @@ class Node:
 
     # The calls.
     def sweep(self, calls: Sequence[Call], now: float, *, look: bool = True) -> Swept:
-        """One round: the epoch looked at (a change of run_id is a restart, counted), then every
-        call in one round trip; a call alone times the node's next sizes. Raises what the look
+        """Sweep one round: the epoch looked at (a change of run_id is a restart, counted), then
+        every call in one round trip; a call alone times the node's next sizes. Raises what the look
         raises (the node down, loading, demoted, no verb) and a connection failure.
 
-        Without `look` (a queue woken at its deadline: one round trip, not two) the round goes
-        out on the executor of the last look, and the epoch a reply carries is the watch: a
-        reply from another run of the server is looked at then (noticed). A round of brief calls
-        (those that find nothing due reply without the run_id, or any ACL check) sends its
-        first call whole: it carries the run_id, and an ACL user without a command the sweep
-        needs is refused there every round, not only once a lease falls due. Where no whole
-        reply came back (the first call refused) the node is looked at."""
+        Without `look` (a queue woken at its deadline: one round trip, not two) the round goes out
+        on the executor of the last look, and the epoch a reply carries is the watch: a reply from
+        another run of the server is looked at then (see is_new_run). A round of brief calls (those
+        that find nothing due reply without the run_id, or any ACL check) sends its first call
+        whole: it carries the run_id, and an ACL user without a command the sweep needs is refused
+        there every round, not only once a lease falls due. Where no whole reply came back (the
+        first call refused) the node is looked at.
+        """
         epoch = self.look(now) if look or self._executor is None else None
         read = self._clock()
         executor = epoch.executor if epoch is not None else self._executor
@@ -147,35 +148,36 @@ class Node:
         return Swept(results, self.is_new_run(depths.run_id), took, (depths.now_ms, end))
 
     def send(self, call: Call) -> InFlight | None:
-        """One call sent on a connection of its own, its reply read by result(); None while the
+        """Send one call on a connection of its own, its reply read by result(); None while the
         node has not been looked at since it restarted (its next tick looks)."""
         executor = self._executor
         return None if executor is None else InFlight(self.client, executor, call)
 
     def result(self, flight: InFlight) -> CallResult:
-        """The reply of a call send() sent, judged; a connection failure raises."""
+        """Read the reply of a call send() sent, CLUSTERDOWN naming the failed nodes; a
+        connection failure raises."""
         [result] = self.with_failed_nodes([flight.result()])
         return result
 
     def share(self, queues: int) -> int:
-        """The node's call size shared out between `queues` calls of one round."""
+        """Return the node's call size shared out between `queues` calls of one round."""
         return max(1, self._sizer.size // max(1, queues))
 
     def call_size(self, limit: int) -> int:
-        """The next call's size on its own: the learned size, never above `limit`."""
+        """Return the next call's size on its own: the learned size, never above `limit`."""
         return self._sizer.next(limit)
 
     def observe(self, asked: int, taken: int, seconds: float) -> None:
-        """A call asked for `asked` leases, took `taken` and ran `seconds`: the sizes follow."""
+        """Learn from a call that asked for `asked` leases, took `taken` and ran `seconds`."""
         self._sizer.observe(asked, taken, seconds)
 
     def retune(self, call_target_s: float) -> None:
-        """SIGHUP's call target, in place."""
+        """Apply SIGHUP's call target, in place."""
         self._sizer.target_s = call_target_s
 
     # The epoch watch.
     def may_try(self, now: float) -> bool:
-        """False while a down server's backoff runs."""
+        """Return False while a down server's backoff runs."""
         return self.up is not False or now >= self.retry_at
 
     def inherit(self, previous: Node) -> None:
@@ -247,7 +249,8 @@ class Node:
         self._executor = None
 
     def _choose(self) -> Executor:
-        """The executor for this run of the server, its scripts loaded; raises for no_verb."""
+        """Choose the executor for this run of the server and load its scripts; raises for
+        no_verb."""
         executor = choose(self.client, self._choice)
         executor.prepare(self.client)
         log.info(
@@ -257,7 +260,7 @@ class Node:
 
     # Liveness.
     def answered(self, now: float) -> None:
-        """The server answered: up, backoff reset; logged once per change."""
+        """Mark the server up after an answer, its backoff reset; logged once per change."""
         with self._lock:
             self._answered(now)
 
