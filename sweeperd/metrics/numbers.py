@@ -280,20 +280,19 @@ class SweepNumbers:
     def record_round(
         self,
         node: str,
-        queues: Sequence[str],
-        results: Sequence[CallResult],
+        calls: Sequence[tuple[str, CallResult]],
         at: float,
         *,
         duration_s: float,
     ) -> None:
-        """Record a tick's calls, one per queue, each as record() counts it, and the tick's round
-        trip as each queue's duration."""
+        """Count a tick's calls, one (queue, result) per queue, each as record() counts it, and
+        the tick's round trip as each queue's duration."""
         bucket = bisect_left(DURATION_BUCKETS_S, duration_s)
         with self.lock:
             n = self.node(node)
-            n.durations.observe(bucket, duration_s, len(results))
+            n.durations.observe(bucket, duration_s, len(calls))
             alone = (n,)
-            for queue, result in zip(queues, results, strict=True):
+            for queue, result in calls:
                 q = self.series(queue)
                 if self.full:
                     on = q.at(node)

@@ -238,7 +238,9 @@ class TestRecord:
     def test_record_round(self, full: Metrics) -> None:
         """A tick's calls are each counted, and the round trip is each queue's duration."""
         calls = [result(reply(recovered=1)), result(Reason.LANE)]
-        full.numbers.record_round(NODE, ["a", "b"], calls, 1.0, duration_s=0.002)
+        full.numbers.record_round(
+            NODE, list(zip(["a", "b"], calls, strict=True)), 1.0, duration_s=0.002
+        )
         assert value(full, "sweeperd_recovered_total", queue="a") == 1
         assert value(full, "sweeperd_sweep_failures_total", queue="b", reason="lane") == 1
         for queue in ("a", "b"):
@@ -250,7 +252,7 @@ class TestRecord:
     def test_record_ticks_basic(self, m: Metrics) -> None:
         """At the basic level a tick of n queues is n observations of the node's histogram."""
         m.numbers.record_ticks(NODE, ["a", "b"], duration_s=0.002)
-        m.numbers.record_round(NODE, ["a"], [result(reply())], 1.0, duration_s=0.001)
+        m.numbers.record_round(NODE, [("a", result(reply()))], 1.0, duration_s=0.001)
         assert value(m, "sweeperd_sweep_duration_seconds_count", node=NODE) == 3
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.001") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.005") == 3
@@ -267,7 +269,9 @@ class TestRecord:
             result(reply(), depths()),
             result(Reason.LANE, depths()),
         ]
-        m.numbers.record_round(NODE, ["b", "c", "d"], calls, 1.0, duration_s=0.001)
+        m.numbers.record_round(
+            NODE, list(zip(["b", "c", "d"], calls, strict=True)), 1.0, duration_s=0.001
+        )
         delay = "sweeperd_recovery_delay_seconds"
         assert value(m, f"{delay}_count", node=NODE) == 2
         assert value(m, f"{delay}_bucket", node=NODE, le="0.005") == 1
@@ -454,7 +458,7 @@ class TestQueueLifecycle:
         m.numbers.keep_queues(set())
         late = result(reply(recovered=1, ghosts=1), depths(active=9, expired=9))
         m.numbers.record(NODE, "gone", late, 2.0)
-        m.numbers.record_round(NODE, ["gone"], [late], 2.0, duration_s=0.001)
+        m.numbers.record_round(NODE, [("gone", late)], 2.0, duration_s=0.001)
         m.numbers.record_failure(NODE, "gone", Reason.LANE)
         m.numbers.record_ticks(NODE, ["gone"], duration_s=0.001)
         assert 'queue="gone"' not in generate_latest(m.registry).decode()
@@ -519,7 +523,9 @@ class TestQueueLifecycle:
         )
         full.numbers.route_by(lambda _queue: OTHER)
         calls = [result(reply(ghosts=1)), result(Reason.LANE)]
-        full.numbers.record_round(OTHER, ["q", "q"], calls, 2.0, duration_s=0.002)
+        full.numbers.record_round(
+            OTHER, list(zip(["q", "q"], calls, strict=True)), 2.0, duration_s=0.002
+        )
         text = full.exposition(None)[0].decode()
         expected = [
             'sweeperd_sweeps_total{queue="q",node="h:6379"} 1',
