@@ -477,7 +477,8 @@ class TestAtomicSlotMigration:
         """CLUSTER MIGRATESLOTS of a queue's slot from A to B, then back, while `run --cluster`
         sweeps leases falling due throughout: every seeded id ends in pending alone, on the
         slot's owner, with stalled counted at most once; the leases granted on the source and
-        due after the move come back exempt on the target; no failure, no restart counted."""
+        due after the move come back exempt on the target; no failure, no restart counted, no
+        hold left."""
         by_primary = spread(fresh, 1)
         [a_port, b_port, *_] = by_primary
         [queue] = by_primary[a_port]
@@ -505,6 +506,7 @@ class TestAtomicSlotMigration:
                 after_moves += after
                 with said_on_timeout(d, trip, source, target, queue):
                     d.wait_value("sweeperd_recovered_total", len(seeded), queue=queue)
+            d.wait_value("sweeperd_held_queues", 0)  # no hold left once it was swept again
             exempt = d.value("sweeperd_exempt_total", queue=queue)
             assert d.value("sweeperd_dead_total", queue=queue) == 0
             assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
