@@ -162,7 +162,7 @@ def resolved(seed: Address, *, by_name: bool = False) -> list[Address]:
 
 class ClusterSlots:
     """The slot map as the Cluster's nodes say it, by CLUSTER SLOTS: the node that answered
-    last asked first, then every other node seen since the start, then the seeds named (each
+    last asked first, then every other node the last map named, then the seeds named (each
     host name as every address it resolves to). The reply names each slot's primary and its
     replicas; no other command is sent (no COMMAND, as a cluster client's start sends: the least
     ACL user has CLUSTER SLOTS only)."""
@@ -207,7 +207,7 @@ class ClusterSlots:
                 break
         if found is None or answered is None:
             raise NoSeedAnswered(tried, self._connection.url.partition("://")[0])
-        self._known = list(dict.fromkeys([answered, *found.nodes, *self._known]))
+        self._known = found.nodes_from(answered)
         self._replicas_of = found.replicas_of
         return found.layout()
 
@@ -270,6 +270,14 @@ class SlotMap:
         primaries = [owners[0] for owners in self.slots.values()]
         replicas = [n for owners in self.slots.values() for n in owners[1:]]
         return list(dict.fromkeys([*primaries, *replicas]))
+
+    def nodes_from(self, answered: Address) -> list[Address]:
+        """The nodes to ask next time: the one that `answered` first when the map names it,
+        then every node named. A node the map no longer names (forgotten, removed) is dropped:
+        one removed but still running answers an empty map, and kept, it was asked first at
+        every read; the seeds named are asked after these anyway."""
+        named = self.nodes
+        return [answered, *(n for n in named if n != answered)] if answered in named else named
 
     @property
     def replicas_of(self) -> dict[str, tuple[Address, ...]]:

@@ -215,3 +215,48 @@ class TestWakes:
                 is None
             )
             fleet.stop(0.1)
+
+    def test_a_queue_moved_there_and_back_is_swept_on_each_owner(
+        self, server_kind: str, tmp_path: Path
+    ) -> None:
+        """A queue armed on A (its lease due in 3 s), its slot moved to B and its lease with
+        it, due there at once; then back to A, due at once again: each owner's scheduled tick
+        sweeps it, A's wake from before the move sweeps nothing while B serves it, and B's wake
+        (none: B found nothing left) holds nothing back once it is A's again."""
+        with (
+            RedisServer(tmp_path / "a", kind=server_kind) as a,
+            RedisServer(tmp_path / "b", kind=server_kind) as b,
+        ):
+            fleet, metrics = self.fleet(a)
+            keys, slot = QueueKeys("q"), slot_of(QueueKeys("q").active)
+            primaries = {a.node: ("127.0.0.1", a.port), b.node: ("127.0.0.1", b.port)}
+
+            def owned_by(server: RedisServer) -> Layout:
+                owners = tuple(server.node if s == slot else a.node for s in range(16384))
+                return Layout(primaries, owners)
+
+            def moved_to(server: RedisServer, job: bytes) -> None:
+                """The slot and the queue's keys on `server` now, its lease due at once."""
+                for other in (a, b):
+                    with other.client() as r:
+                        r.flushall()
+                with server.client() as r:
+                    lease(r, keys, job, server_ms(r) - 1, attempts="1")
+                fleet.apply(owned_by(server))
+
+            metrics.numbers.add_queue("q")
+            with a.client() as r:
+                lease(r, keys, b"early", server_ms(r) + 3_000, attempts="1")
+            fleet.sweep([queue("q")])
+            armed = fleet.next_wake()
+            assert armed is not None
+            moved_to(b, b"there")
+            fleet.sweep([queue("q")])
+            fleet.wake(armed + 5, queue)
+            assert (self.sweeps(metrics, "q", a.node), self.sweeps(metrics, "q", b.node)) == (1, 1)
+            moved_to(a, b"back")
+            fleet.sweep([queue("q")])
+            assert (self.sweeps(metrics, "q", a.node), self.sweeps(metrics, "q", b.node)) == (2, 1)
+            with a.client() as r:
+                assert r.zcard(keys.active) == 0
+            fleet.stop(0.1)
