@@ -245,6 +245,7 @@ class TestWakes:
                 fleet.apply(owned_by(server))
 
             metrics.numbers.add_queue("q")
+            fleet.own([queue("q")])
             with a.client() as r:
                 lease(r, keys, b"early", server_ms(r) + 3_000, attempts="1")
             fleet.sweep([queue("q")])
@@ -252,7 +253,7 @@ class TestWakes:
             assert armed is not None
             moved_to(b, b"there")
             fleet.sweep([queue("q")])
-            fleet.wake(armed + 5, queue)
+            fleet.wake(armed + 5)
             assert (self.sweeps(metrics, "q", a.node), self.sweeps(metrics, "q", b.node)) == (1, 1)
             moved_to(a, b"back")
             fleet.sweep([queue("q")])
