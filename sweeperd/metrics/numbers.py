@@ -9,7 +9,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 
-from sweeperd.constants import QueueMetrics
+from sweeperd.constants import SPARSE_ABOVE, QueueMetrics
 from sweeperd.reasons import Reason
 from sweeperd.verb.replies import CallResult, SweepReply
 
@@ -199,6 +199,7 @@ class SweepNumbers:
         self.level = level
         self.full = level is QueueMetrics.FULL  # a queue's totals on each node are kept too
         self.sparse = level is QueueMetrics.SPARSE  # only the queues with something to say
+        self.sparse_above = SPARSE_ABOVE if level is QueueMetrics.AUTO else None
         self.clock: Callable[[], float] = time.time  # a scrape's now, for sparse
         self.lock = threading.Lock()  # held by writers; a scrape holds it only to list them
         self.queues: dict[str, QueueSeries] = {}
@@ -233,6 +234,8 @@ class SweepNumbers:
     def shown(self) -> tuple[list[QueueSeries], list[Totals], set[str]]:
         """What a scrape exports now: the queues (at sparse those with something to say, the
         others made quiet), the nodes, and the queues whose counters still show 0."""
+        if self.sparse_above is not None:
+            self._choose(len(self.queues) > self.sparse_above)
         if not self.sparse:
             queues, nodes = self.listed()
             return queues, nodes, set()
@@ -251,6 +254,21 @@ class SweepNumbers:
                     zeroed.add(q.name)
                 shown.append(q)
             return shown, list(self.nodes.values()), zeroed
+
+    def _choose(self, sparse: bool) -> None:
+        """auto: sparse from now, or basic, keeping every rate right across the change: to
+        sparse, the queues shown keep their counts (no 0 first: they were there), the others
+        go quiet in this scrape; to basic, a queue hidden until now starts from 0."""
+        if sparse is self.sparse:
+            return
+        long_shown = self.clock() - ZERO_FIRST_S
+        with self.lock:
+            for q in self.queues.values():
+                if sparse:
+                    q.shown_at = long_shown
+                elif q.shown_at is None:
+                    q.quiet()
+            self.sparse = sparse
 
     # The ledger's: what each call did.
     def record(self, node: str, queue: str, result: CallResult, at: float) -> None:
