@@ -82,7 +82,7 @@ NO_NODES: dict[str, Totals] = {}  # likewise: a queue's totals by node (full)
 class QueueSeries:
     """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
     queues each byte here is 100 kB: the dicts a queue seldom fills are shared empty ones
-    until it does."""
+    until it does, and its labels are written when a scrape shows it."""
 
     __slots__ = (
         "dead",
@@ -91,7 +91,6 @@ class QueueSeries:
         "failed",
         "failures",
         "jobs",
-        "label",
         "last_success",
         "name",
         "oldest_expired_age",
@@ -100,13 +99,10 @@ class QueueSeries:
         "recovered",
         "said_at",
         "shown_at",
-        "values",
     )
 
     def __init__(self, queue: str, *, owned: bool = True) -> None:
         self.name = queue
-        self.label = f'queue="{escaped(queue)}"'  # the sample's labels, escaped once
-        self.values = (queue,)  # and as the library's families take them
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
@@ -124,6 +120,16 @@ class QueueSeries:
         self.on = NO_NODES
         self.said_at: float | None = None  # sparse: when a call last had something to say
         self.shown_at: float | None = None  # sparse: the scrape its series appeared in
+
+    @property
+    def label(self) -> str:
+        """The sample's labels, as the text writes them."""
+        return f'queue="{escaped(self.name)}"'
+
+    @property
+    def values(self) -> tuple[str]:
+        """The labels' values, as the library's families take them."""
+        return (self.name,)
 
     def speaks(self, now: float) -> bool:
         """sparse: whether its series are exported at `now` (see SAID_FOR_S)."""
