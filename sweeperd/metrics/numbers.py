@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from sweeperd.constants import SPARSE_ABOVE, QueueMetrics
 from sweeperd.reasons import Reason
-from sweeperd.verb.replies import CallResult, SweepReply
+from sweeperd.verb.replies import NOTHING, CallResult, SweepReply
 
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds. Few
 # buckets: full has a histogram per queue on each node.
@@ -166,7 +166,9 @@ class QueueSeries:
         depths = result.depths
         delay_s = None if depths is None or depths.delay_ms is None else depths.delay_ms / 1000
         reply = result.reply
-        ghosts = reply.ghosts if isinstance(reply, SweepReply) and reply.taken else 0
+        took, ghosts = False, 0  # NOTHING, most calls: nothing taken
+        if isinstance(reply, SweepReply) and reply is not NOTHING:
+            took, ghosts = reply.taken > 0, reply.ghosts
         for t in totals:
             t.sweeps += 1
             t.ghosts += ghosts
@@ -179,13 +181,13 @@ class QueueSeries:
                 self.jobs = jobs
                 self.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
-            if reply.taken:
+            if took:
                 recovered, dead, exempt = reply.sizes
                 self.recovered += recovered
                 self.dead += dead
                 self.exempt += exempt
             self.last_success = at
-            if reply.taken or (depths is not None and depths.expired):
+            if took or (depths is not None and depths.expired):
                 self.said_at = at
         else:
             self.failed_with(reply.reason)
