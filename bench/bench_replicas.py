@@ -14,6 +14,7 @@ import signal
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,6 +34,10 @@ STOP_TIMEOUT_S = 120.0
 LOGS = Path(os.environ["BENCH_LOGS"]) if "BENCH_LOGS" in os.environ else None  # kept there
 COUNTED_TIMEOUT_S = 180.0  # sparse (auto above 10,000 queues) shows new counters at 0 a minute
 RECOVERED = re.compile(r'^sweeperd_recovered_total\{queue="([^"]+)"\} (\S+)$', re.M)
+
+
+def healthy(daemon: DaemonProcess) -> bool:
+    return daemon.get("/healthz")[0] == 200
 
 
 def gauge(daemon: DaemonProcess, name: str) -> float:
@@ -63,7 +68,7 @@ def left_active(server: RedisServer, leased: list[str]) -> int:
     pipe = client.pipeline(transaction=False)
     for queue in leased:
         pipe.zcard(QueueKeys(queue).active)
-    left = sum(pipe.execute())
+    left = sum(int(n) for n in pipe.execute())
     client.close()
     return left
 
@@ -102,7 +107,7 @@ def run(workdir: Path, server: RedisServer, queues: int, interval: int, heartbea
         for daemon in daemons:
             daemon.spawn()
         for daemon in daemons:
-            wait_until(lambda d=daemon: d.get("/healthz")[0] == 200, READY_TIMEOUT_S, "healthz")
+            wait_until(partial(healthy, daemon), READY_TIMEOUT_S, "/healthz")
         wait_until(lambda: settled(daemons, queues), READY_TIMEOUT_S, "three sharing every queue")
         settle_s = time.monotonic() - started
         time.sleep(min(interval, 10) + 2)  # each one's start-up round is done
