@@ -276,17 +276,20 @@ class TestKillCountsOnce:
                     daemon.start()
                 settle(daemons, 3)
                 pipe = client.pipeline(transaction=False)
-                due = now_ms() + 3_000  # after the kill, whatever the load
-                for queue in QUEUES:
-                    lease(pipe, QueueKeys(queue), b"j", deadline_ms=due, attempts="1")
+                for queue in QUEUES:  # due in an hour: never the killed one's to take
+                    later = now_ms() + 3_600_000
+                    lease(pipe, QueueKeys(queue), b"j", deadline_ms=later, attempts="1")
                 pipe.execute()
                 assert daemons[2].stop(signal.SIGKILL) == -signal.SIGKILL
+                for queue in QUEUES:  # due now, the killed one gone
+                    pipe.zadd(QueueKeys(queue).active, {b"j": now_ms()}, xx=True)
+                pipe.execute()
                 survivors = daemons[:2]
                 wait_until(
                     lambda: (
                         sum(d.total("sweeperd_recovered_total") for d in survivors) >= len(QUEUES)
                     ),
-                    timeout_s=30,
+                    timeout_s=60,
                     what="every lease recovered by the two",
                 )
                 by_queue = [per_queue(d, "sweeperd_recovered_total") for d in survivors]
