@@ -30,6 +30,7 @@ TAKEOVER_BOUND_S = 2 * HEARTBEAT_S  # docs/topologies.md's bound: two heartbeat 
 WINDOW_S = 3.0  # the settled window in which the calls of the three are counted
 IDS = ("r1", "r2", "r3")
 OWNED_ONLY = "sweeperd_expired_leases"  # a gauge of the queue's state: only its owner exports it
+ROOT = "killcount"  # TestKillCountsOnce's key root
 SAMPLE = re.compile(r'^(sweeperd_\w+)\{queue="([^"]+)"\} (\S+)$', re.M)
 
 
@@ -256,6 +257,8 @@ class TestReplicas:
 
 
 class TestKillCountsOnce:
+    """Its own key root and members: the scenario's survivor still runs until the module ends."""
+
     def test_leases_due_after_a_kill_are_counted_once_by_the_others(
         self, redis_server: RedisServer, tmp_path: Path
     ) -> None:
@@ -264,10 +267,9 @@ class TestKillCountsOnce:
         `sweeperd_recovered_total` sum to the leases, each queue's to 1: counted once, never
         by the old owner and the new one both, never missed."""
         with redis_server.client() as client:
-            client.flushall()
             args = (
                 *("--redis-url", redis_server.url, "--interval", "5", "--heartbeat", "1"),
-                *("--max-stalled", "5"),
+                *("--max-stalled", "5", "--prefix-root", ROOT),
             )
             env = {"SWEEPERD_QUEUES": ",".join(QUEUES)}
             daemons = [DaemonProcess(tmp_path, *args, "--instance-id", i, env=env) for i in IDS]
@@ -278,11 +280,11 @@ class TestKillCountsOnce:
                 pipe = client.pipeline(transaction=False)
                 for queue in QUEUES:  # due in an hour: never the killed one's to take
                     later = now_ms() + 3_600_000
-                    lease(pipe, QueueKeys(queue), b"j", deadline_ms=later, attempts="1")
+                    lease(pipe, QueueKeys(queue, ROOT), b"j", deadline_ms=later, attempts="1")
                 pipe.execute()
                 assert daemons[2].stop(signal.SIGKILL) == -signal.SIGKILL
                 for queue in QUEUES:  # due now, the killed one gone
-                    pipe.zadd(QueueKeys(queue).active, {b"j": now_ms()}, xx=True)
+                    pipe.zadd(QueueKeys(queue, ROOT).active, {b"j": now_ms()}, xx=True)
                 pipe.execute()
                 survivors = daemons[:2]
                 wait_until(
@@ -297,8 +299,10 @@ class TestKillCountsOnce:
                     QUEUES, 1.0
                 )
                 killed = owned_by("r3", QUEUES, set(IDS))
-                assert killed and all(client.zcard(QueueKeys(q).active) == 0 for q in QUEUES)
-                assert all(client.hget(QueueKeys(q).job(b"j"), "stalled") == b"1" for q in QUEUES)
+                assert killed and all(client.zcard(QueueKeys(q, ROOT).active) == 0 for q in QUEUES)
+                assert all(
+                    client.hget(QueueKeys(q, ROOT).job(b"j"), "stalled") == b"1" for q in QUEUES
+                )
             finally:
                 for daemon in daemons:
                     if not daemon.exited():
