@@ -134,7 +134,8 @@ class TestConstruction:
         assert set(REGISTRY._names_to_collectors) == before
 
     def test_basic_is_the_default(self) -> None:
-        """Without a level the per-queue series are the basic ones."""
+        """Without a level the per-queue series are the basic ones (the daemon passes its
+        --queue-metrics, auto by default)."""
         assert Metrics(version="1.0").numbers.level is QueueMetrics.BASIC
 
     def test_build_info(self, m: Metrics) -> None:
