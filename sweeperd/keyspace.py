@@ -32,7 +32,7 @@ def is_queue_name(name: object) -> bool:
     return isinstance(name, str) and bool(name) and NOT_IN_A_TAG.search(name) is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Key names of queue `queue` under `root`: the prefix is `<root>:{<queue>}:`."""
 

@@ -370,14 +370,15 @@ OPTIONS: dict[str, Option] = {
         ),
         Option(
             "queue_metrics",
-            "sparse|basic|full",
+            "auto|sparse|basic|full",
             (RUN,),
             "Series per queue: basic, what an operator needs (6, and one per failure reason "
             "seen); sparse, basic's of the queues with something to say (leases taken or left "
             "expired, a failure, no success for 150 s) for 30 minutes after, none of an idle "
-            "queue; full adds set sizes, and sweeps, ghosts, durations and recovery delays per "
-            "node the queue is swept on (32 on one node, 22 more per other node).",
-            QueueMetrics.BASIC.value,
+            "queue; auto, basic up to 10,000 queues known, sparse above; full adds set sizes, "
+            "and sweeps, ghosts, durations and recovery delays per node the queue is swept on "
+            "(32 on one node, 22 more per other node).",
+            QueueMetrics.AUTO.value,
             parse=coercers.choice_of(QueueMetrics),
         ),
         Option(

@@ -9,9 +9,9 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 
-from sweeperd.constants import QueueMetrics
+from sweeperd.constants import SPARSE_ABOVE, QueueMetrics
 from sweeperd.reasons import Reason
-from sweeperd.verb.replies import CallResult, SweepReply
+from sweeperd.verb.replies import NOTHING, CallResult, SweepReply
 
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds. Few
 # buckets: full has a histogram per queue on each node.
@@ -85,7 +85,7 @@ NO_NODES: dict[str, Totals] = {}
 class QueueSeries:
     """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
     queues each byte here is 100 kB: the dicts a queue seldom fills are shared empty ones
-    until it does."""
+    until it does, and its labels are written when a scrape shows it."""
 
     __slots__ = (
         "dead",
@@ -94,7 +94,6 @@ class QueueSeries:
         "failed",
         "failures",
         "jobs",
-        "label",
         "last_success",
         "name",
         "oldest_expired_age",
@@ -103,14 +102,10 @@ class QueueSeries:
         "recovered",
         "said_at",
         "shown_at",
-        "values",
     )
 
     def __init__(self, queue: str, *, owned: bool = True) -> None:
         self.name = queue
-        # The sample's labels, escaped once, and as the library's families take them.
-        self.label = f'queue="{escaped(queue)}"'
-        self.values = (queue,)
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
@@ -133,6 +128,16 @@ class QueueSeries:
         # appeared in.
         self.said_at: float | None = None
         self.shown_at: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The sample's labels, as the text writes them."""
+        return f'queue="{escaped(self.name)}"'
+
+    @property
+    def values(self) -> tuple[str]:
+        """The labels' values, as the library's families take them."""
+        return (self.name,)
 
     def speaks(self, now: float) -> bool:
         """Tell whether, with sparse, its series are exported at `now` (see SAID_FOR_S)."""
@@ -169,7 +174,9 @@ class QueueSeries:
         depths = result.depths
         delay_s = None if depths is None or depths.delay_ms is None else depths.delay_ms / 1000
         reply = result.reply
-        ghosts = reply.ghosts if isinstance(reply, SweepReply) and reply.taken else 0
+        took, ghosts = False, 0  # NOTHING, most calls: nothing taken
+        if isinstance(reply, SweepReply) and reply is not NOTHING:
+            took, ghosts = reply.taken > 0, reply.ghosts
         for t in totals:
             t.sweeps += 1
             t.ghosts += ghosts
@@ -185,13 +192,13 @@ class QueueSeries:
                 self.jobs = jobs
                 self.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
-            if reply.taken:
+            if took:
                 recovered, dead, exempt = reply.sizes
                 self.recovered += recovered
                 self.dead += dead
                 self.exempt += exempt
             self.last_success = at
-            if reply.taken or (depths is not None and depths.expired):
+            if took or (depths is not None and depths.expired):
                 self.said_at = at
         else:
             self.failed_with(reply.reason)
@@ -211,8 +218,9 @@ class SweepNumbers:
         self.level = level
         # A queue's totals on each node are kept too.
         self.full = level is QueueMetrics.FULL
-        # Only the queues with something to say.
+        # Only the queues with something to say (auto: above SPARSE_ABOVE queues).
         self.sparse = level is QueueMetrics.SPARSE
+        self.sparse_above = SPARSE_ABOVE if level is QueueMetrics.AUTO else None
         # A scrape's now, for sparse.
         self.clock: Callable[[], float] = time.time
         # Held by writers; a scrape holds it only to list them.
@@ -250,6 +258,8 @@ class SweepNumbers:
     def shown(self) -> tuple[list[QueueSeries], list[Totals], set[str]]:
         """Return what a scrape exports now: the queues (at sparse those with something to say, the
         others made quiet), the nodes, and the queues whose counters still show 0."""
+        if self.sparse_above is not None:
+            self._choose(len(self.queues) > self.sparse_above)
         if not self.sparse:
             queues, nodes = self.listed()
             return queues, nodes, set()
@@ -268,6 +278,21 @@ class SweepNumbers:
                     zeroed.add(q.name)
                 shown.append(q)
             return shown, list(self.nodes.values()), zeroed
+
+    def _choose(self, sparse: bool) -> None:
+        """Switch auto to sparse, or to basic, keeping every rate right across the change: to
+        sparse, the queues shown keep their counts (no 0 first: they were there), the others
+        go quiet in this scrape; to basic, a queue hidden until now starts from 0."""
+        if sparse is self.sparse:
+            return
+        long_shown = self.clock() - ZERO_FIRST_S
+        with self.lock:
+            for q in self.queues.values():
+                if sparse:
+                    q.shown_at = long_shown
+                elif q.shown_at is None:
+                    q.quiet()
+            self.sparse = sparse
 
     # The ledger's: what each call did.
     def record(self, node: str, queue: str, result: CallResult, at: float) -> None:

@@ -233,7 +233,7 @@ class TestEvidenceAtStart:
         "recovery_delay_seconds_count",
     )
 
-    @pytest.mark.parametrize("level", ["basic", "full"])
+    @pytest.mark.parametrize("level", ["auto", "basic", "full"])  # auto: basic here
     @pytest.mark.parametrize("shard", ["on", "off"])
     def test_a_server_down_at_start(self, clock: Clock, shard: str, level: str) -> None:
         """The server down from the start, sharing on (no heartbeat answered: it owns nothing
