@@ -20,6 +20,7 @@ from sweeperd import __version__
 from sweeperd.config.settings import ConfigError, DaemonSettings, Settings
 from sweeperd.constants import DeadlineSource, SweepAt
 from sweeperd.daemon.audit import BackgroundAudit
+from sweeperd.daemon.choosing import Chooser
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.eviction import EvictionWatch
 from sweeperd.daemon.health import HEARTBEAT_S, Health
@@ -99,6 +100,7 @@ class Daemon:
             on_overrun=self.overrun,
         )
         self._wakes = Wakes(self.wake, self.fleet.next_wake, clock=self.clock)
+        self._chooser = Chooser(self.choose)
         self.sharing = Sharing.of(s, self.fleet.home, relocate=self.fleet.follow)
         self.queues = QueueSet(
             s,
@@ -180,16 +182,20 @@ class Daemon:
             self._wakes.soon(outcome.wake)
 
     def share(self) -> None:
-        """Send the membership's heartbeat; when the members changed, choose the queues anew."""
-        if not self.sharing.refresh(self.clock()):
-            return
+        """Send the membership's heartbeat; when the members changed, have the queues chosen
+        anew on the chooser's thread, never in the heartbeat's way."""
+        if self.sharing.refresh(self.clock()):
+            self._chooser.soon()
+
+    def choose(self) -> None:
+        """Choose the queues this replica owns, and sweep the ones it gained at once."""
         had = bool(self.queues.sweeping())
         gained, lost = self.queues.apply()
         self.sharing.moved(len(gained), len(lost), len(self.queues.sweeping()))
         # Not once stopping: the scheduler's shutdown holds its job store's lock while it waits
         # for this thread, and the takeover's jobs would wait for that lock (see answer()).
-        if had and (gained or lost) and not self._stop_requested.is_set():
-            self.schedule.sweep_once(self.queues.owned())
+        if had and gained and not self._stop_requested.is_set():
+            self.schedule.sweep_once(gained)
 
     def discover(self) -> None:
         """SCAN every primary and keep the queues found (see QueueSet.add_found)."""
@@ -284,6 +290,7 @@ class Daemon:
             waiting=health.waiting,
         )
         self.add_jobs()
+        self._chooser.start()
         self.scheduler.start()
         if s.daemon.sweep_at is SweepAt.DEADLINE:
             self._wakes.start()
@@ -379,6 +386,7 @@ class Daemon:
         # others take this replica's queues while its last calls finish.
         self._stop_requested.set()
         self._wakes.stop()
+        self._chooser.stop()
         self.notifier.stopping()
         self.sharing.leave()
         self.fleet.stop(STOP_TIMEOUT_S / 2)
@@ -395,6 +403,7 @@ class Daemon:
     def _finish(self) -> None:
         """Wait for the sweeps in flight: a wake's, then the scheduler's jobs'."""
         self._wakes.join(STOP_TIMEOUT_S)
+        self._chooser.join(STOP_TIMEOUT_S)
         self.scheduler.shutdown(wait=True)
 
 

@@ -81,13 +81,13 @@ class QueueSet:
         it, and a scrape reads it)."""
         return frozenset(self._swept)
 
-    def apply(self) -> tuple[set[str], set[str]]:
+    def apply(self) -> tuple[list[QueueSettings], set[str]]:
         """Schedule the queues owned now. Every configured queue has its counters, at 0 from
         the start, owned or not (a replica that does not know yet what it owns, its server
         down, exports them too: summed across replicas they stay whole). A queue owned no
         more keeps its counters and its last success, and loses the gauges only its owner can
-        keep true; a queue no longer known loses every series. Returns the names gained and
-        lost."""
+        keep true; a queue no longer known loses every series. Return the queues gained and
+        the names lost."""
         with self._lock:
             known = self.known()
             wanted = self._sharing.owned(known)
@@ -105,7 +105,7 @@ class QueueSet:
             self._swept = names
             self._own(wanted)
             self._schedule.sync(wanted)
-        return gained, lost
+        return [q for q in wanted if q.name in gained], lost
 
     def add_found(self, found: set[str]) -> None:
         """Keep the queues a scan of every primary found now. A queue is swept (and keeps its
