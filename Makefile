@@ -52,13 +52,14 @@ format:
 	$(VENV)/bin/ruff format sweeperd tests bench
 	$(VENV)/bin/ruff check --fix sweeperd tests bench
 
-bench: system module venv  ## the verb, the executors, the fan-out, a mass stall, the epoch reads, the recovery latency, 100,000 queues, the audit and the live fleet, measured
+bench: system module venv  ## the verb, the executors, the fan-out, a mass stall, the epoch reads, the recovery latency, 100,000 queues (and three replicas sharing them), the audit and the live fleet, measured
 	$(PY) bench/bench_verb.py
 	$(PY) bench/bench_executors.py
 	$(PY) bench/bench_fanout.py
 	$(PY) bench/bench_mass.py
 	$(PY) bench/bench_epochs.py --runs 2
 	$(PY) bench/bench_scale.py
+	$(PY) bench/bench_replicas.py
 	$(PY) bench/bench_latency.py
 	$(PY) bench/bench_audit.py
 	$(PY) bench/bench_live.py

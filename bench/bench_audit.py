@@ -27,11 +27,11 @@ from pathlib import Path
 import redis
 
 try:
-    from bench.bench_mass import pinger, slow_calls
+    from bench.bench_mass import OVER_US, involuntary_switches, pinger, server_pid
     from tests.support.servers import SERVER_KINDS, RedisServer
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench.bench_mass import pinger, slow_calls
+    from bench.bench_mass import OVER_US, involuntary_switches, pinger, server_pid
     from tests.support.servers import SERVER_KINDS, RedisServer
 
 from sweeperd.audit.classes import AuditClass
@@ -64,7 +64,8 @@ class Result:
     seconds: float
     cpu_s: float
     longest_ms: float
-    over_5ms: int
+    slow: list[str]  # the calls over 5 ms: the command, its first key and its duration
+    preempted: int  # how often the server process lost its core during the audit
     baseline: tuple[float, float, float]
     during: tuple[float, float, float]
     found: int
@@ -76,7 +77,9 @@ class Result:
         return [
             f"  {self.shape}: {self.rows:,} rows in {self.seconds:.1f} s = "
             f"{self.rows / self.seconds:,.0f} rows/s; stranded found {self.found}/{STRANDED}",
-            f"    longest call {self.longest_ms:.2f} ms, calls over 5 ms: {self.over_5ms}; mean "
+            f"    longest call {self.longest_ms:.2f} ms, calls over 5 ms: {len(self.slow)}"
+            + (f" ({', '.join(self.slow[:5])})" if self.slow else "")
+            + f"; server preempted {self.preempted:,} times; mean "
             + ", ".join(f"{c} {us:,.0f} us" for c, us in self.per_call_us.items()),
             f"    PING ms before p50 {b[0]:.3f} p99 {b[1]:.3f} max {b[2]:.3f}; during p50 "
             f"{d[0]:.3f} p99 {d[1]:.3f} max {d[2]:.3f} (p99 x{d[1] / max(b[1], 1e-9):.2f})",
@@ -106,10 +109,12 @@ def audited(server: RedisServer, shape: str, queues: list[str] | None, pace: Pac
         baseline = before()
     with pinger(server.port) as during:
         started, cpu = time.perf_counter(), time.process_time()
+        switches = involuntary_switches(server_pid(server))
         audits = NodeAudit(client, "emq", pace, Clocks()).audit(queues)
         seconds, cpu_s = time.perf_counter() - started, time.process_time() - cpu
         pings = during()
-    longest, over = slow_calls(client)
+        preempted = involuntary_switches(server_pid(server)) - switches
+    longest, slow = slow_calls(client)
     with server.client() as plain:  # INFO parsed (sweeperd's client leaves it raw)
         stats = plain.info("commandstats")
     per_call = {
@@ -119,7 +124,21 @@ def audited(server: RedisServer, shape: str, queues: list[str] | None, pace: Pac
     }
     found = sum(len(a.found.get(AuditClass.STRANDED, [])) for a in audits)
     rows = sum(a.rows for a in audits)
-    return Result(shape, rows, seconds, cpu_s, longest, over, baseline, pings, found, per_call)
+    return Result(
+        shape, rows, seconds, cpu_s, longest, slow, preempted, baseline, pings, found, per_call
+    )
+
+
+def slow_calls(client: redis.Redis) -> tuple[float, list[str]]:
+    """The longest command in SLOWLOG (ms), and each one over OVER_US named, longest first."""
+    entries = sorted(client.slowlog_get(1_000_000), key=lambda e: -int(e["duration"]))
+    slow = [
+        f"{b' '.join(e['command'].split()[:2]).decode(errors='replace')} {e['duration'] / 1e3:.1f}"
+        " ms"
+        for e in entries
+        if int(e["duration"]) > OVER_US
+    ]
+    return (int(entries[0]["duration"]) / 1000 if entries else 0.0), slow
 
 
 def run(kind: str, rows: int, queues: int, pace: Pace, workdir: Path) -> list[Result]:

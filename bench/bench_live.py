@@ -17,18 +17,14 @@ plus the earliest deadlines it read after a change) per second and per claim. Th
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
-import random
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
-import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,78 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_fanout import cpu_seconds
 from bench.bench_latency import percentile
 from bench.sampler import Sampler
-from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.servers import MODULE_PATH, RedisServer
+from tests.support.worker_fleet import Load, fleet
 
-CLAIM = """
-local t = redis.call('TIME')
-local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-redis.call('HSET', KEYS[2], 'attempts', '1', 'lease_epoch', ARGV[3], 'deadline', deadline)
-redis.call('ZADD', KEYS[1], deadline, ARGV[1])
-return deadline
-"""
-COMPLETE = """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then redis.call('DEL', KEYS[2]) end
-return 0
-"""
-TICK_S = 0.01  # the fleet claims and completes in one pipelined round this often
-HOLD_S = 0.2  # a live worker completes its job within this
 MAX_STALLED = 5  # nothing dies: every dead worker's lease comes back to pending once
 PROBED = ("sweeperd_sweeps_total", "sweeperd_deadline_reads_total")
 SETTLE_S = 3.0
-
-
-@dataclass(frozen=True)
-class Load:
-    queues: int
-    claims_per_s: float
-    lease_s: tuple[float, float]
-    dying: float
-    seconds: float  # how long the fleet claims
 
 
 LOADS = {
     "short": Load(50, 400, (0.3, 8.0), 0.05, 30.0),
     "long": Load(1_000, 3_000, (30.0, 30.0), 0.01, 40.0),
 }
-
-
-# The worker fleet (a process of its own: `bench_live.py --worker ...`).
-def fleet(port: int, load: Load, seed: int) -> dict[str, float]:
-    """Claim at the load's rate for its seconds; complete all but the dying; say the counts."""
-    client = redis.Redis(port=port)
-    run_id = client.info("server")["run_id"]
-    claim, complete = client.register_script(CLAIM), client.register_script(COMPLETE)
-    rng = random.Random(seed)
-    queues = [QueueKeys(f"l{n:04}") for n in range(load.queues)]
-    holding: list[tuple[float, int, QueueKeys, str]] = []
-    claims = dying = 0
-    owed = 0.0
-    start = time.monotonic()
-    next_tick = start
-    while (now := time.monotonic()) - start < load.seconds:
-        pipe = client.pipeline(transaction=False)
-        owed += load.claims_per_s * TICK_S
-        for _ in range(int(owed)):
-            keys, job = rng.choice(queues), f"j{claims}"
-            lease_ms = int(rng.uniform(*load.lease_s) * 1000)
-            claim(keys=[keys.active, keys.job(job)], args=[job, lease_ms, run_id], client=pipe)
-            claims += 1
-            if rng.random() < load.dying:
-                dying += 1
-            else:
-                heapq.heappush(holding, (now + rng.uniform(0, HOLD_S), claims, keys, job))
-        owed -= int(owed)
-        while holding and holding[0][0] <= now:
-            _, _, keys, job = heapq.heappop(holding)
-            complete(keys=[keys.active, keys.job(job)], args=[job], client=pipe)
-        pipe.execute()
-        next_tick += TICK_S
-        time.sleep(max(0.0, next_tick - time.monotonic()))
-    for _, _, keys, job in holding:
-        complete(keys=[keys.active, keys.job(job)], args=[job])
-    return {"claims": claims, "dying": dying, "seconds": round(time.monotonic() - start, 3)}
 
 
 def calls(daemon: DaemonProcess) -> tuple[float, float]:

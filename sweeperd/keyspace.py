@@ -19,19 +19,20 @@ from sweeperd.constants import (
 
 
 def job_id_text(job_id: bytes | str) -> str:
-    """A job id as text: ids are bytes on the wire, shown with undecodable bytes escaped."""
+    """Return a job id as text: ids are bytes on the wire, shown with undecodable bytes escaped."""
     return job_id.decode("utf-8", "backslashreplace") if isinstance(job_id, bytes) else job_id
 
 
-NOT_IN_A_TAG = re.compile(r"[{}\s]")  # \s: what str.isspace() calls whitespace
+# \s: what str.isspace() calls whitespace.
+NOT_IN_A_TAG = re.compile(r"[{}\s]")
 
 
 def is_queue_name(name: object) -> bool:
-    """A queue name fits in a hash tag: not empty, no braces, no whitespace."""
+    """Tell whether a queue name fits in a hash tag: not empty, no braces, no whitespace."""
     return isinstance(name, str) and bool(name) and NOT_IN_A_TAG.search(name) is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Key names of queue `queue` under `root`: the prefix is `<root>:{<queue>}:`."""
 
@@ -59,7 +60,7 @@ class QueueKeys:
         return self.prefix + METRICS_FAILED
 
     def absent(self) -> str:
-        """What it means when none of the queue's keys but its rows exists: said, never an
+        """Return what it means when none of the queue's keys but its rows exists: said, never an
         error (a queue emptied to its last key is legitimate)."""
         return (
             f"none of the keys of queue {self.queue} exists ({self.active}, :pending, :dead, "
@@ -68,17 +69,17 @@ class QueueKeys:
 
     @property
     def guard(self) -> str:
-        """A key of the queue's slot that nothing writes: see constants.SWEEP_GUARD."""
+        """Return a key of the queue's slot that nothing writes: see constants.SWEEP_GUARD."""
         return self.prefix + SWEEP_GUARD
 
     def job(self, job_id: str | bytes) -> bytes:
-        """The row key of a job; ids are bytes on the wire, kept byte for byte."""
+        """Return the row key of a job; ids are bytes on the wire, kept byte for byte."""
         raw = job_id if isinstance(job_id, bytes) else job_id.encode()
         return (self.prefix + JOB).encode() + raw
 
 
 def queue_of_key(key: bytes, root: str, sets: Collection[str] = (ACTIVE,)) -> str | None:
-    """The queue name in `<root>:{<queue>}:<set>` for one of `sets`, or None when the key is
+    """Return the queue name in `<root>:{<queue>}:<set>` for one of `sets`, or None when the key is
     not one (sweeperd's own keys, under `<root>:sweeperd:`, never are)."""
     head = f"{root}:{{".encode()
     name, brace, kind = key.removeprefix(head).rpartition(b"}:")

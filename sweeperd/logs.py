@@ -15,8 +15,9 @@ from sweeperd.constants import LogFormat
 from sweeperd.keyspace import job_id_text
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
-ID_CAP = 20  # job ids listed in one log event at the most
-NAMES_CAP = 10  # queue names listed in one log event at the most (the count says how many)
+# Job ids and queue names listed in one log event at the most (the count says how many).
+ID_CAP = 20
+NAMES_CAP = 10
 # The libraries' loggers log WARNING and up whatever the level: at debug APScheduler says two
 # lines per job run, redis-py one per connection, and sweeperd's own debug lines would drown.
 QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")
@@ -25,7 +26,8 @@ QUIET_LOGGERS = ("apscheduler", "redis", "tzlocal")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
 _USERINFO = re.compile(r"(://)[^\s/@'\"<>]*@")
 _SECRET_MARKS = ("@", "password=")
-SECRET_QUERY_KEYS = ("password",)  # a URL's query keys whose value is a secret
+# A URL's query keys whose value is a secret.
+SECRET_QUERY_KEYS = ("password",)
 
 
 class _OurHandler(logging.StreamHandler[TextIO]):
@@ -33,7 +35,8 @@ class _OurHandler(logging.StreamHandler[TextIO]):
 
 
 def redact(url: str) -> str:
-    """The URL with any user and password removed, the query's too, fit for logs and labels."""
+    """Return the URL with any user and password removed, the query's too, fit for logs and
+    labels."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
@@ -53,12 +56,13 @@ def _redact_url(match: re.Match[str]) -> str:
     url = match.group(0)
     try:
         return redact(url)
-    except ValueError:  # a URL urllib cannot parse (a bad port): drop the userinfo by hand
+    except ValueError:
+        # A URL urllib cannot parse (a bad port): drop the userinfo by hand.
         return _USERINFO.sub(r"\1", url)
 
 
 def redact_text(text: str) -> str:
-    """The text with the user and password removed from every URL in it, the query's too."""
+    """Return the text with the user and password removed from every URL in it, the query's too."""
     if not any(mark in text for mark in _SECRET_MARKS):
         return text
     return _URL.sub(_redact_url, text)
@@ -77,7 +81,7 @@ def _redact_value(value: Any) -> Any:
 def redact_credentials(
     _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """A processor: credentials removed from any URL found in the event's string values."""
+    """Return a processor: credentials removed from any URL found in the event's string values."""
     for key, value in event_dict.items():
         event_dict[key] = _redact_value(value)
     return event_dict
@@ -153,5 +157,6 @@ def configure_logging(fmt: str, level: str, stream: TextIO | None = None) -> Non
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=False,  # a second call (SIGHUP) must reach existing loggers
+        # A second call (SIGHUP) must reach existing loggers.
+        cache_logger_on_first_use=False,
     )

@@ -71,7 +71,7 @@ class Plan:
 
     @property
     def recovered(self) -> list[bytes]:
-        """The reply's first array: exempt and counted recoveries, in selection order."""
+        """Return the reply's first array: exempt and counted recoveries, in selection order."""
         return self.ids(Verdict.EXEMPT, Verdict.RECOVERED)
 
     @property
@@ -92,7 +92,8 @@ class Snapshot:
     """What the verb reads: key types, the selected leases and the failed-count field."""
 
     leases: tuple[Lease, ...] = ()
-    key_types: Mapping[str, str] = field(default_factory=dict)  # active/pending/dead/metrics
+    # active/pending/dead/metrics.
+    key_types: Mapping[str, str] = field(default_factory=dict)
     metrics_count: bytes | None = None
 
     def type_of(self, name: str) -> str:
@@ -113,14 +114,14 @@ def string2ll(raw: bytes) -> int | None:
 
 
 def reply_safe(text: bytes) -> str:
-    """An error text as a client reads it: cut at a NUL (the server builds it as a C string),
+    """Return an error text as a client reads it: cut at a NUL (the server builds it as a C string),
     CR and LF turned into spaces."""
     text = text.split(b"\0", 1)[0]
     return text.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
 
 
 def next_stalled(raw: bytes | None) -> int | Refusal:
-    """The stall count after one more stall, by HINCRBY's rule (missing is 0)."""
+    """Return the stall count after one more stall, by HINCRBY's rule (missing is 0)."""
     if raw is None:
         return 1
     value = string2ll(raw)
@@ -132,7 +133,7 @@ def next_stalled(raw: bytes | None) -> int | Refusal:
 
 
 def judge_lease(lease: Lease, epoch: bytes, max_stalled: int) -> Judgement | Refusal:
-    """One member's verdict, or the refusal of the whole call."""
+    """Return one member's verdict, or the refusal of the whole call."""
     row = lease.row
     if row is None:
         return Judgement(lease.job_id, Verdict.GHOST)
@@ -151,7 +152,7 @@ def judge_lease(lease: Lease, epoch: bytes, max_stalled: int) -> Judgement | Ref
 
 
 def check_targets(plan: Plan, snapshot: Snapshot) -> Refusal | None:
-    """The keys the write pass will touch must take the writes: checked before any write."""
+    """Return the keys the write pass will touch must take the writes: checked before any write."""
     if plan.recovered and snapshot.type_of("pending") not in ZSET_OR_NONE:
         return Refusal(WRONGTYPE)
     if not plan.dead:
@@ -169,7 +170,7 @@ def check_targets(plan: Plan, snapshot: Snapshot) -> Refusal | None:
 
 
 def decide(snapshot: Snapshot, epoch: bytes, max_stalled: int) -> Plan | Refusal:
-    """Every member judged before anything is written: the whole plan, or one refusal."""
+    """Return every member judged before anything is written: the whole plan, or one refusal."""
     if snapshot.type_of("active") not in ZSET_OR_NONE:
         return Refusal(WRONGTYPE)
     judgements: list[Judgement] = []

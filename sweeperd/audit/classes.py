@@ -9,18 +9,19 @@ from enum import StrEnum
 
 from sweeperd.constants import ACTIVE, DEAD, PENDING
 
-STATES = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())  # a state names the set holding it
+# A state names the set holding it.
+STATES = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())
 
 
 class AuditClass(StrEnum):
     """What is wrong with one job id: a fixed vocabulary (metric labels, --json keys)."""
 
-    STRANDED = "stranded"  # state active, in no set: nobody will recover it
-    UNREACHABLE_DEADLINE = "unreachable_deadline"  # a lease due further out than the max lease
-    TWO_SETS = "two_sets"  # in more than one of active, pending and dead
-    STATE_MISMATCH = "state_mismatch"  # the row's state is not its set's, or is unknown
-    ROWLESS = "rowless"  # in pending or dead with no row
-    SETLESS = "setless"  # state pending or dead, in no set
+    STRANDED = "stranded"
+    UNREACHABLE_DEADLINE = "unreachable_deadline"
+    TWO_SETS = "two_sets"
+    STATE_MISMATCH = "state_mismatch"
+    ROWLESS = "rowless"
+    SETLESS = "setless"
 
 
 CLASSES = tuple(AuditClass)
@@ -79,7 +80,7 @@ class Observation:
         return self.row_type != "none"
 
     def held_by(self) -> tuple[bytes, ...]:
-        """The sets holding the id, as the states that name them."""
+        """Return the sets holding the id, as the states that name them."""
         scores = (self.active, self.pending, self.dead)
         return tuple(
             state for state, score in zip(STATES, scores, strict=True) if score is not None
@@ -87,13 +88,14 @@ class Observation:
 
 
 def is_unreachable(deadline: float, now_ms: int, max_lease_ms: int) -> bool:
-    """A lease deadline further out than the longest lease: +inf, or past now + max lease."""
+    """Tell whether a lease deadline is further out than the longest lease: +inf, or past now + max
+    lease."""
     return deadline == math.inf or deadline > now_ms + max_lease_ms
 
 
 def classify(seen: Observation, now_ms: int, max_lease_ms: int) -> AuditClass | None:
-    """The class of what is wrong with one id, on the server's clock `now_ms`; None when its row
-    and its sets agree (an id in active alone with no row is a ghost: the verb removes it)."""
+    """Return the class of what is wrong with one id, on the server's clock `now_ms`; None when its
+    row and its sets agree (an id in active alone with no row is a ghost: the verb removes it)."""
     held = seen.held_by()
     if len(held) > 1:
         return AuditClass.TWO_SETS

@@ -34,7 +34,8 @@ SETS = (ACTIVE.encode(), PENDING.encode(), DEAD.encode())
 ROW = JOB.encode()
 # A queue's failure that ends its audit, not the node's: the others go on.
 QUEUE_ERRORS = (redis.ResponseError,)
-SETS_GROUP = 20  # queues whose sets' first pages are read in one round trip: 60 small reads
+# The queues whose sets' first pages are read in one round trip: 60 small reads.
+SETS_GROUP = 20
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class QueueAudit:
 
     queue: str
     node: str
-    rows: int = 0  # row keys read (SCAN may return one twice)
+    # Row keys read (SCAN may return one twice).
+    rows: int = 0
     found: dict[AuditClass, list[bytes]] = field(default_factory=dict)
     error: SweepError | None = None
     candidates: dict[bytes, AuditClass] = field(default_factory=dict, repr=False)
@@ -70,7 +72,7 @@ class QueueAudit:
         return sum(len(ids) for ids in self.found.values())
 
     def fail(self, exc: redis.RedisError) -> None:
-        """The queue's audit ends on a refused read, said with its reason."""
+        """End the queue's audit on a refused read, said with its reason."""
         text = server_text(exc)
         self.error = SweepError(reason_of_text(text), " ".join(text.split()))
         self.candidates.clear()
@@ -110,17 +112,19 @@ class NodeAudit:
         self.pace = pace
         self.clocks = clocks
         self.node = node_of(client)
-        self.read = 0  # keys read on the node: the pace's count
+        # Keys read on the node: the pace's count.
+        self.read = 0
         self.started = clocks.clock()
         self.last_candidate = -float("inf")
         self.interrupted = False
         self.queues: dict[str, QueueAudit] = {}
-        self.waiting: list[tuple[QueueAudit, Sequence[bytes], Seen]] = []  # ids to observe
+        # Ids to observe, and each queue's rows found until a batch is full.
+        self.waiting: list[tuple[QueueAudit, Sequence[bytes], Seen]] = []
         self.waiting_ids = 0
-        self.held: dict[str, list[bytes]] = {}  # each queue's rows found, until a batch is full
+        self.held: dict[str, list[bytes]] = {}
 
     def audit(self, queues: Collection[str] | None) -> list[QueueAudit]:
-        """Every queue named (None: every queue found on the node), read, then its candidates
+        """Return every queue named (None: every queue found on the node), read, then its candidates
         read again after the grace."""
         wanted = None if queues is None else set(queues)
         for name in sorted(wanted or ()):
@@ -150,19 +154,18 @@ class NodeAudit:
         self.clocks.progress(self.read)
 
     def scan(self, match: str) -> Iterator[list[bytes]]:
-        """The node's keys matching `match`, a SCAN call at a time, paced."""
+        """Yield the node's keys matching `match`, a SCAN call at a time, paced."""
         cursor = 0
         while not self.stopped():
             cursor, keys = self.client.scan(cursor, match=match, count=self.pace.scan_count)
-            self.paced(
-                max(len(keys), self.pace.scan_count)
-            )  # the keys it looked at, matched or not
+            # Paced by the keys it looked at, matched or not.
+            self.paced(max(len(keys), self.pace.scan_count))
             yield cast(list[bytes], keys)
             if cursor == 0:
                 return
 
     def rows_pass(self, wanted: set[str] | None) -> None:
-        """Every row of the queues read: one SCAN of the node (of one queue's keys when one is
+        """Read every row of the queues: one SCAN of the node (of one queue's keys when one is
         named), each queue's ids observed a batch at a time (its last, smaller, batch sharing a
         round trip with others')."""
         if wanted is not None and len(wanted) == 1:
@@ -185,7 +188,8 @@ class NodeAudit:
                 audit.rows += len(ids)
                 held = self.held.setdefault(queue, [])
                 held += ids
-                if len(held) >= self.pace.batch:  # a queue's rows sent a full batch at a time
+                # A queue's rows are sent a full batch at a time.
+                if len(held) >= self.pace.batch:
                     self.look(audit, held, rows_only=True)
                     held.clear()
         for queue, held in self.held.items():
@@ -193,7 +197,7 @@ class NodeAudit:
         self.held.clear()
 
     def sets_pass(self) -> None:
-        """The ids of pending and dead, and the leases of active due too far out, observed: what
+        """Observe the ids of pending and dead, and the leases of active due too far out: what
         has no row is found here (the rows pass found the rest). The first page of each of a
         queue's three reads goes in one round trip with SETS_GROUP queues' others; a set longer
         than a page is read on, a page at a time."""
@@ -215,7 +219,7 @@ class NodeAudit:
                 self.read_sets(audit, replies[3 * n : 3 * n + 3], bound)
 
     def read_sets(self, audit: QueueAudit, first: Sequence[object], bound: int) -> None:
-        """One queue's sets from their first pages on, its ids without a row observed."""
+        """Read one queue's sets from their first pages on, observing its ids without a row."""
         keys = QueueKeys(audit.queue, self.root)
         try:
             for key, page in zip((keys.pending, keys.dead), first[:2], strict=True):
@@ -227,7 +231,8 @@ class NodeAudit:
             audit.fail(exc)
 
     def zscan(self, key: str, page: object) -> Iterator[list[bytes]]:
-        """The members of a sorted set from its first page (an error raised), a page at a time."""
+        """Yield the members of a sorted set from its first page (an error raised), a page at a
+        time."""
         while True:
             if isinstance(page, redis.RedisError):
                 raise page
@@ -239,7 +244,8 @@ class NodeAudit:
             page = self.client.zscan(key, cursor, count=self.pace.scan_count)
 
     def far_leases(self, keys: QueueKeys, bound: int, page: object) -> Iterator[list[bytes]]:
-        """The ids in active due later than `bound`, from the first page, a batch at a time."""
+        """Yield the ids in active due later than `bound`, from the first page, a batch at a
+        time."""
         start = 0
         while True:
             if isinstance(page, redis.RedisError):
@@ -263,7 +269,9 @@ class NodeAudit:
         if audit.error is not None:
             return
         for start in range(0, len(ids), self.pace.batch):
-            self.wait(audit, ids[start : start + self.pace.batch], partial(found, rows_only))
+            self.wait(
+                audit, ids[start : start + self.pace.batch], partial(keep_candidates, rows_only)
+            )
 
     def wait(self, audit: QueueAudit, ids: Sequence[bytes], then: Seen) -> None:
         """`ids` to observe, sent with those waiting when together they would be a batch."""
@@ -273,7 +281,7 @@ class NodeAudit:
         self.waiting_ids += len(ids)
 
     def flush(self) -> None:
-        """Every call waiting, in one round trip; a queue whose call was refused fails."""
+        """Send every call waiting, in one round trip; a queue whose call was refused fails."""
         calls = [(a, ids, then) for a, ids, then in self.waiting if a.error is None]
         self.waiting, self.waiting_ids = [], 0
         if not calls:
@@ -291,7 +299,7 @@ class NodeAudit:
                     self.last_candidate = self.clocks.clock()
 
     def confirm(self) -> None:
-        """Each candidate read again, atomically, once the grace has passed since the last was
+        """Read each candidate again, atomically, once the grace has passed since the last was
         found: only what is still so is reported."""
         self.flush()
         if not any(a.candidates for a in self.queues.values()):
@@ -313,11 +321,11 @@ class NodeAudit:
 Seen = Callable[[QueueAudit, Sequence[Observation], int, int], bool]
 
 
-def found(
+def keep_candidates(
     rows_only: bool, audit: QueueAudit, seen: Sequence[Observation], now_ms: int, max_lease_ms: int
 ) -> bool:
-    """What is wrong among `seen` kept as the queue's candidates (of ids with a row, or of ids
-    without one); whether any was."""
+    """Keep what is wrong among `seen` as the queue's candidates (of ids with a row, or of ids
+    without one), and tell whether anything was."""
     any_found = False
     for one in seen:
         if one.has_row == rows_only:
@@ -331,7 +339,7 @@ def found(
 def confirmed(
     audit: QueueAudit, seen: Sequence[Observation], now_ms: int, max_lease_ms: int
 ) -> bool:
-    """The candidates read again that are still of the class first found, kept as found."""
+    """Keep as found the candidates read again that are still of the class first found."""
     for one in seen:
         first = audit.candidates.get(one.job_id)
         if first is not None and classify(one, now_ms, max_lease_ms) is first:

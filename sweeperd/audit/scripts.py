@@ -13,6 +13,7 @@ from redis.exceptions import NoScriptError
 from sweeperd.audit.classes import Observation
 from sweeperd.constants import JOB
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.calls import command
 from sweeperd.verb.scripts import LuaScript
 
 # KEYS: active, pending, dead, the sweep guard (never written: a migrating slot refuses the call,
@@ -57,7 +58,7 @@ return put
 
 
 def keys_of(keys: QueueKeys) -> list[str]:
-    """The keys both scripts declare: the three sets and the sweep guard."""
+    """Return the keys both scripts declare: the three sets and the sweep guard."""
     return [keys.active, keys.pending, keys.dead, keys.guard]
 
 
@@ -66,7 +67,7 @@ def row_prefix(keys: QueueKeys) -> str:
 
 
 def run(client: redis.Redis, script: LuaScript, keys: QueueKeys, ids: Sequence[bytes]) -> object:
-    """One call of `script` on the queue's ids, the script loaded again when the server lacks
+    """Return one call of `script` on the queue's ids, the script loaded again when the server lacks
     it (NOSCRIPT: nothing ran)."""
     [reply] = run_many(client, script, [(keys, ids)])
     if isinstance(reply, redis.RedisError):
@@ -93,20 +94,20 @@ def run_many(
 def _send(
     client: redis.Redis, script: LuaScript, calls: Sequence[tuple[QueueKeys, Sequence[bytes]]]
 ) -> list[object]:
-    command = "EVALSHA_RO" if script is OBSERVE else "EVALSHA"
+    name = "EVALSHA_RO" if script is OBSERVE else "EVALSHA"
     pipe = client.pipeline(transaction=False)
     for keys, ids in calls:
-        pipe.execute_command(command, script.sha, 4, *keys_of(keys), row_prefix(keys), *ids)  # type: ignore[no-untyped-call]
+        command(pipe, name, script.sha, 4, *keys_of(keys), row_prefix(keys), *ids)
     return list(pipe.execute(raise_on_error=False))
 
 
 def score(raw: object) -> float | None:
-    """A ZSCORE as the script returned it (a string, nil when not a member)."""
+    """Return a ZSCORE as the script returned it (a string, nil when not a member)."""
     return None if raw is None else float(cast(bytes, raw))
 
 
 def observations(ids: Sequence[bytes], reply: object) -> tuple[int, list[Observation]]:
-    """The server's clock (ms) and what one OBSERVE call saw of each of `ids`."""
+    """Return the server's clock (ms) and what one OBSERVE call saw of each of `ids`."""
     now, *seen = cast(list[object], reply)
     found = []
     for job_id, raw in zip(ids, seen, strict=True):
@@ -127,7 +128,7 @@ def observations(ids: Sequence[bytes], reply: object) -> tuple[int, list[Observa
 def observe_many(
     client: redis.Redis, calls: Sequence[tuple[QueueKeys, Sequence[bytes]]]
 ) -> list[tuple[int, list[Observation]] | redis.RedisError]:
-    """What one atomic read of each call's ids sees, all in one round trip; a call refused (a
+    """Return what one atomic read of each call's ids sees, all in one round trip; a call refused (a
     slot migrating, a key of the wrong type) is its error, in place."""
     return [
         reply if isinstance(reply, redis.RedisError) else observations(ids, reply)
@@ -138,7 +139,7 @@ def observe_many(
 def observe(
     client: redis.Redis, keys: QueueKeys, ids: Sequence[bytes]
 ) -> tuple[int, list[Observation]]:
-    """The server's clock (ms) and what one atomic read sees of each id."""
+    """Return the server's clock (ms) and what one atomic read sees of each id."""
     [seen] = observe_many(client, [(keys, ids)])
     if isinstance(seen, redis.RedisError):
         raise seen
@@ -146,5 +147,5 @@ def observe(
 
 
 def repair(client: redis.Redis, keys: QueueKeys, ids: Sequence[bytes]) -> list[bytes]:
-    """The stranded ids put back in active as expired leases (those still stranded)."""
+    """Return the stranded ids put back in active as expired leases (those still stranded)."""
     return list(cast(list[bytes], run(client, REPAIR, keys, ids)))

@@ -47,14 +47,16 @@ app = typer.Typer(
     name="sweeperd",
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # plain help: Rich would read "[default: …]" text as markup
-    suggest_commands=False,  # click suggests the nearest command itself: said once, not twice
+    # Plain help: Rich would read "[default: …]" text as markup; click suggests the nearest command
+    # itself (said once, not twice).
+    rich_markup_mode=None,
+    suggest_commands=False,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
 
 @app.callback(invoke_without_command=True)
-def top(
+def sweeperd_command(
     ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, help="Print the version and exit.")
@@ -102,7 +104,8 @@ def once_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(ctx.params["json"])
     settings, queue = one_queue(ctx, reply)
     drain, dry = ctx.params["drain"], ctx.params["dry_run"]
-    adaptive = ctx.params["limit"] is None  # calls sized to the call target, at most the limit
+    # Calls sized to the call target, at most the limit.
+    adaptive = ctx.params["limit"] is None
     ask = not (dry or queue.budget_given or ctx.params["yes"]) and on_a_terminal()
     try:
         said = ask and asked(settings, queue, reply, drain=drain, adaptive=adaptive)
@@ -162,10 +165,12 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
     reads --interval apart and exits 0, whole or not; 3 when no server answered at all, 2 on a
     bad option. Ctrl-C, SIGTERM or SIGHUP leaves the live view, the terminal restored, 0.
     """
-    from sweeperd.top import view  # rich's live view: loaded for `top` only
+    # Rich's live view: loaded for `top` only.
+    from sweeperd.top import view
 
     reply = Reply(ctx.params["json"])
-    settings = settings_of(ctx, reply, discover="1")  # no queue given: discovery finds them
+    # No queue given: discovery finds them.
+    settings = settings_of(ctx, reply, discover="1")
     reply.notes(settings)
     try:
         options = view.options_of(ctx.params, sys.stdout.isatty())
@@ -175,9 +180,11 @@ def top_command(ctx: typer.Context, **_given: object) -> None:
         if settings.connection.topology.mode is TopologyMode.STANDALONE:
             check_standalone(settings.connection, settings.connection.client())
         code = view.run(settings, options, reply.print)
-    except view.NothingRead as exc:  # said of the server that failed, not of the URL's
+    except view.NothingRead as exc:
+        # Said of the server that failed, not of the URL's.
         reply.fail(failure_of(exc.error, exc.connection))
-    except view.TerminalGone:  # hung up: left as Ctrl-C leaves, with nowhere to say it
+    except view.TerminalGone:
+        # Hung up: left as Ctrl-C leaves, with nowhere to say it.
         drop_stdout()
         code = EXIT_OK
     except (redis.RedisError, SweepError) as exc:
@@ -205,7 +212,8 @@ def audit_command(ctx: typer.Context, **_given: object) -> None:
     Exit 0 when every job is accounted for, 1 when anything is found (or a queue's reads were
     refused), 2 on a bad option, 3 when a server cannot be reached.
     """
-    from sweeperd.cli import auditing  # the audit's reading and printing: loaded for audit only
+    # The audit's reading and printing: loaded for audit only.
+    from sweeperd.cli import auditing
 
     raise typer.Exit(auditing.run(ctx))
 
@@ -222,18 +230,22 @@ def run_command(ctx: typer.Context, **_given: object) -> None:
     reply = Reply(json=False)
     settings = settings_of(ctx, reply)
 
-    def load() -> Settings:  # SIGHUP: a ConfigError is the daemon's to log, not an exit
+    def load() -> Settings:
+        """Read the settings again, on SIGHUP: a ConfigError is the daemon's to log, not an exit."""
         return build(ctx)
 
     configure_logging(settings.log_format, settings.log_level)
-    from sweeperd.daemon import daemon  # the scheduler and the HTTP server: loaded for `run` only
+    # The scheduler and the HTTP server: loaded for `run` only.
+    from sweeperd.daemon import daemon
     from sweeperd.daemon.http import CannotListen
 
     try:
         code = daemon.run(settings, load)
-    except CannotListen as exc:  # the metrics port is taken, or cannot be bound
+    except CannotListen as exc:
+        # The metrics port is taken, or cannot be bound.
         reply.fail(usage(f"{OPTIONS['metrics_addr'].where}: {exc.strerror}"))
-    except SweepError as exc:  # the servers are not the topology the options name
+    except SweepError as exc:
+        # The servers are not the topology the options name.
         reply.fail(failure_of(exc, settings.connection))
     raise typer.Exit(code)
 
@@ -313,7 +325,8 @@ def demo_command(
     ]
     if keep and given:
         Reply(json=False).fail(usage(f"{' and '.join(given)}: --keep runs no daemon"))
-    from sweeperd.commands import demo  # the daemon and its dependencies: loaded for `demo` only
+    # The daemon and its dependencies: loaded for `demo` only.
+    from sweeperd.commands import demo
     from sweeperd.commands.throwaway import PortUnusable, ServerFailed, port_hint
     from sweeperd.daemon.http import CannotListen
 
@@ -324,11 +337,13 @@ def demo_command(
             demo.run_demo(seconds, module, metrics_port, typer.echo, isatty, server, port)
     except (FileNotFoundError, PortUnusable) as exc:
         Reply(json=False).fail(usage(str(exc)))
-    except CannotListen as exc:  # taken between the check and the daemon's start
+    except CannotListen as exc:
+        # Taken between the check and the daemon's start.
         Reply(json=False).fail(usage(f"--metrics-port: {exc.strerror}{port_hint(exc.errno)}"))
     except ServerFailed as exc:
         Reply(json=False).fail(Failure(EXIT_UNREACHABLE, "connection", str(exc)))
-    except redis.RedisError as exc:  # its own server stopped answering: the demo cannot go on
+    except redis.RedisError as exc:
+        # Its own server stopped answering: the demo cannot go on.
         said = " ".join(str(exc).split()) or type(exc).__name__
         Reply(json=False).fail(
             Failure(EXIT_UNREACHABLE, "connection", f"the demo's server: {said}")
@@ -341,7 +356,7 @@ def demo_command(
 
 
 def was_given(ctx: typer.Context, name: str) -> bool:
-    """Whether the option was on the command line (or in its env var), not its default."""
+    """Tell whether the option was on the command line (or in its env var), not its default."""
     source = ctx.get_parameter_source(name)
     return source is not None and source is not click.core.ParameterSource.DEFAULT
 

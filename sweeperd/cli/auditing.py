@@ -21,7 +21,8 @@ from sweeperd.config.options import OPTIONS
 from sweeperd.constants import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from sweeperd.reasons import SweepError
 
-PACE_OPTIONS = {  # audit's own values, and how each is read (config/coercers.py)
+# audit's own values, and how each is read (config/coercers.py)
+PACE_OPTIONS = {
     "grace": coercers.grace_seconds,
     "max_lease": coercers.max_lease_seconds,
     "rate": coercers.keys_per_second,
@@ -55,7 +56,7 @@ def exit_code(result: AuditResult) -> int:
 
 
 def asked_to_repair(count: int, yes: bool) -> bool:
-    """Whether the stranded jobs are to be repaired: --yes, or a yes on the terminal."""
+    """Tell whether the stranded jobs are to be repaired: --yes, or a yes on the terminal."""
     if yes:
         return True
     question = (
@@ -66,7 +67,7 @@ def asked_to_repair(count: int, yes: bool) -> bool:
 
 
 def run(ctx: typer.Context) -> int:
-    """The whole of `audit`; its exit code."""
+    """Return the whole of `audit`; its exit code."""
     params = ctx.params
     reply = Reply(params["json"])
     try:

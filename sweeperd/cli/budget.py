@@ -20,12 +20,13 @@ from sweeperd.verb.sizing import CallSizer
 
 
 def on_a_terminal() -> bool:
-    """A person is there to answer: stdin and stderr (where the question goes) are terminals."""
+    """Tell whether a person is there to answer: stdin and stderr (where the question goes) are
+    terminals."""
     return sys.stdin.isatty() and sys.stderr.isatty()
 
 
 def budget_note(queue: str) -> str:
-    """What the default budget means, and where a budget of one's own is set."""
+    """Return what the default budget means, and where a budget of one's own is set."""
     return (
         f"max_stalled {DEFAULT_MAX_STALLED} is the default, which nobody set "
         f"({OPTIONS['max_stalled'].where}, or max_stalled or [queue.{queue}] in the config "
@@ -34,7 +35,7 @@ def budget_note(queue: str) -> str:
 
 
 def say_budget(queue: str) -> None:
-    """The budget's line on stderr."""
+    """Say the budget's line on stderr."""
     typer.echo(f"sweeperd: {budget_note(queue)}", err=True)
 
 
@@ -48,7 +49,8 @@ def asked(
     if adaptive and not drain:
         queue = replace(queue, limit=CallSizer(settings.call_target_ms / 1000).next(queue.limit))
     preview = recover(settings, queue, dry=True, drain=drain, adaptive=False)
-    if preview.error is not None or not preview.dead:  # the sweep itself says a refusal
+    # The sweep itself says a refusal.
+    if preview.error is not None or not preview.dead:
         return False
     say_budget(queue.name)
     typer.echo(f"a dry run now: {report.tally(preview)}", err=True)

@@ -22,10 +22,10 @@ from sweeperd.config.settings import (
 
 
 def given(ctx: typer.Context, key: str) -> object:
-    """A setting's flag or env var (a switch's env var set false too: it beats the file), None
-    when neither is given; one given empty is "" (click drops an env var set empty: the
+    """Return a setting's flag or env var (a switch's env var set false too: it beats the file),
+    None when neither is given; one given empty is "" (click drops an env var set empty: the
     settings refuse it, as they refuse an empty flag)."""
-    if key not in ctx.params:  # not an option of this command
+    if key not in ctx.params:
         return None
     if ctx.get_parameter_source(key) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
         return ctx.params[key]
@@ -33,10 +33,12 @@ def given(ctx: typer.Context, key: str) -> object:
 
 
 def build(ctx: typer.Context, *, needs_queue: bool = True, **fixed: str) -> Settings:
-    """The command's settings: defaults, the file, env vars and flags, as `run` builds them."""
+    """Return the command's settings: defaults, the file, env vars and flags, as `run` builds
+    them."""
     overrides = {key: fixed[key] if key in fixed else given(ctx, key) for key in SETTING_KEYS}
     config = given(ctx, "config")
-    if config == "":  # not "no file": whatever the file said would silently not apply
+    # Not "no file": whatever the file said would silently not apply.
+    if config == "":
         raise ConfigError(
             f"{OPTIONS['config'].where} is empty: give the TOML file's path or leave it out"
         )
@@ -51,7 +53,7 @@ def build(ctx: typer.Context, *, needs_queue: bool = True, **fixed: str) -> Sett
 def settings_of(
     ctx: typer.Context, reply: Reply, *, needs_queue: bool = True, **fixed: str
 ) -> Settings:
-    """The settings, or the command ends: one line, exit 2."""
+    """Return the settings, or the command ends: one line, exit 2."""
     try:
         return build(ctx, needs_queue=needs_queue, **fixed)
     except ConfigError as exc:
@@ -59,8 +61,8 @@ def settings_of(
 
 
 def one_queue(ctx: typer.Context, reply: Reply) -> tuple[Settings, QueueSettings]:
-    """The one queue `once` or `inspect` works on, with its own table's budget and limit unless
-    a flag or env var gives one (flags beat the file, as everywhere)."""
+    """Return the one queue `once` or `inspect` works on, with its own table's budget and limit
+    unless a flag or env var gives one (flags beat the file, as everywhere)."""
     where = OPTIONS["queues"].where
     try:
         names = list(dict.fromkeys(queue_names(ctx.params.get("queues") or [])))

@@ -18,7 +18,7 @@ from sweeperd.logs import redact_text
 
 
 def usage(message: str) -> Failure:
-    """A bad flag, env var or config: exit 2."""
+    """Return the failure of a bad flag, env var or config: exit 2."""
     return Failure(EXIT_USAGE, "usage", message)
 
 
@@ -30,7 +30,7 @@ class Reply:
     queue: str | None = None
 
     def print(self, text: str) -> None:
-        """The result on stdout; a stdout that cannot be written is one line and exit 1."""
+        """Print the result on stdout; a stdout that cannot be written is one line and exit 1."""
         try:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
@@ -52,12 +52,12 @@ class Reply:
         raise typer.Exit(failure.exit_code)
 
     def notes(self, settings: Settings) -> None:
-        """What the config file should say now (it still works as written), one line each."""
+        """Say what the config file should say now (it still works as written), one line each."""
         for note in settings.notes:
             typer.echo(f"sweeperd: {redact_text(note)}", err=True)
 
     def say(self, failure: Failure) -> str:
-        """The failure's one line on stderr, credentials removed; the line is returned."""
+        """Return the failure's one line on stderr, credentials removed; the line is returned."""
         message = redact_text(failure.message)
         typer.echo(f"sweeperd: {message}", err=True)
         return message

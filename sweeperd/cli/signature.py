@@ -13,11 +13,12 @@ from sweeperd.config.options import OPTIONS
 
 Command = TypeVar("Command", bound=Callable[..., None])
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
-LISTED = ("queues", "redis_url", "sentinels")  # options given once per value, or as one list
+# Options given once per value, or as one list.
+LISTED = ("queues", "redis_url", "sentinels")
 
 
 def typer_option(key: str) -> Any:
-    """The typer option of OPTIONS[key]: its flag, env var, value name, help and default."""
+    """Return the typer option of OPTIONS[key]: its flag, env var, value name, help and default."""
     o = OPTIONS[key]
     decls = [o.flag_name, *([o.short] if o.short else [])]
     if o.is_switch:

@@ -11,7 +11,7 @@ import redis
 from sweeperd.audit import scripts
 from sweeperd.audit.classes import AuditClass
 from sweeperd.audit.reader import Clocks, NodeAudit, Pace, QueueAudit
-from sweeperd.commands.once import interrupts_deferred, sweep
+from sweeperd.commands.once import counted_sweep, interrupts_deferred
 from sweeperd.commands.outcome import OnceResult
 from sweeperd.config.settings import Settings
 from sweeperd.constants import AUDIT_BATCH, TopologyMode
@@ -158,15 +158,9 @@ def repair(settings: Settings, result: AuditResult) -> None:
             for start in range(0, len(stranded), AUDIT_BATCH):
                 done.put += scripts.repair(client, keys, stranded[start : start + AUDIT_BATCH])
             if done.put:
-                done.sweep = sweep(
-                    client,
-                    choose(client, settings.executor),
-                    keys,
-                    max_stalled=queue.max_stalled,
-                    limit=queue.limit,
-                    drain=True,
-                    adaptive=True,
-                    call_target_ms=settings.call_target_ms,
+                executor = choose(client, settings.executor)
+                done.sweep = counted_sweep(
+                    settings, queue, client, executor, drain=True, adaptive=True
                 )
                 done.error = done.sweep.error
         except (redis.RedisError, SweepError) as exc:

@@ -44,11 +44,14 @@ from sweeperd.metrics.registry import Metrics
 from sweeperd.server.connection import connect
 from sweeperd.server.serverinfo import read_server_info
 
-POLL_S = 0.05  # how often the demo looks whether the daemon has swept what it waits for
-KEPT_POLL_S = 0.5  # how often a kept server is looked at while it waits for you
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # besides Ctrl-C: what stops a kept server
+# How often the demo looks whether the daemon has swept what it waits for, and how often a kept
+# server is looked at while it waits for you; SIGTERM and SIGHUP stop a kept server, besides Ctrl-C.
+POLL_S = 0.05
+KEPT_POLL_S = 0.5
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 Say = Callable[[str], None]
-Swept = dict[str, int]  # leases each queue's sweeps took: recovered, dead and ghosts
+# Leases each queue's sweeps took: recovered, dead and ghosts.
+Swept = dict[str, int]
 
 
 class NotShown(Exception):
@@ -63,13 +66,14 @@ def demo_settings(url: str, metrics_port: int, executor: str, isatty: bool) -> S
         "max_stalled": str(DEMO_MAX_STALLED),
         "metrics_addr": f"{HOST}:{metrics_port or free_port()}",
         "executor": executor,
-        "queue_metrics": "full",  # the summary shows each queue's ghosts
+        # The summary shows each queue's ghosts.
+        "queue_metrics": "full",
     }
     return build_settings(overrides, None, logs_to_tty=isatty)
 
 
 def value(daemon: Daemon, name: str, queue: str) -> int:
-    """The queue's count, summed over the nodes that took its calls (at full its ghosts are
+    """Return the queue's count, summed over the nodes that took its calls (at full its ghosts are
     per queue and node)."""
     return int(
         sum(
@@ -82,7 +86,7 @@ def value(daemon: Daemon, name: str, queue: str) -> int:
 
 
 def swept(daemon: Daemon) -> Swept:
-    """What the daemon's sweeps took from each queue so far, by its own counters."""
+    """Return what the daemon's sweeps took from each queue so far, by its own counters."""
     names = ("sweeperd_recovered_total", "sweeperd_dead_total", "sweeperd_ghosts_removed_total")
     return {q: sum(value(daemon, name, q) for name in names) for q in DEMO_QUEUES}
 
@@ -96,7 +100,7 @@ def restarts(daemon: Daemon) -> int:
 
 
 def wait_until(done: Callable[[], bool], deadline: float) -> bool:
-    """Whether `done` came true before the monotonic `deadline`, looked at every POLL_S."""
+    """Tell whether `done` came true before the monotonic `deadline`, looked at every POLL_S."""
     while not done():
         if time.monotonic() >= deadline:
             return False
@@ -121,7 +125,7 @@ def summary(daemon: Daemon, client: redis.Redis) -> list[str]:
 
 
 def shortfall(daemon: Daemon, due: Swept) -> str:
-    """What the daemon has not swept yet of what falls due, in a few words."""
+    """Return what the daemon has not swept yet of what falls due, in a few words."""
     taken = swept(daemon)
     behind = [f"{q} {taken[q]:,} of {n:,} swept" for q, n in due.items() if taken[q] < n]
     return ", ".join(behind) or "the restart not seen yet"
@@ -192,7 +196,7 @@ def run_demo(
 
 
 def keep_tour(module: Path | None, say: Say, server: str | None = None, port: int = 0) -> None:
-    """The README tour's queues seeded into a throwaway server, kept until Ctrl-C, SIGTERM or
+    """Seed the README tour's queues into a throwaway server, kept until Ctrl-C, SIGTERM or
     SIGHUP (or the server's own SHUTDOWN); then the server is stopped and its files removed."""
     binary, found = find_server(server), find_module(module)
     check_port(port, "--port")

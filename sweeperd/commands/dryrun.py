@@ -4,6 +4,7 @@ as the verb would take them. It writes nothing."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import redis
 
@@ -15,13 +16,14 @@ from sweeperd.reasons import SweepError, reason_of_text
 from sweeperd.server.serverinfo import read_server_info
 from sweeperd.verb.executors import Executor
 
-HELD = (redis.exceptions.AskError, redis.exceptions.TryAgainError)  # the slot migrates or moved
+# The slot migrates or moved.
+HELD = (redis.exceptions.AskError, redis.exceptions.TryAgainError)
 
 
 def read_snapshot(
     client: redis.Redis, keys: QueueKeys, now_ms: int, limit: int | None
 ) -> model.Snapshot:
-    """What the verb would read now: key types, the selected leases' rows, the failed count.
+    """Return what the verb would read now: key types, the selected leases' rows, the failed count.
     A Cluster slot that is migrating refuses the first read as it refuses the sweep (see
     constants.SWEEP_GUARD); any refusal but a key's type (a command the user lacks) raises."""
     client.exists(keys.active, keys.guard)
@@ -34,8 +36,8 @@ def read_snapshot(
     snapshot = model.Snapshot(key_types=key_types, metrics_count=_bytes_or_none(count))
     if key_types["active"] != "zset":
         return snapshot
-    selected: list[bytes] = client.zrangebyscore(  # type: ignore[assignment]
-        keys.active, "-inf", now_ms, start=0, num=limit or -1
+    selected = cast(
+        list[bytes], client.zrangebyscore(keys.active, "-inf", now_ms, start=0, num=limit or -1)
     )
     pipe = client.pipeline(transaction=False)
     for job_id in selected:
@@ -58,7 +60,8 @@ def dry_run(
     limit: int,
     drain: bool,
 ) -> OnceResult:
-    """The model's verdicts on what is due now, batch by batch as the verb would take them."""
+    """Return the model's verdicts on what is due now, batch by batch as the verb would take
+    them."""
     info = read_server_info(client)
     result = OnceResult.begun(
         keys, executor, info, dry_run=True, max_stalled=max_stalled, limit=limit
@@ -74,7 +77,8 @@ def dry_run(
         result.calls += 1
         if isinstance(verdict, model.Refusal):
             result.error = SweepError(reason_of_text(verdict.message), verdict.message)
-            result.left_read = False  # the whole due count: read when the refusal is said
+            # The whole due count: read when the refusal is said.
+            result.left_read = False
             break
         result.add(verdict)
         snapshot = _after_deaths(snapshot, len(verdict.dead))
@@ -82,7 +86,7 @@ def dry_run(
 
 
 def _after_deaths(snapshot: model.Snapshot, dead: int) -> model.Snapshot:
-    """The failed count the next batch sees once this batch's dead are counted."""
+    """Return the failed count the next batch sees once this batch's dead are counted."""
     if not dead:
         return snapshot
     count = model.string2ll(snapshot.metrics_count or b"0") or 0
@@ -90,7 +94,7 @@ def _after_deaths(snapshot: model.Snapshot, dead: int) -> model.Snapshot:
 
 
 def _checked(replies: list[object]) -> list[object]:
-    """The replies, once none is a refusal other than WRONGTYPE (what the model judges)."""
+    """Return the replies, once none is a refusal other than WRONGTYPE (what the model judges)."""
     for reply in replies:
         if isinstance(reply, redis.ResponseError) and not str(reply).startswith("WRONGTYPE"):
             raise reply

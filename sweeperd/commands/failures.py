@@ -41,19 +41,22 @@ NOT_SERVED = (
     redis.exceptions.AskError,
     redis.exceptions.TryAgainError,
 )
-TLS_TEXTS = ("SSL", "TLS", "certificate")  # in what ssl and redis-py say of a failed handshake
-PERMISSION_TEXT = "no permissions to run"  # NOPERM's text, once redis-py has dropped the code
+# In what ssl and redis-py say of a failed handshake; NOPERM's text once redis-py has dropped the
+# code.
+TLS_TEXTS = ("SSL", "TLS", "certificate")
+PERMISSION_TEXT = "no permissions to run"
 
 
 @dataclass(frozen=True)
 class Failure:
     exit_code: int
-    reason: str  # a reasons.Reason, or usage, auth, protocol
-    message: str  # one line, credentials removed
+    # A reasons.Reason, or usage, auth, protocol; the message is one line, credentials removed.
+    reason: str
+    message: str
 
 
 def server_said(exc: redis.RedisError) -> str:
-    """What the server said, without the command redis-py names a failed pipeline by."""
+    """Return what the server said, without the command redis-py names a failed pipeline by."""
     text = str(exc)
     return text.partition(PIPELINE_ERROR)[2] or text
 
@@ -63,7 +66,8 @@ def _one_line(text: object) -> str:
 
 
 def _auth(exc: redis.AuthenticationError, connection: Connection, node: str) -> Failure:
-    """An authentication refused, on the node that refused it, with its fixes."""
+    """Return the failure of an authentication refused, on the node that refused it, with its
+    fixes."""
     if not connection.has_password:
         password_file = OPTIONS["redis_password_file"].where
         return Failure(
@@ -73,7 +77,7 @@ def _auth(exc: redis.AuthenticationError, connection: Connection, node: str) -> 
 
 
 def auth_refused(text: str, connection: Connection) -> str:
-    """What a node that refused the user's credentials means, and the two fixes."""
+    """Return what a node that refused the user's credentials means, and the two fixes."""
     user = connection.user
     missing = (
         f"the user {user} may be missing there: ACL users live on each node and are lost at "
@@ -102,19 +106,22 @@ def _no_seed(exc: NoSeedAnswered, connection: Connection) -> Failure:
 
 
 def loading(node: str, said: str, refusal: str = "") -> str:
-    """A server still loading its dataset: which, what it said, what was refused, the fix."""
+    """Return a server still loading its dataset: which, what it said, what was refused, the fix."""
     refused = f": {refusal};" if refusal else ":"
     return f"{node} is loading its dataset ({said}){refused} run it again once it has loaded"
 
 
-PERMISSION_ADVICE = "ACL SETUSER"  # a message that says how to grant the command already
+# A message that says how to grant the command already.
+PERMISSION_ADVICE = "ACL SETUSER"
 
 
 def _permission(text: str, connection: Connection, node: str) -> Failure:
-    """A command or key the ACL user lacks: named, with the rule that grants it, on the node
-    that refused it when that is not the URL's (ACL users live on each node)."""
+    """Return the failure of a command or key the ACL user lacks: named, with the rule that
+    grants it, on the node that refused it when that is not the URL's (ACL users live on each
+    node)."""
     at = f"{node}: " if node != connection.node and not text.startswith(f"{node}: ") else ""
-    if PERMISSION_ADVICE in text:  # named where it was refused: said once is enough
+    # Named where it was refused: said once is enough.
+    if PERMISSION_ADVICE in text:
         return Failure(EXIT_REFUSED, str(Reason.NOPERM), at + _one_line(text))
     said = _one_line(text).removeprefix("ERR ").removeprefix("NOPERM ")
     return Failure(EXIT_REFUSED, str(Reason.NOPERM), at + denial(said, connection.user))
@@ -129,9 +136,11 @@ def _unreachable(exc: redis.ConnectionError, connection: Connection, where: str)
             f"{connection.node}: the connection broke after the call was sent ({text}); it may "
             "have run: see `sweeperd inspect` before sending it again",
         )
-    if isinstance(exc, NoSeedAnswered):  # every seed's answer: no one node is the URL's
+    # Every seed's answer: no one node is the URL's.
+    if isinstance(exc, NoSeedAnswered):
         return _no_seed(exc, connection)
-    if isinstance(exc, NoPrimary):  # the Sentinels' answers: the URL's host is not used
+    # The Sentinels' answers: the URL's host is not used.
+    if isinstance(exc, NoPrimary):
         return Failure(EXIT_UNREACHABLE, str(Reason.CONNECTION), text)
     if connection.url.startswith("rediss://") and any(t in text for t in TLS_TEXTS):
         files = ", ".join(OPTIONS[k].flag_name for k in connection.tls.by_key())
@@ -152,8 +161,9 @@ def _tls_hint(connection: Connection, exc: BaseException) -> str:
 
 def _response(exc: redis.ResponseError, connection: Connection, node: str) -> Failure:
     raw = str(exc)
-    answer = server_text(exc)  # the server's own text
-    text = _one_line(raw if PIPELINE_ERROR in raw else answer)  # a pipeline's names the command
+    # A pipeline's error names the command; the server's own text does not.
+    answer = server_text(exc)
+    text = _one_line(raw if PIPELINE_ERROR in raw else answer)
     if isinstance(exc, NoPermissionError):
         return _permission(str(exc), connection, node)
     if "DB index is out of range" in text:
@@ -178,7 +188,7 @@ class AtNode(redis.RedisError):
 
 @contextmanager
 def at_node(client: redis.Redis) -> Iterator[None]:
-    """The errors of the block's calls on `client` said as that node's."""
+    """Yield the errors of the block's calls on `client` said as that node's."""
     try:
         yield
     except (redis.RedisError, SweepError) as exc:
@@ -186,14 +196,17 @@ def at_node(client: redis.Redis) -> Iterator[None]:
 
 
 def failure_of(exc: BaseException, connection: Connection) -> Failure:
-    """The exit code, reason and message for an error from the server or the client."""
+    """Return the exit code, reason and message for an error from the server or the client."""
     node = connection.node
     if isinstance(exc, AtNode):
         node, exc = exc.node, exc.error
-    where = connection.shown_url if node == connection.node else node  # what the line names
-    if isinstance(exc, NOT_SERVED):  # BusyLoadingError is a ConnectionError: tested first
+    # What the line names.
+    where = connection.shown_url if node == connection.node else node
+    # BusyLoadingError is a ConnectionError: tested first.
+    if isinstance(exc, NOT_SERVED):
         exc = SweepError.of(exc)
-    if isinstance(exc, redis.AuthenticationError):  # a ConnectionError: tested first
+    # A ConnectionError: tested first.
+    if isinstance(exc, redis.AuthenticationError):
         return _auth(exc, connection, node)
     if isinstance(exc, redis.TimeoutError):
         return Failure(

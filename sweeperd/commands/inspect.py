@@ -22,18 +22,24 @@ from sweeperd.server.topology import primary_client
 
 @dataclass(frozen=True)
 class Census:
+    """What `inspect` shows of one queue. `oldest_overdue_s` is how long the oldest expired lease
+    has been overdue; `next_due_s` when the first lease not yet due falls due (None: none ever
+    will); `failed` the metrics:failed count (None when not an integer); `exists` whether any of
+    the queue's own keys does (see has_keys: false for a typo, a wrong root); `maxmemory_policy`
+    the server's (allkeys-* may evict the queue's keys)."""
+
     queue: str
     active: int
     expired: int
-    oldest_overdue_s: float | None  # how long the oldest expired lease has been overdue
-    next_due_s: float | None  # when the first lease not yet due falls due; None: none ever will
+    oldest_overdue_s: float | None
+    next_due_s: float | None
     pending: int
     dead: int
-    failed: int | None  # the queue's metrics:failed count; None when it is not an integer
+    failed: int | None
     run_id: str
     verb_available: bool
-    exists: bool  # any of the queue's own keys (see has_keys): false for a typo, a wrong root
-    maxmemory_policy: str = ""  # the server's: allkeys-* may evict the queue's keys
+    exists: bool
+    maxmemory_policy: str = ""
 
 
 def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
@@ -53,7 +59,8 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
     return Census(
         queue=keys.queue,
         active=counts.active or 0,
-        expired=cast(int, expired),  # a ZCOUNT the server did not refuse
+        # A ZCOUNT the server did not refuse.
+        expired=cast(int, expired),
         oldest_overdue_s=counts.oldest_overdue_s,
         next_due_s=due_in_s(cast(list[tuple[bytes, float]], upcoming), info.time_ms),
         pending=counts.pending or 0,
@@ -67,15 +74,15 @@ def take_census(client: redis.Redis, keys: QueueKeys) -> Census:
 
 
 def due_in_s(upcoming: list[tuple[bytes, float]], now_ms: int) -> float | None:
-    """How soon the first lease not due at `now_ms` falls due; None when there is none, or its
-    deadline is +inf."""
+    """Return how soon the first lease not due at `now_ms` falls due; None when there is none, or
+    its deadline is +inf."""
     if not upcoming or math.isinf(upcoming[0][1]):
         return None
     return (upcoming[0][1] - now_ms) / 1000
 
 
 def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
-    """The census of the queue, read on the primary that holds it now; a Cluster that is down
+    """Return the census of the queue, read on the primary that holds it now; a Cluster that is down
     is said as `once` says it, naming the primaries whose failure took it down."""
     keys = QueueKeys(queue.name, settings.prefix_root)
     connection = settings.connection
@@ -83,7 +90,7 @@ def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
 
 
 def census_on(connection: Connection, client: redis.Redis, keys: QueueKeys) -> Census:
-    """The census read on `client`: a slot that moved since the map was read (MOVED: a
+    """Return the census read on `client`: a slot that moved since the map was read (MOVED: a
     failover, a reshard) is read where it went, once; a Cluster down is said with the
     primaries whose failure took it down."""
     with at_node(client):

@@ -50,21 +50,38 @@ def recover(
                 client, chosen, keys, max_stalled=queue.max_stalled, limit=queue.limit, drain=drain
             )
         else:
-            result = sweep(
-                client,
-                chosen,
-                keys,
-                max_stalled=queue.max_stalled,
-                limit=queue.limit,
-                drain=drain,
-                adaptive=adaptive,
-                call_target_ms=settings.call_target_ms,
-                progress=progress,
+            result = counted_sweep(
+                settings, queue, client, chosen, drain=drain, adaptive=adaptive, progress=progress
             )
         result.max_stalled_default = not queue.budget_given
         if result.error is not None:
             result.error = refused(result, client, connection, keys)
         return result
+
+
+def counted_sweep(
+    settings: Settings,
+    queue: QueueSettings,
+    client: redis.Redis,
+    executor: Executor,
+    *,
+    drain: bool,
+    adaptive: bool,
+    progress: OnProgress | None = None,
+) -> OnceResult:
+    """The queue's counted sweep on `client`, as its settings say: its max_stalled and limit,
+    the call target; `once` and `audit --repair` sweep so."""
+    return sweep(
+        client,
+        executor,
+        QueueKeys(queue.name, settings.prefix_root),
+        max_stalled=queue.max_stalled,
+        limit=queue.limit,
+        drain=drain,
+        adaptive=adaptive,
+        call_target_ms=settings.call_target_ms,
+        progress=progress,
+    )
 
 
 def sweep(

@@ -19,7 +19,14 @@ from sweeperd.verb.replies import SweepReply
 
 @dataclass
 class OnceResult:
-    """What one `once` did (or, dry, would do); `error` ends it early, after `calls` calls."""
+    """What one `once` did (or, dry, would do); `error` ends it early, after `calls` calls.
+
+    `ghosts` counts the ids removed from active that had no row; `left` the leases due at the
+    start (`at_ms`, the server's clock) still in active after the last call, unless `left_read`
+    is False (a refused call did not say: see refused()); `interrupted` means Ctrl-C came, after
+    what is here; `max_stalled` and `limit` are the budget and call size it used, and
+    `max_stalled_default` says nobody set the budget; `absent` says nothing was due and none of
+    the queue's own keys exists."""
 
     queue: str
     executor: str
@@ -28,18 +35,18 @@ class OnceResult:
     recovered: list[bytes] = field(default_factory=list)
     dead: list[bytes] = field(default_factory=list)
     exempt: list[bytes] = field(default_factory=list)
-    ghosts: int = 0  # ids removed from active that had no row
+    ghosts: int = 0
     ghost_ids: list[bytes] = field(default_factory=list)
     calls: int = 0
-    left: int = 0  # leases due (at the start) still in active after the last call
+    left: int = 0
     error: SweepError | None = None
-    interrupted: bool = False  # Ctrl-C: what is here was done before it
-    max_stalled: int = 0  # the budget and call size it used
+    interrupted: bool = False
+    max_stalled: int = 0
     limit: int = 0
-    max_stalled_default: bool = False  # the budget is the default, which nobody set
-    at_ms: int = 0  # the server's clock when it started: `left` counts leases due by then
-    left_read: bool = True  # False: a refused call did not say what is left (see refused())
-    absent: str | None = None  # nothing was due, and none of the queue's own keys exists
+    max_stalled_default: bool = False
+    at_ms: int = 0
+    left_read: bool = True
+    absent: str | None = None
 
     @classmethod
     def begun(
@@ -66,8 +73,8 @@ class OnceResult:
 
     @property
     def refusal(self) -> str:
-        """Which call was refused, and that it wrote nothing (a dry run says it of the call the
-        real one would make)."""
+        """Return which call was refused, and that it wrote nothing (a dry run says it of the call
+        the real one would make)."""
         if self.calls <= 1:
             return "refused, nothing written"
         return f"call {self.calls} refused, nothing written by it"
@@ -90,7 +97,8 @@ class OnceResult:
         self.ghost_ids += reply.ghost_ids if isinstance(reply, SweepReply) else reply.ghosts
 
 
-OnProgress = Callable[[OnceResult], None]  # told after each call of a drain
+# Told after each call of a drain.
+OnProgress = Callable[[OnceResult], None]
 
 
 def said_absent(result: OnceResult, client: redis.Redis, keys: QueueKeys) -> OnceResult:

@@ -10,7 +10,7 @@ from sweeperd.verb import acl
 
 
 def user_named(value: object) -> str:
-    """The --user value: a name an ACL SETUSER line can carry (no space, printable)."""
+    """Return the --user value: a name an ACL SETUSER line can carry (no space, printable)."""
     where = OPTIONS["acl_user"].where
     if value is None:
         raise ValueError(f"{where} is needed: the name of the ACL user the line creates")
@@ -21,14 +21,14 @@ def user_named(value: object) -> str:
 
 
 def commands_for(value: object) -> tuple[str, ...]:
-    """The --for value: the sweeperd commands the user runs (every one when not given)."""
+    """Return the --for value: the sweeperd commands the user runs (every one when not given)."""
     if value is None:
         return COMMANDS
     return acl.commands_named(str(value), OPTIONS["acl_for"].where)
 
 
 def uses_of(settings: Settings, commands: tuple[str, ...], repair: bool = False) -> acl.Uses:
-    """What the commands send with these settings: see verb/acl.py."""
+    """Return what the commands send with these settings: see verb/acl.py."""
     connection = settings.connection
     executor = settings.executor
     return acl.Uses(
@@ -46,6 +46,6 @@ def uses_of(settings: Settings, commands: tuple[str, ...], repair: bool = False)
 
 
 def acl_line(user: str, settings: Settings, commands: tuple[str, ...], repair: bool = False) -> str:
-    """The ACL SETUSER line, the word <password> standing for the password; `repair`: audit
+    """Return the ACL SETUSER line, the word <password> standing for the password; `repair`: audit
     --repair's grants too."""
     return acl.setuser_line(user, uses_of(settings, commands, repair))

@@ -22,7 +22,7 @@ def done_of(result: OnceResult) -> int:
 def drain_bar(
     queue: str, console: Console, clock: Callable[[], float] = time.monotonic
 ) -> Iterator[OnProgress]:
-    """A bar on `console` (stderr) updated after each call; it disappears when done."""
+    """Yield a bar on `console` (stderr) updated after each call; it disappears when done."""
     columns = (
         TextColumn(f"draining {queue}"),
         BarColumn(),
@@ -44,7 +44,7 @@ def drain_bar(
 
 @contextmanager
 def drain_progress(queue: str, wanted: bool) -> Iterator[OnProgress | None]:
-    """A bar on stderr when it is a terminal and one is wanted; None otherwise."""
+    """Yield a bar on stderr when it is a terminal and one is wanted; None otherwise."""
     if not (wanted and sys.stderr.isatty()):
         yield None
         return
@@ -73,7 +73,8 @@ def audit_progress(
         done = [0]
 
         def update(read: int) -> None:
-            if read < done[-1]:  # the next server: its count starts again
+            # The next server: its count starts again.
+            if read < done[-1]:
                 done.append(0)
             done[-1] = read
             total = sum(done)

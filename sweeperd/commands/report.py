@@ -12,7 +12,8 @@ from sweeperd.commands.outcome import OnceResult
 from sweeperd.keyspace import QueueKeys, job_id_text
 from sweeperd.server.eviction import eviction_note, may_evict
 
-FRAME_LINES = 8  # lines of a `once` summary besides the ids
+# Lines of a `once` summary besides the ids.
+FRAME_LINES = 8
 
 
 def once_json(result: OnceResult) -> str:
@@ -37,7 +38,7 @@ def once_json(result: OnceResult) -> str:
 
 
 def abbreviated(ids: Sequence[bytes], room: int) -> str:
-    """The ids on one line each, cut to `room` with a count of the rest."""
+    """Return the ids on one line each, cut to `room` with a count of the rest."""
     shown = [f"  {job_id_text(i)}" for i in ids[:room]]
     if len(ids) > room:
         shown.append(f"  … and {len(ids) - room} more (--json lists every id)")
@@ -45,7 +46,7 @@ def abbreviated(ids: Sequence[bytes], room: int) -> str:
 
 
 def tally(result: OnceResult) -> str:
-    """What it did (or, dry, would do), counted on one line."""
+    """Return what it did (or, dry, would do), counted on one line."""
     verb = "would recover" if result.dry_run else "recovered"
     return (
         f"{verb} {len(result.recovered)} (of which {len(result.exempt)} exempt: lease from an "

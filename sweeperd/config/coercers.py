@@ -23,7 +23,8 @@ from sweeperd.constants import (
 from sweeperd.keyspace import is_queue_name
 from sweeperd.logs import LEVELS, redact_text
 
-MAX_INSTANCE_ID = 200  # characters: a member id shows in logs and on the landing page
+# Characters: a member id shows in logs and on the landing page.
+MAX_INSTANCE_ID = 200
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -37,16 +38,18 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Given:
-    """A value and where it came from: a flag/env var, the file or the default."""
+    """A value and where it came from: a flag/env var, the file or the default. `text_ok` is
+    True for flags and env vars, which may arrive as text (the file's values are typed);
+    `beside` is the config file's folder, for a value read from the file."""
 
     value: object
     where: str
-    text_ok: bool  # flags and env vars may arrive as text; the file's values are typed
-    beside: Path | None = None  # the config file's folder, for a value read from the file
+    text_ok: bool
+    beside: Path | None = None
 
 
 def shown(value: object) -> str:
-    """A value as a refusal quotes it: text with any credentials in a URL removed, a boolean
+    """Return a value as a refusal quotes it: text with any credentials in a URL removed, a boolean
     as TOML and the env vars spell it (true, not True)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -54,14 +57,15 @@ def shown(value: object) -> str:
 
 
 def why_unreadable(exc: OSError | UnicodeDecodeError) -> str:
-    """Why a file could not be read, in a few words."""
+    """Return why a file could not be read, in a few words."""
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
     return exc.strerror or str(exc)
 
 
 def _number(given: Given, what: str) -> float:
-    """A finite number (text is read as one from a flag or env var), refused naming `what`."""
+    """Return a finite number (text is read as one from a flag or env var), refused naming
+    `what`."""
     value = given.value
     if isinstance(value, str) and given.text_ok:
         with contextlib.suppress(ValueError):
@@ -76,7 +80,8 @@ def _number(given: Given, what: str) -> float:
 
 
 def _bounded(given: Given, what: str, low: float, high: float, *, low_ok: bool) -> float:
-    """A finite number in [low, high] (or (low, high] when not low_ok), refused naming `what`."""
+    """Return a finite number in [low, high] (or (low, high] when not low_ok), refused naming
+    `what`."""
     value = _number(given, what)
     if not (low <= value if low_ok else low < value) or value > high:
         raise ConfigError(f"{given.where} must be {what}, not {value:g}")
@@ -84,12 +89,12 @@ def _bounded(given: Given, what: str, low: float, high: float, *, low_ok: bool) 
 
 
 def seconds(given: Given) -> float:
-    """An interval: seconds, above 0 and at most a day."""
+    """Return an interval: seconds, above 0 and at most a day."""
     return _seconds_up_to(given, MAX_INTERVAL_S)
 
 
 def timeout_seconds(given: Given) -> float:
-    """A socket timeout: seconds, above 0 and at most an hour."""
+    """Return a socket timeout: seconds, above 0 and at most an hour."""
     return _seconds_up_to(given, MAX_SOCKET_TIMEOUT_S)
 
 
@@ -100,34 +105,34 @@ def _seconds_up_to(given: Given, high: float) -> float:
 
 
 def seconds_or_off(given: Given) -> float:
-    """A period: 0 for off, or seconds up to a day."""
+    """Return a period: 0 for off, or seconds up to a day."""
     what = f"0 (off) or a positive number of seconds up to {MAX_INTERVAL_S:g}"
     return _bounded(given, what, 0, MAX_INTERVAL_S, low_ok=True)
 
 
 def grace_seconds(given: Given) -> float:
-    """audit --grace: seconds from 0 (no second read's wait) up to an hour."""
+    """Read audit --grace: seconds from 0 (no second read's wait) up to an hour."""
     return _bounded(given, "a number of seconds from 0 up to 3600", 0, 3600, low_ok=True)
 
 
 def max_lease_seconds(given: Given) -> float:
-    """audit --max-lease: the longest lease, seconds above 0 and at most a year."""
+    """Read audit --max-lease: the longest lease, seconds above 0 and at most a year."""
     what = "a positive number of seconds up to 31536000 (a year)"
     return _bounded(given, what, 0, 31_536_000, low_ok=False)
 
 
 def keys_per_second(given: Given) -> float:
-    """audit --rate: keys read per second, above 0 and at most ten million."""
+    """Read audit --rate: keys read per second, above 0 and at most ten million."""
     return _bounded(given, "a positive number of keys per second", 0, 1e7, low_ok=False)
 
 
 def fraction(given: Given) -> float:
-    """A fraction from 0 to 1, both taken."""
+    """Return a fraction from 0 to 1, both taken."""
     return _bounded(given, "a fraction between 0 and 1", 0, 1, low_ok=True)
 
 
 def share(given: Given) -> float:
-    """A share above 0 and at most 1."""
+    """Return a share above 0 and at most 1."""
     return _bounded(given, "a fraction above 0 and at most 1", 0, 1, low_ok=False)
 
 
@@ -137,13 +142,13 @@ def milliseconds(given: Given) -> float:
 
 
 def heartbeat(given: Given) -> float:
-    """A member's time to live: seconds, long enough for a round trip, at most a day."""
+    """Return a member's time to live: seconds, long enough for a round trip, at most a day."""
     what = f"a number of seconds from {MIN_HEARTBEAT_S:g} to {MAX_INTERVAL_S:g}"
     return _bounded(given, what, MIN_HEARTBEAT_S, MAX_INTERVAL_S, low_ok=True)
 
 
 def positive_int(given: Given) -> int:
-    """A whole number from 1 to LLONG_MAX (text from a flag or env var; never a bool)."""
+    """Return a whole number from 1 to LLONG_MAX (text from a flag or env var; never a bool)."""
     value = given.value
     digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
     if isinstance(value, str) and given.text_ok and digits.isascii() and digits.isdigit():
@@ -163,12 +168,12 @@ def string(given: Given) -> str:
 
 
 def optional_name(given: Given) -> str | None:
-    """A name, stripped; None when none is given."""
+    """Return a name, stripped; None when none is given."""
     return None if given.value is None else string(given).strip() or None
 
 
 def key_root(given: Given) -> str:
-    """The key root: not empty, no braces (a hash tag) and no whitespace."""
+    """Return the key root: not empty, no braces (a hash tag) and no whitespace."""
     root = string(given)
     if not root or any(c in "{}" or c.isspace() for c in root):
         raise ConfigError(
@@ -179,7 +184,7 @@ def key_root(given: Given) -> str:
 
 
 def instance_id(given: Given) -> str:
-    """The member id: given, or hostname:pid, which is unique among a host's processes."""
+    """Return the member id: given, or hostname:pid, which is unique among a host's processes."""
     if given.value is None:
         return f"{socket.gethostname()}:{os.getpid()}"
     text = string(given)
@@ -192,7 +197,7 @@ def instance_id(given: Given) -> str:
 
 
 def log_level(given: Given) -> str:
-    """One of logs.LEVELS, in any case."""
+    """Return one of logs.LEVELS, in any case."""
     text = string(given).strip().lower()
     if text not in LEVELS:
         known = ", ".join(LEVELS)
@@ -201,7 +206,7 @@ def log_level(given: Given) -> str:
 
 
 def choice_of(choices: type[E]) -> Callable[[Given], E]:
-    """The coercer to one of an enum's values, given in any case."""
+    """Return the coercer to one of an enum's values, given in any case."""
 
     def coerce(given: Given) -> E:
         text = string(given).strip().lower()
@@ -227,8 +232,8 @@ def switch(given: Given) -> bool:
 
 
 def file_path(given: Given) -> Path | None:
-    """A file's path, None when none is given; a relative path in the config file is the file's
-    neighbour."""
+    """Return a file's path, None when none is given; a relative path in the config file is the
+    file's neighbour."""
     if given.value is None:
         return None
     text = string(given)
@@ -259,7 +264,8 @@ def host_port(text: str, *, empty_host: bool, bare_ipv6: bool) -> tuple[str, int
 
 
 def metrics_addr(given: Given) -> tuple[str, int]:
-    """Where the HTTP side listens: no host is every interface; an IPv6 host needs brackets."""
+    """Return where the HTTP side listens: no host is every interface; an IPv6 host needs
+    brackets."""
     address = host_port(string(given), empty_host=True, bare_ipv6=False)
     if address is None:
         raise ConfigError(
@@ -286,11 +292,12 @@ def sentinels(given: Given) -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
-SEED_SPLIT = re.compile(r"[\s,]+(?=(?:redis|rediss|unix)://)")  # a comma in a password stays
+# A comma in a password stays.
+SEED_SPLIT = re.compile(r"[\s,]+(?=(?:redis|rediss|unix)://)")
 
 
 def redis_urls(given: Given) -> tuple[str, ...]:
-    """The server's URL, or a Cluster's seeds: the flag repeated, a list in the file, or URLs
+    """Return the server's URL, or a Cluster's seeds: the flag repeated, a list in the file, or URLs
     separated by commas or spaces (a separator counts only before a scheme)."""
     entries = _entries(given, "a URL or a list of URLs")
     if not entries or not all(isinstance(entry, str) for entry in entries):
@@ -302,7 +309,7 @@ def redis_urls(given: Given) -> tuple[str, ...]:
 
 
 def queue_name(name: object, where: str) -> str:
-    """A queue name, as keyspace.is_queue_name takes it; `where` names the list it is in."""
+    """Return a queue name, as keyspace.is_queue_name takes it; `where` names the list it is in."""
     if not is_queue_name(name):
         raise ConfigError(
             f"queue name {shown(name)} in {where} must be non-empty, without {{, }} or whitespace"
@@ -315,7 +322,8 @@ def queue_list(given: Given) -> list[str]:
     names: list[str] = []
     for entry in _entries(given, "queue names"):
         pieces = _pieces(entry)
-        if not pieces:  # nothing but separators: the message shows what was given
+        # Nothing but separators: the message shows what was given.
+        if not pieces:
             raise ConfigError(
                 f"queue name {shown(entry)} in {given.where} must be non-empty, "
                 "without {, } or whitespace"
@@ -325,7 +333,7 @@ def queue_list(given: Given) -> list[str]:
 
 
 def _entries(given: Given, what: str) -> list[object] | tuple[object, ...]:
-    """A list setting's entries: one text (an env var, a file's string) or a list of them."""
+    """Return a list setting's entries: one text (an env var, a file's string) or a list of them."""
     entries = [given.value] if isinstance(given.value, str) else given.value
     if not isinstance(entries, list | tuple):
         raise ConfigError(f"{given.where} must be {what}, not {shown(given.value)}")
@@ -333,5 +341,5 @@ def _entries(given: Given, what: str) -> list[object] | tuple[object, ...]:
 
 
 def _pieces(entry: object) -> list[str]:
-    """The items of one entry: commas and spaces separate them."""
+    """Return the items of one entry: commas and spaces separate them."""
     return str(entry).replace(",", " ").split()

@@ -12,9 +12,11 @@ from typing import Any
 from sweeperd.config.coercers import ConfigError, Given, queue_name, why_unreadable
 from sweeperd.config.options import OPTIONS, REMOVED_KEYS, SETTING_KEYS
 
-QUEUE_KEYS = ("interval", "max_stalled", "limit")  # what a [queue.<name>] table may set
-TABLES = "queue"  # [queue.<name>]: a queue's own values; "queues" is the list of names
-OLD_TABLES = "queues"  # [queues.<name>], the tables' name before TOML's list/table clash
+# What a [queue.<name>] table may set; the tables' name ("queues" is the list of names), and
+# their name before TOML's list/table clash, [queues.<name>].
+QUEUE_KEYS = ("interval", "max_stalled", "limit")
+TABLES = "queue"
+OLD_TABLES = "queues"
 # The keys a file may hold, in the order a refusal lists them; instance_id is per replica.
 FILE_KEYS = (
     *(k for k in SETTING_KEYS if k != "queues" and OPTIONS[k].toml),
@@ -25,8 +27,9 @@ FILE_KEYS = (
 NOT_IN_FILE = {
     "instance_id": ("each replica has its own, and the replicas share the file", "each replica"),
 }
-QueueTables = dict[str, dict[str, Given]]  # a queue's name -> the values its table sets
-Tables = dict[str, Any]  # [queue.<name>] tables as TOML read them: name -> table
+# A queue's name -> the values its table sets; and the tables as TOML read them.
+QueueTables = dict[str, dict[str, Given]]
+Tables = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class FileQueues:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """The file's settings as TOML typed them, once every top-level key is a known one."""
+    """Return the file's settings as TOML typed them, once every top-level key is a known one."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -70,7 +73,7 @@ def _refuse_unknown(table: Mapping[str, object], known: tuple[str, ...], where: 
 
 
 def _refuse_flag(key: str, where: str) -> None:
-    """An option the file may not set (a flag, or a replica's own setting), named as such."""
+    """Refuse an option the file may not set (a flag, or a replica's own setting), named as such."""
     why, whom = NOT_IN_FILE.get(key, ("", ""))
     raise ConfigError(
         f"{key} is not read from a config file{f' ({why})' if why else ''}: give "
@@ -79,9 +82,9 @@ def _refuse_flag(key: str, where: str) -> None:
 
 
 def file_queues(data: Mapping[str, Any], path: Path) -> FileQueues:
-    """The file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with the
-    values its table sets; and the notes on how to write the file now. `[queues.<name>]`
-    tables (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
+    """Return the file's queues: `queues = [names]`, then `[queue.<name>]` tables, each name with
+    the values its table sets; and the notes on how to write the file now. `[queues.<name>]` tables
+    (one key cannot be both TOML's list and table) are read as `[queue.<name>]`."""
     listed, tables, old = _shapes(data, path)
     queues: QueueTables = {queue_name(name, f"queues in {path}"): {} for name in listed}
     names = tuple(queues) if "queues" in data and not old else None
@@ -100,7 +103,7 @@ def file_queues(data: Mapping[str, Any], path: Path) -> FileQueues:
 def unlisted_tables(
     file: FileQueues, named: Sequence[str], path: Path, *, discover: bool
 ) -> tuple[str, ...]:
-    """The `[queue.<name>]` tables of queues that neither the file's list nor `named` (the
+    """Return the `[queue.<name>]` tables of queues that neither the file's list nor `named` (the
     flags' names) lists. Where the queues are listed, such a table is a typo and refused,
     naming the nearest listed queue; unless discovery is on, where it may be for a queue a
     scan finds (the daemon warns when no scan does). A file without a list names its queues
@@ -126,7 +129,7 @@ def unlisted_tables(
 
 
 def _shapes(data: Mapping[str, Any], path: Path) -> tuple[list[Any], Tables, Tables]:
-    """The list of names, the tables, and the tables spelled the old way; a wrong shape is
+    """Return the list of names, the tables, and the tables spelled the old way; a wrong shape is
     refused saying which key holds what."""
     listed, tables = data.get("queues", []), data.get(TABLES, {})
     old: Tables = {}
@@ -146,7 +149,7 @@ def _shapes(data: Mapping[str, Any], path: Path) -> tuple[list[Any], Tables, Tab
 
 
 def _notes(old: Mapping[str, Any], path: Path) -> tuple[str, ...]:
-    """How to write the old tables now: said once per read of the file, never fatal."""
+    """Return how to write the old tables now: said once per read of the file, never fatal."""
     if not old:
         return ()
     renamed = ", ".join(f"[{TABLES}.{name}]" for name in old)
@@ -157,7 +160,7 @@ def _notes(old: Mapping[str, Any], path: Path) -> tuple[str, ...]:
 
 
 def _queue_table(table: object, spelled: str, path: Path) -> dict[str, Given]:
-    """One queue's table: the values it sets, each named by the table as written."""
+    """Return one queue's table: the values it sets, each named by the table as written."""
     if not isinstance(table, dict):
         raise ConfigError(f"{spelled} in {path} must be a table ([{spelled}])")
     where = f"[{spelled}] in {path}"

@@ -15,12 +15,13 @@ from sweeperd.server.connection import Connection, Topology, TopologyRefused
 from sweeperd.server.tls import TLS_KEYS, BadTlsFile, TlsFiles
 from sweeperd.server.urls import BadConnection, check_url, seed_of
 
-CREDENTIAL_NAME = "redis-password"  # systemd LoadCredential= name
+# The systemd LoadCredential= name.
+CREDENTIAL_NAME = "redis-password"
 TLS_FIX = "see docs/security.md#tls"
 
 
 def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connection:
-    """The connection settings, read by their coercers, checked together before anything is
+    """Return the connection settings, read by their coercers, checked together before anything is
     sent; `where` names each setting as a refusal does."""
     url, *others = typed["redis_url"]
     password = _password(typed["redis_password_file"], where["redis_password_file"])
@@ -36,7 +37,8 @@ def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connect
     try:
         url = check_url(url)
         topology = replace(topology, seeds=_seeds(url, others, where["redis_url"]))
-        topology.check(url)  # the URL first: the topology's check reads its db
+        # The URL first: the topology check reads its db.
+        topology.check(url)
         return Connection.checked(url, password, typed["socket_timeout"], tls, topology)
     except BadTlsFile as exc:
         raise ConfigError(f"{where[exc.key]} {exc}; {TLS_FIX}") from None
@@ -48,7 +50,7 @@ def connection_of(typed: Mapping[str, Any], where: Mapping[str, str]) -> Connect
 
 
 def _seeds(url: str, others: list[str], where: str) -> tuple[tuple[str, int], ...]:
-    """The addresses of the seeds named after the first URL, each checked against it."""
+    """Return the addresses of the seeds named after the first URL, each checked against it."""
     seeds = []
     for other in others:
         try:
@@ -59,7 +61,7 @@ def _seeds(url: str, others: list[str], where: str) -> tuple[tuple[str, int], ..
 
 
 def _password(path: Path | None, where: str) -> str | None:
-    """The password from the given file, else systemd's credential, else none."""
+    """Return the password from the given file, else systemd's credential, else none."""
     if path is None:
         path = credential_path()
         if path is None or not path.exists():
@@ -75,7 +77,7 @@ def _sentinel_password(path: Path | None, where: str) -> str | None:
 
 
 def _secret(path: Path, whose: str, fix: str) -> str:
-    """A password file's content, its line end stripped; a file that cannot be read or is
+    """Return a password file's content, its line end stripped; a file that cannot be read or is
     empty is one line naming the file and `fix`."""
     try:
         password = path.read_text(encoding="utf-8").rstrip("\r\n")
@@ -89,6 +91,6 @@ def _secret(path: Path, whose: str, fix: str) -> str:
 
 
 def credential_path() -> Path | None:
-    """systemd's credential file for the password, when the unit passed one."""
+    """Return systemd's credential file for the password, when the unit passed one."""
     credentials = os.environ.get("CREDENTIALS_DIRECTORY")
     return Path(credentials) / CREDENTIAL_NAME if credentials else None

@@ -41,27 +41,36 @@ from sweeperd.constants import (
 )
 
 ENV_PREFIX = "SWEEPERD_"
-ALL = COMMANDS  # the commands that reach a server
-WITH_ACL = (*ALL, ACL)  # acl takes the options that change what the others send
-Coercer = Callable[[Given], Any]  # a given value to its typed one, or a ConfigError naming it
+# The commands that reach a server; acl takes the options that change what the others send.
+ALL = COMMANDS
+WITH_ACL = (*ALL, ACL)
+# A given value to its typed one, or a ConfigError naming it.
+Coercer = Callable[[Given], Any]
 
 
 @dataclass(frozen=True)
 class Option:
-    """One option: its setting's name, what its value is, where it applies, what it means."""
+    """One option: its setting's name, what its value is, where it applies, what it means.
 
-    key: str  # the setting's name: the TOML key, the flag and the env var derive from it
-    metavar: str  # what the value is, as --help shows it; "" for an on/off flag
+    `key` is the setting's name, from which the TOML key, the flag and the env var derive
+    (`flag` and `env` name them when they differ); `metavar` is what --help shows of the value
+    ("" for an on/off flag); `default` None is no default, or one found at run time, shown as
+    `shown_default` says when not str(); `toml` False keeps it out of the config file; `setting`
+    False is one command's own value (top's --rows), in no Settings; `parse` reads a setting's
+    value (coercers.py), None for no setting."""
+
+    key: str
+    metavar: str
     commands: tuple[str, ...]
     help: str
-    default: object = None  # None: no default (or one found at run time, see shown_default)
-    shown_default: str | None = None  # how help and the docs show the default, when not str()
-    toml: bool = True  # the config file may set it
-    flag: str = ""  # the flag, when not --<key-with-dashes>
+    default: object = None
+    shown_default: str | None = None
+    toml: bool = True
+    flag: str = ""
     short: str = ""
-    env: str = ""  # the env var, when not SWEEPERD_<KEY>
-    setting: bool = True  # False: one command's own value (top's --rows), in no Settings
-    parse: Coercer | None = None  # how a setting's value is read (coercers.py); None: no setting
+    env: str = ""
+    setting: bool = True
+    parse: Coercer | None = None
 
     @property
     def flag_name(self) -> str:
@@ -73,7 +82,7 @@ class Option:
 
     @property
     def empty_in_env(self) -> bool:
-        """Its env var is set empty (click drops that, as if it were not set)."""
+        """Tell whether its env var is set empty (click drops that, as if it were not set)."""
         return os.environ.get(self.env_name) == ""
 
     @property
@@ -83,7 +92,8 @@ class Option:
 
     @property
     def is_flag(self) -> bool:
-        """A command's own option (--json, --rows), not a setting (--cluster is a setting)."""
+        """Tell whether it is a command's own option (--json, --rows), not a setting (--cluster is a
+        setting)."""
         return (self.is_switch and not self.toml) or not self.setting
 
     @property
@@ -98,7 +108,7 @@ class Option:
 
     @property
     def where(self) -> str:
-        """How an error message names the option: the flag and its env var."""
+        """Return how an error message names the option: the flag and its env var."""
         return f"{self.flag_name} ({self.env_name})"
 
 
@@ -360,14 +370,15 @@ OPTIONS: dict[str, Option] = {
         ),
         Option(
             "queue_metrics",
-            "sparse|basic|full",
+            "auto|sparse|basic|full",
             (RUN,),
             "Series per queue: basic, what an operator needs (6, and one per failure reason "
             "seen); sparse, basic's of the queues with something to say (leases taken or left "
             "expired, a failure, no success for 150 s) for 30 minutes after, none of an idle "
-            "queue; full adds set sizes, and sweeps, ghosts, durations and recovery delays per "
-            "node the queue is swept on (32 on one node, 22 more per other node).",
-            QueueMetrics.BASIC.value,
+            "queue; auto, basic up to 10,000 queues known, sparse above; full adds set sizes, "
+            "and sweeps, ghosts, durations and recovery delays per node the queue is swept on "
+            "(32 on one node, 22 more per other node).",
+            QueueMetrics.AUTO.value,
             parse=coercers.choice_of(QueueMetrics),
         ),
         Option(

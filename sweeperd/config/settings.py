@@ -49,54 +49,69 @@ KNOWN_KEYS = (*DEFAULTS, "queues")
 
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
+    """One queue's sweep: its interval in seconds, budget and limit. `budget_given` is False
+    when max_stalled is the default, which no flag, env var, file or table set."""
+
     name: str
-    interval: float  # seconds between two sweeps
+    interval: float
     max_stalled: int
     limit: int
-    # False: max_stalled is the default, which no flag, env var, file or table set
     budget_given: bool = field(default=True, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class DaemonSettings:
     """What `run` alone reads: its HTTP side, the spread of its schedule, discovery, the
-    replicas and the series it exports; `once` and `inspect` never look at them."""
+    replicas and the series it exports; `once` and `inspect` never look at them.
 
-    metrics_host: str  # "" = every interface, IPv4 and IPv6
+    Each field is the flag of its name (docs/configuration.md), in seconds where it is a time;
+    `metrics_host` "" is every interface (IPv4 and IPv6), `jitter` a fraction of the interval,
+    `discover` and `audit_every` 0 are off, and `web_config` holds the HTTP side's TLS and basic
+    auth."""
+
+    metrics_host: str
     metrics_port: int
-    jitter: float  # fraction of the interval, 0..1
-    sweep_at: SweepAt  # deadline: each queue at its earliest lease's deadline too; interval: not
-    deadline_source: DeadlineSource  # tracking: a new lease is heard of when it is taken
-    discover: float  # seconds between SCANs for <root>:{*}:active; 0 = off
-    queue_metrics: QueueMetrics  # the series exported per queue
-    shard: Shard  # on: replicas share the queues; off: this one sweeps them all
-    heartbeat: float  # seconds: a member's time to live, renewed three times within it
-    instance_id: str  # this replica's member id among the replicas sharing the queues
-    web_config: WebConfig | None = None  # TLS and basic auth of the HTTP side
-    audit_every: float = 0.0  # seconds between background audits of the owned queues; 0 = off
+    jitter: float
+    sweep_at: SweepAt
+    deadline_source: DeadlineSource
+    discover: float
+    queue_metrics: QueueMetrics
+    shard: Shard
+    heartbeat: float
+    instance_id: str
+    web_config: WebConfig | None = None
+    audit_every: float = 0.0
 
 
 @dataclass(frozen=True)
 class Settings:
-    connection: Connection  # the server: URL, password, socket timeout
+    """Every setting of a command, built once from flags, env vars and the file.
+
+    Each field is the flag of its name (docs/configuration.md), in seconds where it is a time;
+    `log_format` is json or console (auto is resolved), `log_level` lower case. `notes` say how
+    to write the file now (said once per read, never fatal); `unlisted_tables` are tables no
+    list names, kept for discovery to find; `budget_given` is True when max_stalled was given by
+    a flag, an env var or the file."""
+
+    connection: Connection
     prefix_root: str
-    interval: float  # seconds
+    interval: float
     max_stalled: int
     limit: int
-    call_target_ms: float  # server time one call stays under; never more than `limit` leases
-    drain_share: float  # most of the server's time a backlog drain may take, (0, 1]
+    call_target_ms: float
+    drain_share: float
     executor: ExecutorChoice
-    log_format: LogFormat  # json or console, never auto
-    log_level: str  # lower case, one of logs.LEVELS
+    log_format: LogFormat
+    log_level: str
     queues: tuple[QueueSettings, ...]
     config_path: Path | None
     daemon: DaemonSettings
-    notes: tuple[str, ...] = ()  # how to write the file now: said once per read, never fatal
-    unlisted_tables: tuple[str, ...] = ()  # tables no list names, kept for discovery to find
-    budget_given: bool = True  # max_stalled given by a flag, an env var or the file
+    notes: tuple[str, ...] = ()
+    unlisted_tables: tuple[str, ...] = ()
+    budget_given: bool = True
 
     def for_queue(self, name: str) -> QueueSettings:
-        """A configured queue's settings, or the global ones for a discovered queue."""
+        """Return a configured queue's settings, or the global ones for a discovered queue."""
         for queue in self.queues:
             if queue.name == name:
                 return queue
@@ -105,8 +120,8 @@ class Settings:
         )
 
     def describe(self) -> dict[str, object]:
-        """The settings fit for a log line: credentials removed from the URL, no password, the
-        queues counted and the first NAMES_CAP of them named."""
+        """Return the settings fit for a log line: credentials removed from the URL, no password,
+        the queues counted and the first NAMES_CAP of them named."""
         topology = self.connection.topology
         shown: dict[str, object] = {
             f.name: getattr(self, f.name)
@@ -144,7 +159,8 @@ def queue_names(value: object) -> list[str]:
 def _gather(
     overrides: Mapping[str, object], data: Mapping[str, Any], path: Path | None
 ) -> dict[str, Given]:
-    """Every setting with its winning value: an override, else the file's, else the default."""
+    """Return every setting with its winning value: an override, else the file's, else the
+    default."""
     unknown = set(overrides) - set(KNOWN_KEYS)
     if unknown:
         raise ValueError(f"build_settings: unknown override keys {sorted(unknown)}")
@@ -161,8 +177,8 @@ def _gather(
 
 
 def _not_empty(key: str, given: Given) -> Given:
-    """A value given empty (`--redis-url ''`, a variable that did not expand) is refused: it
-    would otherwise mean the default, e.g. whatever server listens on localhost."""
+    """Return the value given, refusing one given empty (`--redis-url ''`, a variable that did
+    not expand): it would otherwise mean the default, e.g. whatever server listens on localhost."""
     values = given.value if isinstance(given.value, list | tuple) else [given.value]
     if any(isinstance(value, str) and not value.strip() for value in values):
         o = OPTIONS[key]
@@ -175,7 +191,7 @@ def _not_empty(key: str, given: Given) -> Given:
 
 
 def _web_config(path: Path | None, where: str) -> WebConfig | None:
-    """The web config file named, read and checked."""
+    """Return the web config file named, read and checked."""
     if path is None:
         return None
     try:
@@ -189,7 +205,8 @@ def _queues(
     flag_names: list[str],
     defaults: QueueSettings,
 ) -> tuple[QueueSettings, ...]:
-    """The file's queues (a table's own values win over the globals), then the flags' new ones."""
+    """Return the file's queues (a table's own values win over the globals), then the flags' new
+    ones."""
     built: dict[str, QueueSettings] = {}
     for name, table in tables.items():
         own = {key: _parse(key, given) for key, given in table.items()}
@@ -206,7 +223,7 @@ def _queues(
 
 
 def _parse(key: str, given: Given) -> Any:
-    """The value of one setting, read by the coercer its row in the options table names."""
+    """Return the value of one setting, read by the coercer its row in the options table names."""
     parse = OPTIONS[key].parse
     assert parse is not None, f"{key} has no coercer in options.OPTIONS"
     return parse(given)

@@ -32,7 +32,8 @@ import yaml
 
 TLS_KEYS = ("cert_file", "key_file", "client_ca_file")
 TOP_KEYS = ("tls_server_config", "basic_auth_users")
-HANDSHAKE_TIMEOUT_S = 10.0  # a client that does not finish its TLS handshake is dropped
+# A client that does not finish its TLS handshake is dropped.
+HANDSHAKE_TIMEOUT_S = 10.0
 REALM = 'Basic realm="sweeperd", charset="UTF-8"'
 
 
@@ -48,14 +49,14 @@ class WebConfig:
     cert_file: Path | None = None
     key_file: Path | None = None
     client_ca_file: Path | None = None
-    users: Mapping[str, bytes] = field(default_factory=dict)  # name -> bcrypt hash
-    _passed: set[tuple[str, bytes]] = field(
-        default_factory=set, compare=False, repr=False
-    )  # (user, sha256 of a password bcrypt accepted): bcrypt is slow by design, once is enough
+    # Name -> bcrypt hash; and (user, sha256 of a password bcrypt accepted): bcrypt is slow by
+    # design, once is enough.
+    users: Mapping[str, bytes] = field(default_factory=dict)
+    _passed: set[tuple[str, bytes]] = field(default_factory=set, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The server side's TLS context, or None for plain HTTP."""
+        """Return the server side's TLS context, or None for plain HTTP."""
         if self.cert_file is None:
             return None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -67,7 +68,7 @@ class WebConfig:
         return context
 
     def allows(self, authorization: str | None) -> bool:
-        """Whether an Authorization header lets the request in (always, without users)."""
+        """Tell whether an Authorization header lets the request in (always, without users)."""
         if not self.users:
             return True
         user, password = _basic(authorization)
@@ -130,7 +131,7 @@ DUMMY_HASH = bcrypt.hashpw(b"timing", bcrypt.gensalt(4))
 
 
 def _basic(authorization: str | None) -> tuple[str | None, bytes | None]:
-    """The user and password of a Basic Authorization header, or (None, None)."""
+    """Return the user and password of a Basic Authorization header, or (None, None)."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "basic":
         return None, None
@@ -192,7 +193,8 @@ def _users(table: object) -> dict[str, bytes]:
 
 
 def load_web_config(path: Path) -> WebConfig:
-    """The web config in `path`, checked: readable YAML, known keys, usable TLS files, hashes."""
+    """Return the web config in `path`, checked: readable YAML, known keys, usable TLS files,
+    hashes."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:

@@ -22,11 +22,13 @@ log = structlog.get_logger("sweeperd.daemon")
 
 FINDINGS = FAMILIES["sweeperd_audit_findings"]
 COMPLETED = FAMILIES["sweeperd_audit_last_completed_timestamp_seconds"]
-PROGRESS_LOG_S = 10.0  # a long audit says how far it is this often
+# A long audit logs how far it is every PROGRESS_LOG_S.
+PROGRESS_LOG_S = 10.0
 
 
 class BackgroundAudit(Collector):
-    """Every owned queue audited on its primary; the findings of the last audit exported."""
+    """Audits every owned queue on its primary and exports the last audit's findings. `holder`
+    gives the primary a queue is on now (a list of one), or None while that is unknown."""
 
     def __init__(
         self,
@@ -39,7 +41,7 @@ class BackgroundAudit(Collector):
     ) -> None:
         self.root = root
         self.owned = owned
-        self.holder = holder  # the primary a queue is on now (a list of one), None: unknown
+        self.holder = holder
         self.stopping = stopping
         self.pace = pace or Pace()
         self.wall = wall

@@ -20,6 +20,7 @@ from sweeperd import __version__
 from sweeperd.config.settings import ConfigError, DaemonSettings, Settings
 from sweeperd.constants import DeadlineSource, SweepAt
 from sweeperd.daemon.audit import BackgroundAudit
+from sweeperd.daemon.choosing import Chooser
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.eviction import EvictionWatch
 from sweeperd.daemon.health import HEARTBEAT_S, Health
@@ -39,15 +40,21 @@ from sweeperd.metrics.state import StateReaders
 
 log = structlog.get_logger("sweeperd.daemon")
 
-WORKERS = 4  # batches swept at once
-STOP_TIMEOUT_S = 8.0  # the in-flight sweep finishes within this, or is left behind
-SWITCH_INTERVAL_S = 0.001  # a thread waiting for the GIL gets it this soon (Python's: 5 ms): a
-# wake at a deadline waits for it at each read and write of its round, while a tick of hundreds
-# of queues parses their replies
-TURN_S = 0.5  # the main thread's loop: signals, readiness, watchdog
-OVERRUN_LOG_S = 60.0  # at most one sweep_overrun log line this often
-LOADING_RETRY_S = 0.5  # a server loading its dataset is tried again this soon
-AUDIT_FIRST_S = 30.0  # the first background audit at the latest this long after the start
+# WORKERS batches are swept at once; at stop, the sweep in flight finishes within
+# STOP_TIMEOUT_S or is left behind.
+WORKERS = 4
+STOP_TIMEOUT_S = 8.0
+# A thread waiting for the GIL gets it within SWITCH_INTERVAL_S (Python's: 5 ms): a wake at a
+# deadline waits for it at each read and write of its round, while a tick of hundreds of queues
+# parses their replies.
+SWITCH_INTERVAL_S = 0.001
+# The main thread's loop (signals, readiness, the watchdog) turns every TURN_S; sweep_overrun
+# is logged at most every OVERRUN_LOG_S; a server loading its dataset is tried again after
+# LOADING_RETRY_S; the first background audit runs AUDIT_FIRST_S after the start at the latest.
+TURN_S = 0.5
+OVERRUN_LOG_S = 60.0
+LOADING_RETRY_S = 0.5
+AUDIT_FIRST_S = 30.0
 
 
 class StopRequested(BaseException):
@@ -67,18 +74,23 @@ class Daemon:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.fleet = Fleet(s.connection, self.metrics, tuning(s), report=self.act, clock=self.clock)
-        # The heartbeat has a thread of its own: sweeps stuck on a hung server must not make
-        # a live scheduler look dead to the liveness probe.
+        self.fleet = Fleet(
+            s.connection, self.metrics, tuning(s), report=self.answer, clock=self.clock
+        )
+        # One thread per kind of job, so that none waits behind another: the heartbeat's (a
+        # sweep stuck on a hung server must not make a live scheduler look dead), the
+        # membership's, the eviction watch's (a hung server's INFO), the audit's (long);
+        # discovery and the settling run on default. The schedule adds the batches' executor
+        # (SWEEPS).
         self.scheduler = BackgroundScheduler(
             timezone=UTC,
             executors={
                 "default": ThreadPoolExecutor(1),
                 "beat": ThreadPoolExecutor(1),
                 "members": ThreadPoolExecutor(1),
-                "eviction": ThreadPoolExecutor(1),  # a hung server's INFO must not stop others
-                "audit": ThreadPoolExecutor(1),  # an audit is long: nothing waits for it
-            },  # default: discovery; batches: SWEEPS
+                "eviction": ThreadPoolExecutor(1),
+                "audit": ThreadPoolExecutor(1),
+            },
         )
         self.schedule = Schedule(
             self.scheduler,
@@ -87,19 +99,22 @@ class Daemon:
             jitter=s.daemon.jitter,
             on_overrun=self.overrun,
         )
-        # Each queue at its deadline too: one job re-armed to the soonest wake of any primary.
-        self._wakes = Wakes(self.scheduler, self.wake, self.fleet.next_wake, clock=self.clock)
+        self._wakes = Wakes(self.wake, self.fleet.next_wake, clock=self.clock)
+        self._chooser = Chooser(self.choose)
         self.sharing = Sharing.of(s, self.fleet.home, relocate=self.fleet.follow)
         self.queues = QueueSet(
             s,
             self.sharing,
             self.metrics.numbers,
             self.schedule,
-            forget=self.fleet.forget,
+            own=self.fleet.own,
             clock=self.clock,
         )
         self._discovery = Discovery(
-            self.fleet.nodes, s.prefix_root, doubt=self.fleet.doubt, clock=self.clock
+            self.fleet.nodes,
+            s.prefix_root,
+            refresh_layout=self.fleet.refresh_soon,
+            clock=self.clock,
         )
         self.health = Health(
             self.scheduler, self.schedule, self.fleet, lambda: self.settings, self.clock
@@ -121,16 +136,16 @@ class Daemon:
         self.audit = BackgroundAudit(
             s.prefix_root,
             self.queues.sweeping,
-            lambda queue: self.fleet.holding((queue,)),
+            lambda queue: self.fleet.primaries_of((queue,)),
             self._stop_requested,
         )
         self.metrics.add_collector(self.eviction)
         self.metrics.add_collector(self.audit)
         self._reload_requested = threading.Event()
-        self._signalled = threading.Event()  # either signal: the main loop acts now
+        self._signalled = threading.Event()
         self._server: MetricsServer | None = None
         self._announced_ready = False
-        self._starting = False  # a stop asked for now ends the start at once
+        self._starting = False
         self._overruns_logged_at: float | None = None
         # Overruns are counted and logged below, at most once a minute, not once per batch;
         # a batch's missed runs are counted, and no job's is said in APScheduler's words.
@@ -144,17 +159,17 @@ class Daemon:
         self.fleet.sweep(batch)
 
     def wake(self, now: float) -> None:
-        """The wakes' job: the queues due at their deadlines by `now`, swept."""
+        """Sweep the queues due at their deadlines by `now` (the wakes' thread)."""
         if self._stop_requested.is_set():
             return
-        self.fleet.wake(now, self.queues.setting)
+        self.fleet.wake(now)
 
-    def act(self, outcome: Outcome) -> None:
-        """What the fleet found. A new run of a server, a new primary or slots that changed
+    def answer(self, outcome: Outcome) -> None:
+        """Answer what the fleet found. A new run of a server, a new primary or slots that changed
         hands: every queue at once, on the primary that holds it now, so that its earlier
         leases go back now. A server loading its dataset: every queue again shortly, so that
         the sweep that brings back the previous run's leases comes as soon as it has loaded.
-        A queue falling due: the wakes' job runs then, if that is sooner. Stopping, nothing:
+        A queue falling due: the wakes' thread wakes then, if that is sooner. Stopping, nothing:
         the scheduler's shutdown holds its job store's lock while it waits for the sweeps'
         threads, and a job changed from one of them would wait for that lock."""
         if self._stop_requested.is_set():
@@ -167,23 +182,27 @@ class Daemon:
             self._wakes.soon(outcome.wake)
 
     def share(self) -> None:
-        """The membership job: a heartbeat; when the members changed, the queues chosen anew."""
-        if not self.sharing.refresh(self.clock()):
-            return
+        """Send the membership's heartbeat; when the members changed, have the queues chosen
+        anew on the chooser's thread, never in the heartbeat's way."""
+        if self.sharing.refresh(self.clock()):
+            self._chooser.soon()
+
+    def choose(self) -> None:
+        """Choose the queues this replica owns, and sweep the ones it gained at once."""
         had = bool(self.queues.sweeping())
         gained, lost = self.queues.apply()
         self.sharing.moved(len(gained), len(lost), len(self.queues.sweeping()))
         # Not once stopping: the scheduler's shutdown holds its job store's lock while it waits
-        # for this thread, and the takeover's jobs would wait for that lock (see act()).
-        if had and (gained or lost) and not self._stop_requested.is_set():
-            self.schedule.sweep_once(self.queues.owned())
+        # for this thread, and the takeover's jobs would wait for that lock (see answer()).
+        if had and gained and not self._stop_requested.is_set():
+            self.schedule.sweep_once(gained)
 
     def discover(self) -> None:
-        """The discovery job: SCAN every primary, the queues found kept (see QueueSet.found)."""
-        self.queues.found(self._discovery.scan())
+        """SCAN every primary and keep the queues found (see QueueSet.add_found)."""
+        self.queues.add_found(self._discovery.scan())
 
     def overrun(self) -> None:
-        """A batch skipped, still sweeping (counted by the schedule): logged once a minute."""
+        """Log a batch skipped while still sweeping (the schedule counts it), once a minute."""
         now = self.clock()
         if self._overruns_logged_at is None or now - self._overruns_logged_at >= OVERRUN_LOG_S:
             self._overruns_logged_at = now
@@ -214,9 +233,9 @@ class Daemon:
         )
 
     def add_jobs(self) -> None:
-        """The heartbeat, the membership, the discovery scan, one job per batch of queues, the
-        wakes' job, and the settling of the objects made (see settle) once every queue has been
-        swept."""
+        """Add the scheduler's jobs: the heartbeat, the membership, the discovery scan, the
+        eviction watch, the audit, one job per batch of queues, and the settling of the objects
+        made (see settle) once every queue has been swept."""
         now = datetime.now(UTC)
         # At once too: a reload adds every job anew, and reloads in a row must not starve it.
         self._every(self.health.beat, HEARTBEAT_S, "heartbeat", now, executor="beat")
@@ -228,11 +247,10 @@ class Daemon:
             self.eviction.look, self.settings.interval, "eviction", now, executor="eviction"
         )
         every = self.settings.daemon.audit_every
-        if every:  # the first once the queues are owned: a heartbeat or the period, sooner
+        if every:
+            # The first once the queues are owned: after a heartbeat, or the period if sooner.
             first = now + timedelta(seconds=min(every, AUDIT_FIRST_S))
             self._every(self.audit.run, every, "audit", first, executor="audit")
-        if self.settings.daemon.sweep_at is SweepAt.DEADLINE:
-            self._wakes.add()
         self.queues.apply()
         longest = self.schedule.longest_interval() or self.settings.interval
         self.scheduler.add_job(
@@ -244,8 +262,8 @@ class Daemon:
 
     # The lifetime.
     def start(self) -> None:
-        """The fleet first (servers that are not the topology named refuse the start), then
-        /metrics, the jobs and the scheduler."""
+        """Start the fleet first (servers that are not the topology named refuse the start),
+        then /metrics, the jobs, the scheduler and the wakes."""
         s, d = self.settings, self.settings.daemon
         self._starting = True
         try:
@@ -272,14 +290,17 @@ class Daemon:
             waiting=health.waiting,
         )
         self.add_jobs()
+        self._chooser.start()
         self.scheduler.start()
+        if s.daemon.sweep_at is SweepAt.DEADLINE:
+            self._wakes.start()
 
     def request_stop(self, signum: int, _frame: FrameType | None) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
         self._stop_requested.set()
         self._signalled.set()
         if self._starting:
-            self._starting = False  # raised once: the stop that follows runs whole
+            self._starting = False
             raise StopRequested
 
     def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
@@ -287,8 +308,8 @@ class Daemon:
         self._signalled.set()
 
     def apply_reload(self) -> None:
-        """SIGHUP: the config file again, framed for systemd by RELOADING=1 and READY=1 once
-        ready (before, a READY=1 would say the start is done)."""
+        """Answer SIGHUP: read the config file again, framed for systemd by RELOADING=1 and
+        READY=1 once ready (before, a READY=1 would say the start is done)."""
         self._reload_requested.clear()
         # At once: systemd 252 holds `systemctl reload` until the READY=1 only when this comes
         # before ExecReload='s kill has exited; later, the unit is still `reloading` till then.
@@ -300,14 +321,16 @@ class Daemon:
                 self.notifier.ready()
 
     def reread(self) -> None:
-        """Queues, budgets, jitter and logs change in place, the restart-only settings keep the
-        values they run with (the log names each one); a broken file changes nothing."""
+        """Read the config file again: queues, budgets, jitter and logs change in place, every
+        job is added anew (intervals may have changed), the restart-only settings keep the
+        values they run with (the log names each one); a broken file, or a bug in reading it,
+        changes nothing."""
         try:
             wanted = self.reload()
         except ConfigError as exc:
             log.error("reload_failed", error=str(exc))
             return
-        except Exception:  # a bug in reading it: the daemon goes on with what runs
+        except Exception:
             log.exception("reload_failed", error="the file could not be read (a bug: report it)")
             return
         waiting = restart_changes(self.settings, wanted)
@@ -318,7 +341,7 @@ class Daemon:
         self.settings = fresh
         self.queues.reconfigure(fresh)
         self.schedule.retune(fresh.daemon.jitter)
-        self.scheduler.remove_all_jobs()  # every job anew: intervals may have changed
+        self.scheduler.remove_all_jobs()
         self.schedule.reset()
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
@@ -327,7 +350,9 @@ class Daemon:
         configure_logging(fresh.log_format, fresh.log_level)
 
     def serve_forever(self) -> None:
-        """The main thread: signals, readiness and the watchdog, until asked to stop."""
+        """Run the main thread's loop until asked to stop: signals, readiness and the watchdog,
+        the first turn at once (STATUS= from the start); what woke a turn is in the flags the
+        next one reads."""
         watchdog = self.notifier.watchdog_interval_s
         last_watchdog = 0.0
         status = ""
@@ -347,8 +372,8 @@ class Daemon:
             if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
-            self._signalled.wait(TURN_S)  # after a first turn at once: STATUS= from the start
-            self._signalled.clear()  # what woke it is in the flags the next turn reads
+            self._signalled.wait(TURN_S)
+            self._signalled.clear()
 
     @property
     def metrics_port(self) -> int | None:
@@ -357,13 +382,16 @@ class Daemon:
 
     def stop(self) -> None:
         """Stop scheduling, let the in-flight sweep finish its call, close the server."""
-        self._stop_requested.set()  # first: a sweep in flight changes no job from now on
+        # First: a sweep in flight changes no job from now on, no wake sweeps again, and the
+        # others take this replica's queues while its last calls finish.
+        self._stop_requested.set()
+        self._wakes.stop()
+        self._chooser.stop()
         self.notifier.stopping()
-        self.sharing.leave()  # first: the others take its queues while its last calls finish
-        self._wakes.stop()  # a wakes' run waiting for the next deadline ends at once
+        self.sharing.leave()
         self.fleet.stop(STOP_TIMEOUT_S / 2)
-        if self.scheduler.running:  # not when stopped while it started
-            done = threading.Thread(target=self.scheduler.shutdown, kwargs={"wait": True})
+        if self.scheduler.running:
+            done = threading.Thread(target=self._finish)
             done.start()
             done.join(STOP_TIMEOUT_S)
             if done.is_alive():
@@ -372,9 +400,16 @@ class Daemon:
             self._server.close()
         log.info("stopped")
 
+    def _finish(self) -> None:
+        """Wait for the sweeps in flight: a wake's, then the scheduler's jobs'."""
+        self._wakes.join(STOP_TIMEOUT_S)
+        self._chooser.join(STOP_TIMEOUT_S)
+        self.scheduler.shutdown(wait=True)
+
 
 def tuning(s: Settings) -> Tuning:
-    """What every primary's node and drainer are built with (SIGHUP changes the last two)."""
+    """Return what every primary's member is built with; SIGHUP changes the call target and the
+    drain share in place (see Fleet.retune), a restart the rest."""
     return Tuning(
         s.prefix_root,
         s.executor,

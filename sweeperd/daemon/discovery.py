@@ -25,14 +25,14 @@ class Discovery:
         nodes: Callable[[], Sequence[Node]],
         root: str,
         *,
-        doubt: Callable[[], None],
+        refresh_layout: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._nodes = nodes
         self._root = root
-        self._doubt = doubt  # a primary unreachable: the layout may have moved
+        self._refresh_layout = refresh_layout
         self._clock = clock
-        self._found_on: dict[str, set[str]] = {}  # primary -> the queues its last scan found
+        self._found_on: dict[str, set[str]] = {}
 
     def scan(self) -> set[str]:
         """The queues every primary holds, as far as their last scans tell."""
@@ -47,15 +47,15 @@ class Discovery:
         try:
             self._found_on[node.name] = find_queues(node.client, self._root)
         except UNREACHABLE as exc:
-            node.unreachable(exc)  # logged once per change, as the sweeps do
-            self._doubt()
+            node.unreachable(exc)
+            self._refresh_layout()
             return
-        except redis.exceptions.NoPermissionError as exc:  # said with the rule to add
+        except redis.exceptions.NoPermissionError as exc:
             log.warning(
                 "discovery_failed", node=node.name, error=denial(str(exc), user_of(node.client))
             )
             return
-        except redis.RedisError as exc:  # a failed scan keeps the last list
+        except redis.RedisError as exc:
             log.warning("discovery_failed", node=node.name, error=str(exc))
             return
         node.answered(self._clock())

@@ -22,19 +22,21 @@ EVICTED = FAMILIES["sweeperd_server_evicted_keys"]
 
 class EvictionWatch(Collector):
     """Each primary's policy and evicted keys, read at every look; a policy that may evict
-    logged as a warning when first seen on a node, and again whenever it changes."""
+    logged as a warning when first seen on a node, and again whenever it changes; `seen` maps a
+    node to its (policy, evicted keys)."""
 
     def __init__(self, nodes: Callable[[], Sequence[Node]]) -> None:
         self.nodes = nodes
-        self.seen: dict[str, tuple[str, int]] = {}  # node -> (policy, evicted keys)
+        self.seen: dict[str, tuple[str, int]] = {}
 
     def look(self) -> None:
-        """Every primary read; one that cannot be read keeps what it said last."""
+        """Read every primary; one that cannot be read keeps what it said last (the sweeps say
+        that it cannot be reached)."""
         for node in self.nodes():
             try:
                 policy, evicted = read_eviction(node.client)
             except redis.RedisError:
-                continue  # the sweeps say a node that cannot be reached
+                continue
             before = self.seen.get(node.name)
             self.seen[node.name] = (policy, evicted)
             if may_evict(policy) and (before is None or before[0] != policy):

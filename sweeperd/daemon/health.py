@@ -13,12 +13,15 @@ from sweeperd.daemon.schedule import Schedule
 from sweeperd.fleet.fleet import Fleet
 from sweeperd.fleet.listener import SourceState
 
-HEARTBEAT_S = 1.0  # the scheduler proves it is alive this often
-READY_INTERVALS = 3  # ready while every node answered within this many intervals
+# The scheduler proves it is alive every HEARTBEAT_S; the daemon is ready while every node
+# answered within READY_INTERVALS intervals.
+HEARTBEAT_S = 1.0
+READY_INTERVALS = 3
 
 
 class Health:
-    """Liveness and readiness, read from the scheduler, the schedule and the fleet."""
+    """Liveness and readiness, read from the scheduler, the schedule and the fleet (`settings`
+    gives the running settings: a SIGHUP may change the intervals)."""
 
     def __init__(
         self,
@@ -31,7 +34,7 @@ class Health:
         self._scheduler = scheduler
         self._schedule = schedule
         self._fleet = fleet
-        self._settings = settings  # the running ones: a SIGHUP may change the intervals
+        self._settings = settings
         self._clock = clock
         self._heartbeat = clock()
 
@@ -53,7 +56,7 @@ class Health:
         """Every primary that owns a swept queue (every primary, while none is swept) answered
         within the last three intervals and does not refuse every sweep (no verb, a command the
         user lacks), and the servers are the topology the options name."""
-        now, nodes = self._clock(), self._fleet.holding(self._schedule.queue_names())
+        now, nodes = self._clock(), self._fleet.primaries_of(self._schedule.queue_names())
         window = self._window()
         return bool(nodes) and all(
             n.answered_within(now, window) and n.refusal is None for n in nodes or ()
@@ -76,7 +79,7 @@ class Health:
             said = self._fleet.unreachable
             where = self._settings().connection.shown_seeds
             return f"waiting for {where} to answer" + (f": {said}" if said else "")
-        holders = self._fleet.holding(self._schedule.queue_names())
+        holders = self._fleet.primaries_of(self._schedule.queue_names())
         if holders is None:
             return "waiting for a primary to serve the slot of every queue swept"
         refused = [(n.name, n.refusal) for n in holders if n.refusal is not None]

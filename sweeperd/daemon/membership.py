@@ -26,10 +26,11 @@ return {now, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
 
 @dataclass(frozen=True)
 class View:
-    """The live members as one heartbeat found them, on the server's clock."""
+    """The live members as one heartbeat found them, on the server's clock: each member's id
+    and when its heartbeat expires."""
 
     now_ms: int
-    deadlines_ms: dict[str, int]  # member id -> when its heartbeat expires
+    deadlines_ms: dict[str, int]
 
     @property
     def members(self) -> frozenset[str]:

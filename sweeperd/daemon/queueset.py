@@ -17,11 +17,16 @@ from sweeperd.metrics.numbers import SweepNumbers
 
 log = structlog.get_logger("sweeperd.daemon")
 
-DISCOVERED_TTL_S = 3600.0  # a discovered queue no scan finds any more is kept this long
+# A discovered queue no scan finds any more is kept this long.
+DISCOVERED_TTL_S = 3600.0
 
 
 class QueueSet:
-    """What is known, owned and exported; applied to the schedule and the series together."""
+    """What is known, owned and exported; applied to the schedule, the series and the fleet
+    (`own`) together. `_discovered` keeps when a scan last found each queue (monotonic);
+    `_swept` the queues this replica sweeps now; `_exported` those with series (swept once,
+    still known); `_unmatched` the unlisted tables no scan found, warned of once each. The lock
+    is taken by discovery, the membership and SIGHUP, which all apply the queues."""
 
     def __init__(
         self,
@@ -30,31 +35,31 @@ class QueueSet:
         numbers: SweepNumbers,
         schedule: Schedule,
         *,
-        forget: Callable[[str], None],
+        own: Callable[[list[QueueSettings]], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._settings = settings  # reconfigure() replaces it (SIGHUP)
+        self._settings = settings
         self._sharing = sharing
         self._numbers = numbers
         self._schedule = schedule
-        self._forget = forget  # a queue owned no more leaves the drains and ledgers
+        self._own = own
         self._clock = clock
-        self._discovered: dict[str, float] = {}  # queue -> when a scan last found it (monotonic)
-        self._swept: set[str] = set()  # the queues this replica sweeps now
-        self._owned: dict[str, QueueSettings] = {}  # the same, by name, with their settings
-        self._exported: set[str] = set()  # the queues with series: swept once, still known
-        self._unmatched: set[str] = set()  # unlisted tables no scan found: warned of, once each
-        self._lock = threading.Lock()  # discovery, membership and SIGHUP apply queues
+        self._discovered: dict[str, float] = {}
+        self._swept: set[str] = set()
+        self._exported: set[str] = set()
+        self._unmatched: set[str] = set()
+        self._lock = threading.Lock()
 
     def reconfigure(self, settings: Settings) -> None:
-        """SIGHUP's settings: the configured queues and their own values from the next apply."""
+        """Take SIGHUP's settings: the configured queues and their own values from the next
+        apply."""
         with self._lock:
             self._settings = settings
 
     def known(self) -> list[QueueSettings]:
         """Every queue this replica knows: the configured, then those a scan found within the
         last DISCOVERED_TTL_S. Call with the lock held."""
-        settings = self._settings  # one reading: SIGHUP may replace it
+        settings = self._settings
         named = {q.name for q in settings.queues}
         found = sorted(self._discovered.keys() - named)
         return [*settings.queues, *(settings.for_queue(n) for n in found)]
@@ -76,17 +81,13 @@ class QueueSet:
         it, and a scrape reads it)."""
         return frozenset(self._swept)
 
-    def setting(self, name: str) -> QueueSettings | None:
-        """A queue's settings while this replica sweeps it; None when it does not."""
-        return self._owned.get(name)
-
-    def apply(self) -> tuple[set[str], set[str]]:
+    def apply(self) -> tuple[list[QueueSettings], set[str]]:
         """Schedule the queues owned now. Every configured queue has its counters, at 0 from
         the start, owned or not (a replica that does not know yet what it owns, its server
         down, exports them too: summed across replicas they stay whole). A queue owned no
         more keeps its counters and its last success, and loses the gauges only its owner can
-        keep true; a queue no longer known loses every series. Returns the names gained and
-        lost."""
+        keep true; a queue no longer known loses every series. Return the queues gained and
+        the names lost."""
         with self._lock:
             known = self.known()
             wanted = self._sharing.owned(known)
@@ -97,29 +98,29 @@ class QueueSet:
                 self._numbers.add_queue(name)
             for name in lost:
                 self._numbers.disown_queue(name)
-                self._forget(name)
             for name in configured - names:
                 self._numbers.add_queue(name, owned=False)
             self._exported = (self._exported | names | configured) & {q.name for q in known}
             self._numbers.keep_queues(self._exported)
             self._swept = names
-            self._owned = {q.name: q for q in wanted}
+            self._own(wanted)
             self._schedule.sync(wanted)
-        return gained, lost
+        return [q for q in wanted if q.name in gained], lost
 
-    def found(self, found: set[str]) -> None:
-        """What a scan of every primary found now. A queue is swept (and keeps its series)
-        until no scan has found it for DISCOVERED_TTL_S: a drained queue's active set is gone
-        until its next lease, and its counters must not go with it."""
+    def add_found(self, found: set[str]) -> None:
+        """Keep the queues a scan of every primary found now. A queue is swept (and keeps its
+        series) until no scan has found it for DISCOVERED_TTL_S: a drained queue's active set
+        is gone until its next lease, and its counters must not go with it."""
         now = self._clock()
-        with self._lock:  # apply() reads them from the membership's and SIGHUP's threads
+        with self._lock:
             added = found - self._discovered.keys()
             self._discovered.update(dict.fromkeys(found, now))
             dropped = {q for q, seen in self._discovered.items() if now - seen > DISCOVERED_TTL_S}
             for queue in dropped:
                 del self._discovered[queue]
         if added or dropped:
-            log.info(  # the first few names: a first scan may find thousands
+            # The first few names only: a first scan may find thousands.
+            log.info(
                 "queues_discovered",
                 added=cap_ids(sorted(added), NAMES_CAP),
                 dropped=cap_ids(sorted(dropped), NAMES_CAP),
@@ -128,8 +129,9 @@ class QueueSet:
         self.unmatched_tables(found)
 
     def unmatched_tables(self, found: set[str]) -> None:
-        """A table no list names is kept for a queue a scan finds (see unlisted_tables): one
-        that the scan did not find may be a typo of a listed queue's name, said once."""
+        """Warn once of each table no list names that the scan did not find: such a table is
+        kept for a queue a scan finds (see unlisted_tables), and may be a typo of a listed
+        queue's name."""
         for name in self._settings.unlisted_tables:
             if name not in found and name not in self._unmatched:
                 self._unmatched.add(name)

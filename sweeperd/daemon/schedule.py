@@ -24,13 +24,17 @@ from prometheus_client.registry import Collector
 from sweeperd.config.settings import QueueSettings
 from sweeperd.metrics.families import described
 
-BATCH_SIZE = 200  # queues per pipelined round trip
+# A batch is BATCH_SIZE queues, swept in one pipelined round trip by the job JOB_PREFIX + its
+# number; sweep_once's one-off jobs are named from TAKEOVER.
+BATCH_SIZE = 200
 JOB_PREFIX = "sweep:"
-TAKEOVER = "takeover"  # the one-off jobs of sweep_once
+TAKEOVER = "takeover"
 # How late a sweep started against its schedule.
 LAG_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-SWEEPS = "sweeps"  # the batches' executor, a RunOnce pool
-ON_THE_POINT_S = 0.001  # a run this close before a grid point is at it
+# The batches run on the executor SWEEPS, a RunOnce pool; a run ON_THE_POINT_S or less before a
+# grid point is at it.
+SWEEPS = "sweeps"
+ON_THE_POINT_S = 0.001
 
 Batch = list[QueueSettings]
 
@@ -45,7 +49,8 @@ class RunOnce(ThreadPoolExecutor):  # type: ignore[misc]
 
 
 def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dict[str, Batch]:
-    """Queues of one interval fall due together: grouped by interval, cut into batches."""
+    """Group the queues by interval and cut them into batches (those of one interval fall due
+    together)."""
     by_interval = sorted(queues, key=lambda q: (q.interval, q.name))
     batches: dict[str, Batch] = {}
     for interval, group in groupby(by_interval, key=lambda q: q.interval):
@@ -56,15 +61,15 @@ def plan_batches(queues: Sequence[QueueSettings], size: int = BATCH_SIZE) -> dic
 
 
 def phases(batches: dict[str, Batch]) -> dict[str, float]:
-    """Where in its interval each batch runs, as a share of it: an interval's batches spread
-    evenly over it, so that their sweeps come as a steady stream, not as one burst an interval
-    (a burst of thousands of calls holds back every wake at a deadline that falls in it)."""
+    """Return where in its interval each batch runs, as a share of it: an interval's batches spread
+    evenly over it, so that their sweeps come as a steady stream, not as one burst an interval (a
+    burst of thousands of calls holds back every wake at a deadline that falls in it)."""
     counts: dict[float, int] = {}
     for batch in batches.values():
         counts[batch[0].interval] = counts.get(batch[0].interval, 0) + 1
     seen: dict[float, int] = {}
     spread = {}
-    for job_id, batch in batches.items():  # an interval's batches in their order
+    for job_id, batch in batches.items():
         interval = batch[0].interval
         n = seen[interval] = seen.get(interval, -1) + 1
         spread[job_id] = n / counts[interval]
@@ -80,7 +85,8 @@ class OnGrid(IntervalTrigger):  # type: ignore[misc]
         self, previous_fire_time: datetime | None, now: datetime
     ) -> datetime | None:
         if previous_fire_time is None:
-            return super().get_next_fire_time(None, now)  # type: ignore[no-any-return]
+            first: datetime | None = super().get_next_fire_time(None, now)
+            return first
         start, step = self.start_date.timestamp(), self.interval_length
         # A run at a grid point, read back to the microsecond, may fall just short of it: it
         # counts as at the point, so the next is always later (APScheduler lists a job's run
@@ -115,7 +121,7 @@ class Schedule:
         self._on_overrun = on_overrun
         self._clock = clock
         self._batches: dict[str, Batch] = {}
-        self._names: frozenset[str] = frozenset()  # the batches' queues, one set per plan
+        self._names: frozenset[str] = frozenset()
         self._running: set[str] = set()
         self._lock = threading.Lock()
         self._lag = Histogram(
@@ -134,9 +140,9 @@ class Schedule:
         return self._lag, self._missed, self._overruns
 
     def submitted(self, event: JobSubmissionEvent) -> None:
-        """A batch submitted for the run times it missed (the scheduler did not run in time:
-        the process was stopped, the VM paused) as for one: the runs before the last are
-        counted missed, and the lag is the first's."""
+        """Count the run times a batch submitted for them all missed (the scheduler did not run
+        in time: the process was stopped, the VM paused): the runs before the last are counted
+        missed, and the lag is the first's."""
         times = event.scheduled_run_times
         if event.job_id.startswith(JOB_PREFIX) and times:
             self._lag.observe(max(0.0, (self._clock() - times[0]).total_seconds()))
@@ -144,13 +150,14 @@ class Schedule:
                 self._missed.inc(len(times) - 1)
 
     def overran(self, event: JobSubmissionEvent) -> None:
-        """A batch still sweeping when it fell due again, skipped (no other job counts)."""
+        """Count a batch skipped because it was still sweeping when it fell due again (no other
+        job counts)."""
         if event.job_id.startswith(JOB_PREFIX):
             self._overruns.inc()
             self._on_overrun()
 
     def retune(self, jitter: float) -> None:
-        """SIGHUP's spread: the batches added from now on move by up to this fraction."""
+        """Apply SIGHUP's spread: the batches added from now on move by up to this fraction."""
         self._jitter = jitter
 
     def sync(self, queues: Sequence[QueueSettings]) -> None:
@@ -167,7 +174,7 @@ class Schedule:
             self._names = frozenset(q.name for batch in planned.values() for q in batch)
 
     def _add(self, job_id: str, interval: float, phase: float) -> None:
-        """The batch's job: its first run at once, the next ones `phase` of an interval on."""
+        """Add the batch's job: its first run at once, the next ones `phase` of an interval on."""
         now = self._clock()
         self._scheduler.add_job(
             self._run,
@@ -179,16 +186,18 @@ class Schedule:
             args=[job_id],
             id=job_id,
             name=job_id,
-            max_instances=1,  # never two sweeps of one queue at once
-            coalesce=False,  # missed runs collapse into one in RunOnce, listed in the event
-            misfire_grace_time=None,  # a late run still runs
+            # Never two sweeps of one queue at once; missed runs collapse into one in RunOnce,
+            # listed in its event; a late run still runs.
+            max_instances=1,
+            coalesce=False,
+            misfire_grace_time=None,
             executor=SWEEPS,
             next_run_time=now,
         )
 
     def _run(self, job_id: str) -> None:
         with self._lock:
-            batch = self._batches.get(job_id)  # the batch as it is now, not as it was added
+            batch = self._batches.get(job_id)
             if not batch:
                 return
             self._running.add(job_id)
@@ -204,21 +213,21 @@ class Schedule:
             self._batches, self._names = {}, frozenset()
 
     def sweep_now(self) -> None:
-        """Every batch not sweeping right now is due at once (after a server restart)."""
+        """Run every batch not sweeping right now at once (after a server restart)."""
         now = self._clock()
         with self._lock:
             for job_id in self._batches.keys() - self._running:
                 self._scheduler.modify_job(job_id, next_run_time=now)
 
     def sweep_soon(self, delay_s: float) -> None:
-        """Every batch due again in `delay_s` (one sweeping now is done by then, or skipped)."""
+        """Run every batch again in `delay_s` (one sweeping now is done by then, or skipped)."""
         at = self._clock() + timedelta(seconds=delay_s)
         with self._lock:
             for job_id in self._batches:
                 self._scheduler.modify_job(job_id, next_run_time=at)
 
     def sweep_once(self, queues: Sequence[QueueSettings]) -> None:
-        """One sweep of every queue now, in batches, beside their timers (a takeover: queues
+        """Sweep every queue once now, in batches, beside their timers (a takeover: queues
         that changed hands may have landed on later timers; this bounds each one's wait)."""
         for batch in plan_batches(queues).values():
             self._scheduler.add_job(self._sweep, args=[batch], name=TAKEOVER, executor=SWEEPS)

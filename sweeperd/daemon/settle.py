@@ -11,7 +11,8 @@ import structlog
 
 log = structlog.get_logger("sweeperd.settle")
 
-SETTLE_INTERVALS = 2.0  # by then every queue was swept twice: its calls, series and routes made
+# By SETTLE_INTERVALS intervals every queue was swept twice: its calls, series and routes made.
+SETTLE_INTERVALS = 2.0
 
 
 def settle() -> None:

@@ -20,8 +20,10 @@ from sweeperd.server.connection import UNREACHABLE
 
 log = structlog.get_logger("sweeperd.sharing")
 
-BEATS_PER_TTL = 3  # a member heartbeats this often within its time to live
-EVERY_QUEUE = None  # `members` when sharing is off or refused: every queue is this replica's
+# A member heartbeats BEATS_PER_TTL times within its time to live. `members` is EVERY_QUEUE when
+# sharing is off or refused: every queue is this replica's.
+BEATS_PER_TTL = 3
+EVERY_QUEUE = None
 # The members key is served elsewhere now (its slot moved, its primary was failed over): the
 # layout is read again and the heartbeat sent there. MovedError is an AskError: tested first.
 ELSEWHERE = (redis.exceptions.MovedError, redis.exceptions.ReadOnlyError)
@@ -50,28 +52,36 @@ class Sharing:
     rendezvous hashing gives it among the members it saw last. A member whose entry expired
     unrenewed (no view left) keeps that share: the others take it over too, and an overlap is
     harmless where a gap is not (in a Cluster the members key's primary may be the only one
-    out of reach)."""
+    out of reach).
 
-    node: Node | None  # the server holding the members key (in a cluster: its slot's primary)
+    `node` is the server holding the members key (in a cluster: its slot's primary) and
+    `store` the heartbeat on it, None until a node is known; `home` says where the key lives
+    now if it moves, `relocate` reads the layout again now (a MOVED). Off (--shard off), every
+    queue is this replica's and no heartbeat is sent. `changes` counts the times the queues it
+    owns changed with the members it sees; `_view` is the last heartbeat's answer. Once it
+    `_left` (SIGTERM) no heartbeat brings it back; while `_lost` (membership_lost said) the
+    next answer says membership_restored.
+    """
+
+    node: Node | None
     member_id: str
     ttl_s: float
-    store: MembershipStore | None  # the heartbeat on `node`; None until a node is known
-    on: bool = True  # off (--shard off): every queue is this replica's, no heartbeat
-    home: Callable[[], Node | None] | None = None  # where the members key lives now, if it moves
-    relocate: Callable[[], object] | None = None  # the layout read again now (a MOVED)
+    store: MembershipStore | None
+    on: bool = True
+    home: Callable[[], Node | None] | None = None
+    relocate: Callable[[], object] | None = None
     root: str = DEFAULT_PREFIX_ROOT
     members: frozenset[str] | None = frozenset()
-    changes: int = 0  # times the queues it owns changed with the members it sees
-    _view: View | None = field(default=None, init=False)  # the last heartbeat's answer
+    changes: int = 0
+    _view: View | None = field(default=None, init=False)
     # monotonic: this member's entry outlives no answer past it
     _alive_until: float | None = field(default=None, init=False)
     # the server's refusal of the heartbeat, while it lasts
     _refused: str | None = field(default=None, init=False)
     # why the server cannot serve the heartbeat now, said once
     _unanswered: str | None = field(default=None, init=False)
-    _left: bool = field(default=False, init=False)  # it left (SIGTERM): no heartbeat brings it back
-    _lost: bool = field(default=False, init=False)  # membership_lost said: the next answer says
-    # membership_restored
+    _left: bool = field(default=False, init=False)
+    _lost: bool = field(default=False, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
@@ -113,22 +123,27 @@ class Sharing:
         return self.ttl_s / BEATS_PER_TTL
 
     def refresh(self, now: float) -> bool:
-        """One heartbeat at monotonic `now`; True when what this replica owns may change."""
-        with self._lock:  # a heartbeat in flight never lands after the leave
+        """Send one heartbeat at monotonic `now` (a lapse while no primary is known yet, or
+        mid-failover); return True when what this replica owns may change. Under the lock: a
+        heartbeat in flight never lands after the leave."""
+        with self._lock:
             if not self.on or self._left:
                 return False
             before = self.members
             store, node = self.located(), self.node
-            if store is None or node is None:  # no primary known yet, or mid-failover
+            if store is None or node is None:
                 self.lapse(now)
             else:
                 self.beat(store, node, now)
             return self.members != before
 
     def beat(self, store: MembershipStore, node: Node, now: float, *, again: bool = True) -> None:
+        """Send the heartbeat to `store` on `node`: sent again where the key lives now when its
+        primary failed over or its slot moved; refused for an ACL without the key or a key of
+        the wrong type."""
         try:
             view = store.beat()
-        except ELSEWHERE as exc:  # the members key's primary failed over, or its slot moved
+        except ELSEWHERE as exc:
             moved = self.moved_to(store, again)
             if moved is None:
                 self.not_now(exc, now)
@@ -139,7 +154,7 @@ class Sharing:
             self.lapse(now)
         except NOT_NOW as exc:
             self.not_now(exc, now)
-        except redis.RedisError as exc:  # an ACL without the key, a key of the wrong type
+        except redis.RedisError as exc:
             self.refuse(exc)
         else:
             node.answered(now)
@@ -263,7 +278,8 @@ class Sharing:
                 return
             self._left = True
             if self._alive_until is None or (self.node is not None and self.node.up is False):
-                return  # never joined, or its node is down: its entry (if any) expires alone
+                # Never joined, or its node is down: its entry (if any) expires alone.
+                return
             store = self.located()
             if store is None:
                 return

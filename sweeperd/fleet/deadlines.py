@@ -13,16 +13,23 @@ from itertools import islice
 
 from sweeperd.config.settings import QueueSettings
 
-SLEW = 0.001  # a reading later than the one kept is taken once the kept one, let fall by this much
-# a second (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one)
-GRACE_S = 0.002  # past the deadline: the server's clock is read to the millisecond
-FLOOR_S = 0.01  # a queue is woken at most this often, however its deadlines move
-WINDOW_S = 0.03  # a wake waits at most this for the wakes after it, and at most WINDOW_SHARE
-WINDOW_SHARE = 0.001  # of its queue's interval: those within are one round (a round costs ten
-# times one more call in it); 5 ms at the default interval, 30 ms from a 30 s one on
-SOON_S = 1.0  # a scheduled tick leaves a queue whose wake comes within this (or its interval)
-HORIZON_INTERVALS = 2  # wakes are armed this many intervals ahead at most: beyond, the next
-# interval sweep reads the deadline again (so an idle queue's far lease costs nothing)
+# A later clock reading is taken once the kept one, let fall by SLEW a second, is below it
+# (1 ms/s: a server clock set back is followed, ten times as fast as NTP slews one).
+SLEW = 0.001
+# A queue is woken GRACE_S past its deadline (the server's clock is read to the millisecond),
+# and at most every FLOOR_S however its deadlines move.
+GRACE_S = 0.002
+FLOOR_S = 0.01
+# A wake waits for the wakes after it at most WINDOW_S, and at most WINDOW_SHARE of its queue's
+# interval: those within are one round (a round costs ten times one more call in it); 5 ms at
+# the default interval, 30 ms from a 30 s one on.
+WINDOW_S = 0.03
+WINDOW_SHARE = 0.001
+# A scheduled tick leaves to its wake a queue whose wake comes within SOON_S (or its interval).
+SOON_S = 1.0
+# Wakes are armed at most HORIZON_INTERVALS intervals ahead: beyond, the next interval sweep
+# reads the deadline again (so an idle queue's far lease costs nothing).
+HORIZON_INTERVALS = 2
 
 
 def _at(wake: tuple[float, str]) -> float:
@@ -32,7 +39,11 @@ def _at(wake: tuple[float, str]) -> float:
 class Deadlines:
     """The next wake of each queue of one primary, and the server's clock against ours.
 
-    A queue has one wake at most: the one its last sweep armed. Safe to use from any thread.
+    A queue has one wake at most: the one its last sweep armed. `offset_ms` is the server's
+    clock minus ours (monotonic) in ms, read or last held at `measured_s`; `wakes` maps a queue
+    to when it is woken (monotonic) and how long it may wait for others, `order` holds the same
+    (when, queue) soonest first, and `heard` when a read of a queue's change last armed it.
+    Safe to use from any thread.
     """
 
     def __init__(
@@ -41,21 +52,20 @@ class Deadlines:
         self.grace_s = grace_s
         self.floor_s = floor_s
         self.window_s = window_s
-        self.offset_ms: float | None = None  # the server's clock minus ours (monotonic), in ms
-        self.measured_s = 0.0  # when the offset kept was read or last held (monotonic)
-        # queue -> when it is woken (monotonic seconds), and how long it may wait for others
+        self.offset_ms: float | None = None
+        self.measured_s = 0.0
         self.wakes: dict[str, tuple[float, float]] = {}
-        self.order: list[tuple[float, str]] = []  # the same (when, queue), soonest first
-        self.heard: dict[str, float] = {}  # queue -> when a read of its change last armed it
+        self.order: list[tuple[float, str]] = []
+        self.heard: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def measured(self, server_ms: float, host_s: float) -> None:
-        """The server's clock read `server_ms` (ms since the Unix epoch) in a reply read at
-        `host_s` (monotonic seconds). The reading was taken before the reply came, so a deadline
-        turned into our time by it comes no earlier than it does on the server; the reply read
-        soonest after it is the truest, so the offset kept is the greatest of the readings, let
-        fall by SLEW since. A reply read late (its thread waited for the GIL behind a tick's
-        round) would otherwise move every wake after it that much later."""
+        """Keep a reading of the server's clock, `server_ms` (ms since the Unix epoch) in a reply
+        read at `host_s` (monotonic seconds). The reading was taken before the reply came, so a
+        deadline turned into our time by it comes no earlier than it does on the server; the reply
+        read soonest after it is the truest, so the offset kept is the greatest of the readings, let
+        fall by SLEW since. A reply read late (its thread waited for the GIL behind a tick's round)
+        would otherwise move every wake after it that much later."""
         reading = server_ms - host_s * 1000
         with self.lock:
             kept = self.offset_ms
@@ -64,14 +74,15 @@ class Deadlines:
             self.offset_ms, self.measured_s = reading, host_s
 
     def host_s(self, server_ms: float) -> float | None:
-        """A time of the server's clock (ms since the Unix epoch) as ours (monotonic seconds);
-        None before the clock was read."""
+        """Return a time of the server's clock (ms since the Unix epoch) as ours (monotonic
+        seconds); None before the clock was read."""
         offset = self.offset_ms
         return None if offset is None else (server_ms - offset) / 1000
 
     def arm(self, queue: str, earliest_ms: float | None, swept_s: float, interval_s: float) -> None:
-        """A sweep of `queue` (swept every `interval_s`) at `swept_s` (monotonic) read
-        `earliest_ms` as the earliest deadline left in its active set (None: no lease left).
+        """Arm the queue's wake: a sweep of `queue` (swept every `interval_s`) at `swept_s`
+        (monotonic) read `earliest_ms` as the earliest deadline left in its active set (None: no
+        lease left).
         The queue is woken then, plus the grace, and no sooner than the floor after the sweep;
         its earlier wake goes. No lease, a deadline further than HORIZON_INTERVALS intervals
         after the sweep (+inf too), or a clock not yet read: no wake, the queue's interval
@@ -79,7 +90,7 @@ class Deadlines:
         self.arm_round(swept_s, [(queue, earliest_ms, interval_s)])
 
     def arm_round(self, swept_s: float, swept: Iterable[tuple[str, float | None, float]]) -> None:
-        """A round's queues armed as arm() arms one (queue, earliest_ms, interval_s), under one
+        """Arm a round's queues as arm() arms one (queue, earliest_ms, interval_s), under one
         lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
             heard = self.heard
@@ -90,8 +101,8 @@ class Deadlines:
                     self._rearm(queue, earliest_ms, swept_s, interval_s)
 
     def learn(self, read_s: float, read: Iterable[tuple[str, float | None, float]]) -> None:
-        """Queues whose change was heard, read at `read_s` (monotonic): armed as arm_round arms
-        them. A sweep that read a queue before this read and ends after it keeps the sooner of
+        """Arm the queues whose change was heard, read at `read_s` (monotonic), as arm_round
+        arms them. A sweep that read a queue before this read and ends after it keeps the sooner of
         the two wakes: a lease taken between the two reads is in this one only."""
         with self.lock:
             for queue, earliest_ms, interval_s in read:
@@ -129,19 +140,19 @@ class Deadlines:
             self._add(queue, at, min(self.window_s, WINDOW_SHARE * interval_s))
 
     def deferred(self, queues: Iterable[str], now_s: float) -> None:
-        """Queues woken while a sweep of theirs was in flight (a tick holds them): woken again
-        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile, waiting for
-        no other wake (they are late already). Their wake may have been the one that sweep
-        armed as it ended, and it must not be lost."""
+        """Wake again the queues woken while a sweep of theirs was in flight (a tick holds them),
+        the floor after `now_s` (monotonic), unless that sweep armed them meanwhile, waiting for no
+        other wake (they are late already). Their wake may have been the one that sweep armed as it
+        ended, and it must not be lost."""
         with self.lock:
             for queue in queues:
                 if queue not in self.wakes:
                     self._add(queue, now_s + self.floor_s, 0.0)
 
     def unwoken(self, queues: Sequence[QueueSettings], now_s: float) -> list[QueueSettings]:
-        """The queues of a scheduled tick at `now_s` (monotonic) whose wake does not come within
-        SOON_S, nor within their interval: a queue whose wake does is left to it, the sweep of its
-        interval. A wake that found its queue in a tick's round in flight would wait for the
+        """Return the queues of a scheduled tick at `now_s` (monotonic) whose wake does not come
+        within SOON_S, nor within their interval: a queue whose wake does is left to it, the sweep
+        of its interval. A wake that found its queue in a tick's round in flight would wait for the
         whole round (one wake in forty did at a 5 s interval: the slowest recoveries)."""
         with self.lock:
             wakes = self.wakes
@@ -152,14 +163,14 @@ class Deadlines:
             ]
 
     def forget(self, queue: str) -> None:
-        """No wake for the queue: it is no longer swept here (another replica's, another
+        """Drop the queue's wake: it is no longer swept here (another replica's, another
         primary's, held by a migrating slot)."""
         with self.lock:
             self._drop(queue)
             self.heard.pop(queue, None)
 
     def next_wake(self) -> float | None:
-        """When to wake next (monotonic): the soonest wake, or a later one that every wake
+        """Return when to wake next (monotonic): the soonest wake, or a later one that every wake
         before it may wait for (each waits at most its slack), so that the queues falling due
         together go in one round and none goes before its time; None when no queue waits."""
         with self.lock:
@@ -174,8 +185,8 @@ class Deadlines:
             return wake
 
     def due(self, now_s: float) -> list[str]:
-        """The queues whose wake has come by `now_s` (monotonic), soonest first; their wakes
-        are spent (the sweep that follows arms the next)."""
+        """Take the queues whose wake has come by `now_s` (monotonic), soonest first; their
+        wakes are spent (the sweep that follows arms the next)."""
         with self.lock:
             come = bisect_right(self.order, now_s, key=_at)
             woken = [queue for _, queue in self.order[:come]]
@@ -185,7 +196,7 @@ class Deadlines:
             return woken
 
     def waiting(self) -> int:
-        """How many queues have a wake armed."""
+        """Count the queues that have a wake armed."""
         with self.lock:
             return len(self.wakes)
 

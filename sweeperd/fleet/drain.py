@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.fleet.ledger import Ledger
-from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
@@ -24,22 +20,28 @@ from sweeperd.server.connection import UNREACHABLE
 from sweeperd.verb.replies import Call, CallResult, SweepReply, keeps_draining
 from sweeperd.verb.rounds import InFlight
 
+if TYPE_CHECKING:
+    from sweeperd.fleet.member import Member
+
 log = structlog.get_logger("sweeperd.drain")
 
-PROGRESS_LOG_S = 5.0  # a drain_progress event per queue at most this often
-IDLE_WAIT_S = 0.5  # how long the drain thread sleeps when no queue is backlogged
+# A drain_progress event per queue at most every PROGRESS_LOG_S; the drain thread sleeps
+# IDLE_WAIT_S at a time while no queue is backlogged.
+PROGRESS_LOG_S = 5.0
+IDLE_WAIT_S = 0.5
 
 
 @dataclass
 class Backlog:
-    """One queue's drain: where it started, what it has done, what is left."""
+    """One queue's drain: when it started and last logged its progress (monotonic), the leases
+    it has taken from active and those due after its last call."""
 
     queue: QueueSettings
     keys: QueueKeys
-    started: float  # monotonic seconds
-    logged: float  # when progress was last logged
-    done: int = 0  # leases taken from active
-    left: int = 0  # leases due after the last call
+    started: float
+    logged: float
+    done: int = 0
+    left: int = 0
 
     def progress(self, now: float) -> dict[str, object]:
         elapsed = max(now - self.started, 1e-9)
@@ -71,36 +73,22 @@ class Drainer:
     scheduled ticks of the other queues) get the server between two calls; queues with a
     backlog take turns. The next call is sent as soon as a reply is read, and the reply counted
     while the server runs it. `share` below 1 pauses between calls to leave the server that much
-    (and then the next call waits for the pause).
+    (and then the next call waits for the pause). Its node, ledger, wakes, clocks and report
+    are its member's.
     """
 
-    def __init__(
-        self,
-        node: Node,
-        ledger: Ledger,
-        *,
-        share: float,
-        report: Callable[[Outcome], None] = lambda _outcome: None,
-        deadlines: Deadlines | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.node = node
-        self.ledger = ledger
-        self.share = share  # SIGHUP changes it in place
-        self._report = report  # what the schedule must answer: a restart, a queue sent away
-        self._deadlines = deadlines  # where a queue drained is woken next; None: off
-        self._clock = clock
-        self._wall_clock = wall_clock
+    def __init__(self, member: Member, *, share: float) -> None:
+        self.member = member
+        self.share = share
         self._backlogs: OrderedDict[str, Backlog] = OrderedDict()
         self._wake = threading.Condition()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self._in_flight: Sent | None = None  # the next call, sent while the last was counted
+        self._in_flight: Sent | None = None
 
     def add(self, queue: QueueSettings, keys: QueueKeys, left: int) -> None:
-        """A queue with `left` leases still due joins the turns (once)."""
-        now = self._clock()
+        """Add a queue with `left` leases still due to the turns (once)."""
+        now = self.member.clock()
         with self._wake:
             if queue.name in self._backlogs:
                 return
@@ -124,7 +112,7 @@ class Drainer:
         return self._thread is not None and self._thread.is_alive()
 
     def forget(self, name: str) -> None:
-        """A queue no longer swept leaves the turns."""
+        """Drop a queue no longer swept from the turns."""
         with self._wake:
             self._backlogs.pop(name, None)
 
@@ -137,22 +125,22 @@ class Drainer:
             return None
         name = sent.backlog.queue.name
         try:
-            result = self.node.result(sent.flight)
+            result = self.member.node.result(sent.flight)
         except UNREACHABLE as exc:
             error = SweepError.of(exc)
-            self.node.failed(self._clock(), exc)
-            self.ledger.fail(name, error)
+            self.member.node.failed(self.member.clock(), exc)
+            self.member.ledger.fail(name, error)
             self.drop_all("loading" if error.reason is Reason.LOADING else "redis_down")
             return None
         except redis.RedisError as exc:
             self.forget(name)
-            self.ledger.fail(name, SweepError.of(exc))
+            self.member.ledger.fail(name, SweepError.of(exc))
             return 0.0
         again = keeps_draining(result)
         pause = 0.0
         if isinstance(result.reply, SweepReply):
-            spent = result.seconds(self._clock() - sent.started)
-            self.node.observe(sent.flight.call.limit, result.reply.taken, spent)
+            spent = result.seconds(self.member.clock() - sent.started)
+            self.member.node.observe(sent.flight.call.limit, result.reply.taken, spent)
             pause = spent * (1 / self.share - 1)
         if again:
             self.to_the_back(name)
@@ -162,46 +150,52 @@ class Drainer:
         return pause
 
     def send(self, skip: str | None) -> Sent | None:
-        """A call for the first backlogged queue but `skip`, sent; None when there is none."""
+        """Send a call for the first backlogged queue but `skip`; None when there is none."""
         with self._wake:
             backlog = next((b for n, b in self._backlogs.items() if n != skip), None)
         if backlog is None:
             return None
-        size = self.node.call_size(backlog.queue.limit)
-        flight = self.node.send(Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP))
-        if flight is None:  # the node restarted and has not been looked at yet: the tick will
+        size = self.member.node.call_size(backlog.queue.limit)
+        flight = self.member.node.send(
+            Call(backlog.keys, backlog.queue.max_stalled, size, listed=ID_CAP)
+        )
+        if flight is None:
+            # The node restarted and has not been looked at yet: the tick will.
             self.forget(backlog.queue.name)
             return None
-        return Sent(backlog, self._clock(), flight)
+        return Sent(backlog, self.member.clock(), flight)
 
     def to_the_back(self, name: str) -> None:
         with self._wake:
-            if name in self._backlogs:  # not forgotten meanwhile
+            if name in self._backlogs:
                 self._backlogs.move_to_end(name)
 
     def count(self, sent: Sent, result: CallResult, again: bool) -> None:
-        """A drain call counted and logged; its queue leaves the turns when nothing is due."""
+        """Count and log a drain call; its queue leaves the turns when nothing is due."""
         backlog = sent.backlog
         name = backlog.queue.name
-        if result.redirect is not None:  # unrun: the queue's ticks go on, held or routed anew
+        if result.redirect is not None:
+            # Unrun: the queue's ticks go on, held or routed anew.
             self.forget(name)
-            self.ledger.hold(name, result.redirect)
-            if self._deadlines is not None:
-                self._deadlines.forget(name)
+            self.member.ledger.hold(name, result.redirect)
+            if self.member.deadlines is not None:
+                self.member.deadlines.forget(name)
             if result.redirect is Reason.MOVED:
-                self._report(Outcome(moved=(name,)))
+                self.member.report(Outcome(moved=(name,)))
             return
-        reply = self.ledger.record(name, result, self._wall_clock(), level=logging.DEBUG)
+        reply = self.member.ledger.record(
+            name, result, self.member.wall_clock(), level=logging.DEBUG
+        )
         run_id = None if result.depths is None else result.depths.run_id
-        if run_id is not None and self.node.noticed(run_id):
-            self._report(RESTARTED)
+        if run_id is not None and self.member.node.is_new_run(run_id):
+            self.member.report(RESTARTED)
         if reply is None:
             self.forget(name)
             return
-        self.node.answered(self._clock())
+        self.member.node.answered(self.member.clock())
         backlog.done += reply.taken
         backlog.left = result.expired_left or 0
-        now = self._clock()
+        now = self.member.clock()
         if again:
             if now - backlog.logged >= PROGRESS_LOG_S:
                 backlog.logged = now
@@ -209,9 +203,10 @@ class Drainer:
             return
         self.forget(name)
         log.info("drain_finished", **backlog.progress(now))
-        if self._deadlines is not None:  # woken again when its next lease falls due
-            self._deadlines.arm(name, result.due_next_ms, sent.started, backlog.queue.interval)
-            self._report(Outcome(wake=self._deadlines.next_wake()))
+        deadlines = self.member.deadlines
+        if deadlines is not None:
+            deadlines.arm(name, result.due_next_ms, sent.started, backlog.queue.interval)
+            self.member.report(Outcome(wake=deadlines.next_wake()))
 
     def drop_all(self, why: str) -> None:
         with self._wake:
@@ -221,25 +216,26 @@ class Drainer:
             log.info("drain_stopped", queues=len(names), reason=why)
 
     def broke(self, exc: Exception) -> None:
-        """An unexpected error in a drain step: each held queue fails with reason `other`, and
-        every one goes back to its ticks."""
-        log.exception("drain_failed", node=self.node.name)
+        """Fail every held queue with reason `other` after an unexpected error in a drain step,
+        and give each back to its ticks."""
+        log.exception("drain_failed", node=self.member.name)
         with self._wake:
             names = list(self._backlogs)
         error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         for name in names:
-            self.ledger.fail(name, error)
+            self.member.ledger.fail(name, error)
         self.drop_all("error")
 
     def run_forever(self) -> None:
-        """The drain thread: a call whenever a queue is backlogged, until stopped; a call in
-        flight then is still read and counted."""
+        """Run the drain thread: a call whenever a queue is backlogged, until stopped; a call
+        in flight then is still read and counted."""
         while not self._stopped.is_set() or self._in_flight is not None:
             try:
                 pause = self.step()
-            except Exception as exc:  # a bug must not leave held queues unswept: ticks retake them
+            except Exception as exc:
+                # A bug must not leave held queues unswept (ticks retake them), nor spin.
                 self.broke(exc)
-                self._stopped.wait(IDLE_WAIT_S)  # and must not spin
+                self._stopped.wait(IDLE_WAIT_S)
                 continue
             if pause is None:
                 with self._wake:
@@ -250,7 +246,7 @@ class Drainer:
 
     def start(self) -> None:
         self._thread = threading.Thread(
-            target=self.run_forever, name=f"drain-{self.node.name}", daemon=True
+            target=self.run_forever, name=f"drain-{self.member.name}", daemon=True
         )
         self._thread.start()
 

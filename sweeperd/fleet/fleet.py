@@ -1,5 +1,5 @@
-"""Every primary the daemon sweeps, each with its node, ledger, drainer and threads; queues routed
-to the primary that owns their slot, and the layout followed through failovers and migrations."""
+"""Every primary the daemon sweeps, each a Member; queues routed to the primary that owns their
+slot, and the layout followed through failovers and migrations."""
 
 from __future__ import annotations
 
@@ -8,23 +8,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import structlog
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, TopologyMode
-from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.holds import Holds
 from sweeperd.fleet.layoutwatch import LayoutWatch, slot_moves
 from sweeperd.fleet.ledger import Ledger
-from sweeperd.fleet.listener import Listener, SourceState
+from sweeperd.fleet.listener import SourceState
+from sweeperd.fleet.member import Member
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
 from sweeperd.fleet.routes import Routes, Slots
-from sweeperd.fleet.tick import Tick
 from sweeperd.keyspace import members_key
 from sweeperd.metrics.registry import Metrics
 from sweeperd.metrics.state import NodeState
@@ -42,94 +39,37 @@ from sweeperd.verb.sizing import CallSizer
 
 log = structlog.get_logger("sweeperd.fleet")
 
-WORKERS = 4  # ticks one primary runs at once (batches falling due together)
-SENTINEL_TICK_S = 0.1  # Sentinel is asked for the primary before every tick, unless within this
-UNROUTED = "none"  # the ledger's node for queues whose slot no primary serves
-RETIRED_TTL_S = 3600.0  # a primary no more keeps its series this long, as a queue no more does
-
-
-@dataclass
-class Member:
-    """One primary: its node, its ledger, its drainer and ticks, its queues' wakes at their
-    deadlines and the listener that hears them change, and the queues its ticks hold now."""
-
-    node: Node
-    ledger: Ledger
-    drainer: Drainer
-    ticks: Tick
-    pool: ThreadPoolExecutor | None  # None: the scheduler's thread runs the tick
-    deadlines: Deadlines | None = None  # None: queues swept at their interval only
-    listener: Listener | None = None  # None: a deadline is learned by a sweep only
-    busy: set[str] = field(default_factory=set)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def claim(self, queues: Sequence[QueueSettings]) -> list[QueueSettings]:
-        """The queues no tick of this primary holds, now held: one call per queue at a time."""
-        with self.lock:
-            free = [q for q in queues if q.name not in self.busy]
-            self.busy.update(q.name for q in free)
-            return free
-
-    def release(self, queues: Sequence[QueueSettings]) -> None:
-        with self.lock:
-            self.busy.difference_update(q.name for q in queues)
-
-    def start(self) -> None:
-        """Its threads: the drainer's, and the listener's."""
-        self.drainer.start()
-        if self.listener is not None:
-            self.listener.start()
-
-    def stop(self, timeout_s: float) -> None:
-        """Its threads end (the drainer's within `timeout_s`), its ticks' pool is let go."""
-        if self.listener is not None:
-            self.listener.stop(0)
-        self.drainer.stop(timeout_s)
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-
-    def forget(self, queue: str) -> None:
-        """The queue leaves its drain, ledger, wakes and listener."""
-        self.drainer.forget(queue)
-        self.ledger.forget(queue)
-        if self.deadlines is not None:
-            self.deadlines.forget(queue)
-        if self.listener is not None:
-            self.listener.forget(queue)
-
-    @property
-    def source(self) -> SourceState:
-        """Where its queues' deadlines come from now (the interval's sweeps, at the least)."""
-        return SourceState.OFF if self.listener is None else self.listener.source
-
-    def state(self) -> NodeState:
-        """Its node's state, and whether the server tells it of its queues' new leases."""
-        listener = self.listener
-        return replace(
-            self.node.state(),
-            hearing=listener is not None and listener.source is SourceState.TRACKING,
-            reads=0 if listener is None else listener.reads,
-        )
+# A Cluster primary runs WORKERS ticks at once (batches falling due together). Sentinel is asked
+# for the primary before every tick, unless asked within SENTINEL_TICK_S. Queues whose slot no
+# primary serves are counted on the node UNROUTED. A primary no more keeps its series for
+# RETIRED_TTL_S, as a queue no more does.
+WORKERS = 4
+SENTINEL_TICK_S = 0.1
+UNROUTED = "none"
+RETIRED_TTL_S = 3600.0
 
 
 @dataclass
 class Tuning:
-    """The settings a SIGHUP may change in place, and what every member is built with."""
+    """What every member is built with; SIGHUP changes the call target and the drain share in
+    place. `at_deadlines`: each queue is swept at its deadline too; `hear_changes`: and woken by
+    the server's word of a new lease (CLIENT TRACKING); a restart changes those two."""
 
     prefix_root: str
     executor: ExecutorChoice
     call_target_s: float
     drain_share: float
-    at_deadlines: bool = False  # each queue swept at its deadline too (a restart changes it)
-    hear_changes: bool = False  # and woken by the server's word of a new lease (CLIENT TRACKING)
+    at_deadlines: bool = False
+    hear_changes: bool = False
 
 
 @dataclass(frozen=True)
 class Retired:
-    """A primary no more: what its series keep showing until RETIRED_TTL_S have passed."""
+    """A primary no more: the restarts its series keep showing until RETIRED_TTL_S have passed
+    since it stopped being one (monotonic)."""
 
-    restarts: int  # run_id changes seen while it was a primary
-    since: float  # monotonic: when it stopped being one
+    restarts: int
+    since: float
 
 
 class Fleet:
@@ -156,26 +96,27 @@ class Fleet:
         self._connection = connection
         self._metrics = metrics
         self._tuning = tuning
-        self._report = report
+        self._answer = report
         self._clock = clock
         self._fan_out = connection.topology.cluster
         self._slots = Slots(tuning.prefix_root)
         self._routes = Routes(None, self._slots, ())
         self._members: dict[str, Member] = {}
         self._started = False
-        self._lock = threading.RLock()  # the members and the layout
+        self._lock = threading.RLock()
         self._watch = LayoutWatch(
             source if source is not None else source_of(connection),
             self.mode,
             self.apply,
-            on_moved=lambda: self.tell(RESTARTED),  # slots changed hands: new epochs for them
+            on_moved=lambda: self.report(RESTARTED),
             clock=clock,
         )
-        self._holds = Holds(clock)  # every primary's: a queue held on one resumes on another
+        self._holds = Holds(clock)
         metrics.add_collector(self._holds)
         self._nowhere = Ledger(metrics.numbers, UNROUTED, self._holds)
-        self._retired: dict[str, Retired] = {}  # a primary no more: its counters stay a while
+        self._retired: dict[str, Retired] = {}
         self._holders: tuple[Routes, Collection[str], list[Node] | None] | None = None
+        self._owned: dict[str, QueueSettings] = {}
 
     @property
     def mode(self) -> TopologyMode:
@@ -186,12 +127,12 @@ class Fleet:
         """Read the layout now (see LayoutWatch.refresh)."""
         return self._watch.refresh()
 
-    def doubt(self) -> None:
-        """Something said the layout moved: read it again soon."""
-        self._watch.doubt()
+    def refresh_soon(self) -> None:
+        """Read the layout again soon: something said it moved."""
+        self._watch.refresh_soon()
 
     def follow(self) -> None:
-        """The layout read now, on the caller's thread (see LayoutWatch.follow)."""
+        """Read the layout now, on the caller's thread (see LayoutWatch.follow)."""
         self._watch.follow()
 
     @property
@@ -205,7 +146,7 @@ class Fleet:
         return self._watch.wrong
 
     def apply(self, layout: Layout) -> bool:
-        """A layout read: a member for each primary new to it (inheriting the epoch of the one
+        """Apply a layout read: a member for each primary new to it (inheriting the epoch of the one
         whose slots it took over), the members of the primaries gone dropped, the queues' routes
         given to the numbers; whether slots changed hands."""
         with self._lock:
@@ -215,17 +156,18 @@ class Fleet:
                 self._members[name] = member = self._member(name, layout.primaries[name])
                 before = predecessor(old, layout, name)
                 if before is not None and before in self._members:
-                    member.node.inherit(self._members[before].node)
+                    member.inherit(self._members[before])
             gone = [name for name in self._members if name not in layout.primaries]
             for name in gone:
                 self._drop(self._members.pop(name))
             self._routes = Routes(layout, self._slots, self._members.keys())
-            if layout != old:  # the queues' nodes, for their series on them (at full)
+            if layout != old:
                 self._metrics.numbers.route_by(self._routes.owner)
             self._forget_retired(self._clock())
         if old is None or old == layout:
             return False
-        log.log(  # a primary added or gone is a failover or a new node; slots moved, a reshard
+        # A primary added or gone is a failover or a new node (a warning); slots moved, a reshard.
+        log.log(
             logging.WARNING if added or gone else logging.INFO,
             "topology_changed",
             mode=self.mode,
@@ -238,6 +180,7 @@ class Fleet:
 
     # The members.
     def _member(self, name: str, address: tuple[str, int] | None) -> Member:
+        """Make the member of a primary new to the layout, started once the fleet is."""
         t = self._tuning
         node = Node(
             name,
@@ -249,43 +192,31 @@ class Fleet:
             restarts=self._retired.pop(name, Retired(0, 0.0)).restarts,
             clock=self._clock,
         )
-        ledger = Ledger(self._metrics.numbers, name, self._holds)
         self._metrics.numbers.add_node(name)
-        deadlines = Deadlines() if t.at_deadlines else None
-        drainer = Drainer(node, ledger, share=t.drain_share, report=self.tell, deadlines=deadlines)
-        pool = (
-            ThreadPoolExecutor(WORKERS, thread_name_prefix=f"sweep-{name}")
-            if self._fan_out
-            else None
+        made = Member(
+            node,
+            Ledger(self._metrics.numbers, name, self._holds),
+            prefix_root=t.prefix_root,
+            share=t.drain_share,
+            report=self.report,
+            clock=self._clock,
+            at_deadlines=t.at_deadlines,
+            hear_changes=t.hear_changes,
+            brief=not self._metrics.numbers.full,
+            workers=WORKERS if self._fan_out else 0,
         )
-        # Only --queue-metrics full exports the set sizes an idle call's whole reply reads.
-        brief = not self._metrics.numbers.full
-        ticks = Tick(node, ledger, drainer, t.prefix_root, deadlines, brief=brief)
-        listener = (
-            Listener(
-                name,
-                node.client,
-                t.prefix_root,
-                deadlines,
-                armed=lambda at: self.tell(Outcome(wake=at)),
-                clock=self._clock,
-            )
-            if deadlines is not None and t.hear_changes
-            else None
-        )
-        made = Member(node, ledger, drainer, ticks, pool, deadlines, listener)
         if self._started:
             made.start()
         return made
 
     def _drop(self, member: Member) -> None:
-        """A primary no more (failed over, demoted, removed): its threads end, its state's
+        """Drop a primary no more (failed over, demoted, removed): its threads end, its state's
         series go; its restarts stay, as counters do."""
         member.stop(0)
-        self._retired[member.node.name] = Retired(member.node.restarts, self._clock())
+        self._retired[member.name] = Retired(member.restarts, self._clock())
 
     def _forget_retired(self, now: float) -> None:
-        """A primary gone for RETIRED_TTL_S loses its series too (restarts, sweeps, ghosts):
+        """Drop the series of a primary gone for RETIRED_TTL_S too (restarts, sweeps, ghosts):
         failovers that name new hosts (new pods, new addresses) would pile them up forever."""
         for name, retired in list(self._retired.items()):
             if now - retired.since > RETIRED_TTL_S:
@@ -293,8 +224,8 @@ class Fleet:
                 self._metrics.numbers.forget_node(name)
 
     def home(self) -> Node | None:
-        """The primary that holds sweeperd's members key now (in a cluster, its slot's owner);
-        None while no primary is known."""
+        """Return the primary that holds sweeperd's members key now (in a cluster, its slot's
+        owner); None while no primary is known."""
         with self._lock:
             layout = self._routes.layout
             key = members_key(self._tuning.prefix_root)
@@ -307,40 +238,41 @@ class Fleet:
             return [m.node for m in self._members.values()]
 
     def states(self) -> list[NodeState]:
-        """Every primary's state now, and the restarts of those no longer primaries."""
+        """Return every primary's state now, and the restarts of those no longer primaries."""
         with self._lock:
             retired = [NodeState(name, r.restarts) for name, r in self._retired.items()]
             return [m.state() for m in self._members.values()] + retired
 
     def sources(self) -> list[tuple[str, SourceState, str]]:
-        """Each primary's source of deadlines now, and why it is that one."""
+        """Return each primary's source of deadlines now, and why it is that one."""
         with self._lock:
             members = list(self._members.values())
-        return [
-            (m.node.name, m.source, m.listener.why if m.listener else "--deadline-source off")
-            for m in members
-        ]
+        return [(m.name, m.source, m.why) for m in members]
 
     def retune(self, tuning: Tuning) -> None:
-        """SIGHUP's new call target and drain share, in place."""
+        """Apply SIGHUP's new call target and drain share, in place."""
         with self._lock:
             self._tuning = tuning
             for m in self._members.values():
-                m.node.retune(tuning.call_target_s)
-                m.drainer.share = tuning.drain_share
+                m.retune(tuning.call_target_s, tuning.drain_share)
 
-    def forget(self, queue: str) -> None:
-        """A queue no longer swept leaves every drain, ledger and wake."""
+    def own(self, queues: Sequence[QueueSettings]) -> None:
+        """Keep the queues this replica sweeps now, with their settings, for their wakes; drop
+        those it swept until now from every drain, ledger and wake."""
+        owned = {q.name: q for q in queues}
         with self._lock:
+            lost = self._owned.keys() - owned.keys()
+            self._owned = owned
             members = list(self._members.values())
-        for m in members:
-            m.forget(queue)
-        self._nowhere.forget(queue)
-        self._holds.forget(queue)
+        for queue in lost:
+            for m in members:
+                m.forget(queue)
+            self._nowhere.forget(queue)
+            self._holds.forget(queue)
 
     # The sweep.
-    def holding(self, queues: Collection[str]) -> list[Node] | None:
-        """The primaries that own some of the queues (every primary when there are none);
+    def primaries_of(self, queues: Collection[str]) -> list[Node] | None:
+        """Return the primaries that own some of the queues (every primary when there are none);
         None when a queue has no owner or the servers are not the topology named. The answer
         for the same collection under the same layout is kept: readiness asks twice a second,
         and routing 10,000 queues each time was half the daemon's CPU at idle."""
@@ -350,11 +282,11 @@ class Fleet:
             kept = self._holders
             if kept is not None and kept[0] is self._routes and kept[1] is queues:
                 return kept[2]
-            nodes = self._holding(queues)
+            nodes = self._primaries_of(queues)
             self._holders = (self._routes, queues, nodes)
             return nodes
 
-    def _holding(self, queues: Collection[str]) -> list[Node] | None:
+    def _primaries_of(self, queues: Collection[str]) -> list[Node] | None:
         """Hold the lock."""
         if not queues:
             return [m.node for m in self._members.values()]
@@ -364,11 +296,10 @@ class Fleet:
         return [self._members[name].node for name in owners if name is not None]
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
-        """One tick of the batch on every primary that owns some of it; the queues no primary
-        serves are counted failed (a connection failure: nobody to send them to, or the servers
-        are not the topology the options name). Behind Sentinel the primary is asked for first:
-        a demoted one may go on answering as a primary for seconds, and what it writes then is
-        lost."""
+        """Tick the batch on every primary that owns some of it; count the queues no primary
+        serves failed (a connection failure: nobody to send them to, or the servers are not the
+        topology the options name). Behind Sentinel the primary is asked for first: a demoted
+        one may go on answering as a primary for seconds, and what it writes then is lost."""
         self._ask_sentinel()
         with self._lock:
             routes, wrong = self._routes, self.wrong
@@ -380,96 +311,45 @@ class Fleet:
             for q in unrouted:
                 self._nowhere.fail(q.name, error)
         for name, queues in routed.items():
-            self._dispatch(members[name], queues)
+            members[name].sweep(queues)
 
-    def wake(self, now: float, owned: Callable[[str], QueueSettings | None]) -> None:
-        """A tick, on each primary, of its queues whose wake has come by `now` (monotonic) and
-        that it still serves: a queue that moved to another primary, or that this replica no
-        longer sweeps (`owned` gives a queue's settings, None then), is not woken here; its
-        sweeps where it lives now arm its wakes there. Its tick is one round trip, the replies'
-        run_id its epoch watch (behind Sentinel the epoch is read first, as every tick does)."""
+    def wake(self, now: float) -> None:
+        """Sweep, on each primary, its queues whose wake has come by `now` (monotonic) and that
+        it still serves: a queue that moved to another primary, or that this replica no longer
+        sweeps, is not woken here; its sweeps where it lives now arm its wakes there. Behind
+        Sentinel the epoch is read first, as every tick does; elsewhere the replies' run_id is
+        the epoch watch."""
         self._ask_sentinel()
         look = self.mode is TopologyMode.SENTINEL
         with self._lock:
-            routes = self._routes
-            members = [(name, m, m.deadlines) for name, m in self._members.items()]
-        for name, member, deadlines in members:
-            if deadlines is None:
-                continue
-            due = [
-                q
-                for queue in deadlines.due(now)
-                if routes.owner(queue) == name and (q := owned(queue)) is not None
-            ]
-            if due:
-                self._dispatch(member, due, look=look, woken=True)
+            routes, owned = self._routes, self._owned
+            members = list(self._members.values())
+        for member in members:
+            member.wake(now, owned, routes, look=look)
 
     def next_wake(self) -> float | None:
-        """The soonest wake of any primary's queues (monotonic seconds); None when none waits."""
+        """Return the soonest wake of any primary's queues (monotonic); None when none waits."""
         with self._lock:
-            found = [
-                m.deadlines.next_wake() for m in self._members.values() if m.deadlines is not None
-            ]
-        return min((at for at in found if at is not None), default=None)
+            wakes = [m.next_wake() for m in self._members.values()]
+        return min((at for at in wakes if at is not None), default=None)
 
     def _ask_sentinel(self) -> None:
         if self.mode is TopologyMode.SENTINEL and self._watch.asked_before(SENTINEL_TICK_S):
             self.refresh()
 
-    def _dispatch(
-        self,
-        member: Member,
-        queues: Sequence[QueueSettings],
-        *,
-        look: bool = True,
-        woken: bool = False,
-    ) -> None:
-        """The member's tick of the queues: on this thread, or on the member's own."""
-        if member.pool is None:
-            self._tick(member, queues, look, woken)
-            return
-        with contextlib.suppress(RuntimeError):  # the primary was dropped meanwhile
-            member.pool.submit(self._tick, member, queues, look, woken)
-
-    def _tick(
-        self, member: Member, queues: Sequence[QueueSettings], look: bool, woken: bool
-    ) -> None:
-        """The member's tick of the queues it holds no call for; a node down, or queues sent
-        elsewhere, make the layout read again (they go there at their next tick). Queues
-        `woken` at their deadline that another tick holds are woken again a floor later: that
-        tick may have armed the very wake that woke them."""
-        held = member.claim(queues)
-        if woken and member.deadlines is not None and len(held) < len(queues):
-            names = {q.name for q in held}
-            member.deadlines.deferred(
-                [q.name for q in queues if q.name not in names], self._clock()
-            )
-            self.tell(Outcome(wake=member.deadlines.next_wake()))
-        if not held:
-            return
-        try:
-            outcome = member.ticks.run(held, self._clock(), look=look, woken=woken)
-        finally:
-            member.release(held)
-        if member.listener is not None:
-            member.listener.track(held)
-        if member.node.up is False:
-            self.doubt()
-        self.tell(outcome)
-
-    def tell(self, outcome: Outcome) -> None:
-        """What a tick, a drain call or a layout read found: queues sent elsewhere make the
-        layout read again; anything the schedule must answer goes to the daemon."""
-        if outcome.moved:
-            self.doubt()
+    def report(self, outcome: Outcome) -> None:
+        """Act on what a tick, a drain call or a layout read found: a node down or queues sent
+        elsewhere make the layout read again; what the schedule must answer goes to the daemon."""
+        if outcome.moved or outcome.down:
+            self.refresh_soon()
         if outcome:
-            self._report(outcome)
+            self._answer(outcome)
 
     # The lifetime.
     def start(self) -> None:
-        """The first layout read now; the layout thread, when the layout can change. Servers
-        that answer but are not the topology the options name are refused here (SweepError);
-        servers that do not answer yet are retried by the ticks."""
+        """Read the layout now and start the members, and the layout thread when the layout can
+        change. Servers that answer but are not the topology the options name are refused here
+        (SweepError); servers that do not answer yet are retried by the ticks."""
         self.refresh()
         if self.wrong is not None:
             raise self.wrong

@@ -29,18 +29,21 @@ HINTS = {
 
 @dataclass(frozen=True)
 class Hold:
+    """Where a queue is held, why, and since when it is held whatever the reason since
+    (monotonic)."""
+
     node: str
     reason: Reason
-    since: float  # monotonic seconds: when the queue was first held, whatever the reason since
+    since: float
 
 
 class Holds(Collector):
-    """Every queue held now, and how many calls each node held, by reason."""
+    """Every queue held now, and how many calls each node held, by (node, reason)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.held: dict[str, Hold] = {}
-        self.calls: dict[tuple[str, str], int] = {}  # (node, reason) -> calls held
+        self.calls: dict[tuple[str, str], int] = {}
         self.lock = threading.Lock()
 
     def hold(self, queue: str, node: str, reason: Reason) -> None:
@@ -59,7 +62,7 @@ class Holds(Collector):
     def release(self, queue: str, node: str) -> None:
         """The queue's call ran on `node`: a hold ends, logged with how long (a failure ends
         none: the queue is still unswept, and its failure is counted as well)."""
-        if queue not in self.held:  # most calls: nothing held, no lock taken
+        if queue not in self.held:
             return
         with self.lock:
             was = self.held.pop(queue, None)
@@ -73,7 +76,7 @@ class Holds(Collector):
             )
 
     def forget(self, queue: str) -> None:
-        """A queue no longer swept is held no more."""
+        """Drop the hold of a queue no longer swept."""
         with self.lock:
             self.held.pop(queue, None)
 

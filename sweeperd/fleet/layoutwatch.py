@@ -19,16 +19,23 @@ from sweeperd.server.topology import Layout, Source
 
 log = structlog.get_logger("sweeperd.fleet")
 
-CLUSTER_REFRESH_S = 5.0  # the slot map is read again this often, and on any sign of a change
-SENTINEL_REFRESH_S = 1.0  # Sentinel is asked for the primary this often, and on any doubt
-DOUBT_REFRESH_S = 0.25  # after a MOVED, a demoted primary or a dead one: the layout again soon
-STOP_WAIT_S = 3.0  # at stop, a read in flight is waited for this long before the source closes
+# The slot map is read every CLUSTER_REFRESH_S, Sentinel asked for the primary every
+# SENTINEL_REFRESH_S, and either SOON_REFRESH_S after any sign of a change (a MOVED, a demoted
+# primary or a dead one). At stop, a read in flight is waited for STOP_WAIT_S before the source
+# closes.
+CLUSTER_REFRESH_S = 5.0
+SENTINEL_REFRESH_S = 1.0
+SOON_REFRESH_S = 0.25
+STOP_WAIT_S = 3.0
 REFRESH_S = {TopologyMode.CLUSTER: CLUSTER_REFRESH_S, TopologyMode.SENTINEL: SENTINEL_REFRESH_S}
 
 
 class LayoutWatch:
     """Reads the layout and hands each one read to `apply`, which says whether slots changed
-    hands; `on_moved` follows when they did on the watch's own thread."""
+    hands; `on_moved` follows when they did on the watch's own thread (every queue's next tick
+    at once). Read every `every_s` (None: one server, whose layout never changes), one read at
+    a time; `unreachable` keeps the last failure to read it (logged once), `wrong` why the
+    servers are not the topology the options say (`said_wrong` once logged)."""
 
     def __init__(
         self,
@@ -42,17 +49,17 @@ class LayoutWatch:
         self.source = source
         self.mode = mode
         self.apply = apply
-        self.on_moved = on_moved  # the layout changed: every queue's next tick at once
+        self.on_moved = on_moved
         self.clock = clock
-        self.every_s = REFRESH_S.get(mode)  # None: one server, whose layout never changes
-        self.read_at: float | None = None  # when the layout was last asked for
-        self.doubted = threading.Event()
+        self.every_s = REFRESH_S.get(mode)
+        self.read_at: float | None = None
+        self.soon = threading.Event()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
-        self.unreachable: str | None = None  # the last failure to read the layout, logged once
-        self.wrong: SweepError | None = None  # the servers are not the topology the options say
-        self.said_wrong = False  # logged: once started, the refusal to start does not say it
-        self.reading = threading.Lock()  # one read of the layout at a time
+        self.unreachable: str | None = None
+        self.wrong: SweepError | None = None
+        self.said_wrong = False
+        self.reading = threading.Lock()
 
     def refresh(self) -> bool:
         """Read the layout and apply it; whether slots changed hands. One read at a time: a
@@ -61,7 +68,7 @@ class LayoutWatch:
             return not self.stopped.is_set() and self.read()
 
     def read(self) -> bool:
-        self.doubted.clear()
+        self.soon.clear()
         self.read_at = self.clock()
         try:
             layout = self.source.read()
@@ -84,10 +91,10 @@ class LayoutWatch:
         return self.apply(layout)
 
     def watch(self) -> None:
-        """The layout thread: read again every `every_s`, or soon after a doubt."""
+        """Run the layout thread: read the layout every `every_s`, and soon after refresh_soon()."""
         while not self.stopped.is_set():
-            if self.doubted.wait(self.every_s):
-                self.stopped.wait(DOUBT_REFRESH_S)  # let the cluster settle a moment
+            if self.soon.wait(self.every_s):
+                self.stopped.wait(SOON_REFRESH_S)  # let the cluster settle a moment
             if self.stopped.is_set():
                 return
             self.follow()
@@ -101,12 +108,13 @@ class LayoutWatch:
     def asked_before(self, seconds: float) -> bool:
         return self.read_at is None or self.clock() - self.read_at >= seconds
 
-    def doubt(self) -> None:
-        """Something said the layout moved: read it again soon."""
-        self.doubted.set()
+    def refresh_soon(self) -> None:
+        """Read the layout again soon: something said it moved."""
+        self.soon.set()
 
     def start(self) -> None:
-        """The watch thread, where the layout can change; wrong topologies logged from now."""
+        """Start the watch thread, where the layout can change; wrong topologies are logged
+        from now."""
         self.said_wrong = True
         if self.every_s is not None:
             self.thread = threading.Thread(target=self.watch, name="topology", daemon=True)
@@ -117,7 +125,7 @@ class LayoutWatch:
         (waited for `wait_s` at most: a read hung on a dead node is left to end with the
         process, its source open), and the watch thread ends."""
         self.stopped.set()
-        self.doubted.set()
+        self.soon.set()
         if not self.reading.acquire(timeout=wait_s):
             return
         try:

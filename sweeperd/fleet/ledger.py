@@ -23,13 +23,14 @@ log = structlog.get_logger(LOGGER)
 class Ledger:
     """Counts every call in the sweep's numbers, the one writer of what the calls did (which
     queues and nodes have series is the queue set's and the fleet's); logs a failure once per
-    change of reason per queue, and a call a Cluster held once per change (the holds are every
-    node's: a queue held on one primary resumes on another)."""
+    change of reason per queue (`failing` keeps each failing queue's reason), and a call a
+    Cluster held once per change (the holds are every node's: a queue held on one primary
+    resumes on another)."""
 
     numbers: SweepNumbers
     node: str
     holds: Holds = field(default_factory=Holds)
-    failing: dict[str, Reason] = field(default_factory=dict)  # queue -> its failure's reason
+    failing: dict[str, Reason] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(
@@ -43,23 +44,23 @@ class Ledger:
         return self._log_call(queue, result, level)
 
     def record_round(
-        self, queues: Sequence[str], results: Sequence[CallResult], at: float, *, duration_s: float
+        self, calls: Sequence[tuple[str, CallResult]], at: float, *, duration_s: float
     ) -> None:
-        """A tick's calls, one per queue, counted together (the tick's round trip as each
-        queue's duration) and each logged as record() logs it."""
-        self.numbers.record_round(self.node, queues, results, at, duration_s=duration_s)
-        for queue, result in zip(queues, results, strict=True) if self.holds.held else ():
+        """Count a tick's calls, one (queue, result) per queue, together (the tick's round trip
+        as each queue's duration) and log each as record() logs it."""
+        self.numbers.record_round(self.node, calls, at, duration_s=duration_s)
+        for queue, result in calls if self.holds.held else ():
             if isinstance(result.reply, SweepReply):
                 self.holds.release(queue, self.node)
-        for queue, result in zip(queues, results, strict=True):
+        for queue, result in calls:
             # A quiet success of a queue that was not failing has nothing to log (`failing` is
             # only read here: a queue failing meanwhile is logged by the call that failed).
             if isinstance(result.reply, SweepError) or result.reply.taken or self.failing:
                 self._log_call(queue, result, logging.INFO)
 
     def _log_call(self, queue: str, result: CallResult, level: int) -> SweepReply | None:
-        """What a counted call says in the log: its failure, its recovery, what it took (at
-        warning when it dropped ghosts: ids in active with no row, a job lost before the call)."""
+        """Log what a counted call did: its failure, its recovery, what it took (at warning when
+        it dropped ghosts: ids in active with no row, a job lost before the call)."""
         reply = result.reply
         if isinstance(reply, SweepError):
             self._log_failure(queue, reply)
@@ -85,25 +86,24 @@ class Ledger:
         return reply
 
     def fail(self, queue: str, error: SweepError) -> None:
-        """A call that failed without a reply: always counted; logged when the queue's reason
-        changes."""
+        """Count a call that failed without a reply; log it when the queue's reason changes."""
         self.numbers.record_failure(self.node, queue, error.reason)
         self._log_failure(queue, error)
 
     def fail_tick(self, queues: Sequence[str], error: SweepError, *, duration_s: float) -> None:
-        """A tick of these queues that failed whole (the node down, the tick broken): its round
-        trip counted as each queue's duration, each queue's failure as fail() counts it."""
+        """Count a tick of these queues that failed whole (the node down, the tick broken): its
+        round trip as each queue's duration, each queue's failure as fail() counts it."""
         self.numbers.record_ticks(self.node, queues, duration_s=duration_s)
         for queue in queues:
             self.fail(queue, error)
 
     def hold(self, queue: str, reason: Reason) -> None:
-        """A call this node held or sent elsewhere, unrun: no failure, nothing counted but the
-        hold (see Holds)."""
+        """Count a call this node held or sent elsewhere, unrun, as a hold only: no failure
+        (see Holds)."""
         self.holds.hold(queue, self.node, reason)
 
     def _log_failure(self, queue: str, error: SweepError) -> None:
-        """A counted failure, logged when the queue's reason changes."""
+        """Log a counted failure when the queue's reason changes."""
         with self.lock:
             changed = self.failing.get(queue) != error.reason
             self.failing[queue] = error.reason
@@ -117,7 +117,7 @@ class Ledger:
             )
 
     def _log_recovery(self, queue: str) -> None:
-        """A call succeeded: a queue that was failing says so once."""
+        """Log once that a queue that was failing succeeded."""
         with self.lock:
             reason = self.failing.pop(queue, None)
         if reason is not None:

@@ -29,7 +29,8 @@ log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
-STANDING = (Reason.NO_VERB, Reason.NOPERM)  # refusals that last until an operator acts
+# The refusals that last until an operator acts.
+STANDING = (Reason.NO_VERB, Reason.NOPERM)
 
 
 class NotPrimary(redis.ConnectionError):
@@ -61,7 +62,16 @@ class Swept:
 class Node:
     """A server and what the daemon knows of it; shared by every batch that sweeps it. Its
     calls go through sweep() (a tick's round) and send()/result() (a drain's call in flight),
-    which size them, look at the epoch first and judge what came back."""
+    which size them, look at the epoch first and judge what came back.
+
+    `client` is what it talks to (discovery and the heartbeat use it too). With `primary_only`
+    a replica is refused (Cluster, Sentinel: demoted); with `cluster` it is swept as a
+    Cluster's primary (--cluster), not as one server; `clustered` is set when a Cluster node is
+    swept as one server (refused, so never ready). `replid` is the master_replid (a fail-over
+    and back keeps the run_id); `restarts` counts the changes of either. `up` is None until the
+    first answer or failure, `error` says why it is down while it is, `refusal` why it refuses
+    every sweep while it does, `last_answer` when it last answered (monotonic).
+    """
 
     def __init__(
         self,
@@ -76,25 +86,25 @@ class Node:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
-        self.client = client  # what it talks to: discovery and the heartbeat use it too
-        self.primary_only = primary_only  # a replica is refused (Cluster, Sentinel: demoted)
-        self.cluster = cluster  # swept as a Cluster's primary (--cluster), not as one server
-        self.clustered = False  # a Cluster node swept as one server: refused, so never ready
+        self.client = client
+        self.primary_only = primary_only
+        self.cluster = cluster
+        self.clustered = False
         self.run_id: bytes | None = None
-        self.replid: bytes | None = None  # master_replid: a fail-over and back keeps run_id
-        self.up: bool | None = None  # None until the first answer or failure
-        self.error: str | None = None  # why it is down, while it is
-        self.refusal: SweepError | None = None  # why it refuses every sweep, while it does
-        self.restarts = restarts  # run_id (or master_replid) changes seen
-        self.last_answer: float | None = None  # monotonic seconds
+        self.replid: bytes | None = None
+        self.up: bool | None = None
+        self.error: str | None = None
+        self.refusal: SweepError | None = None
+        self.restarts = restarts
+        self.last_answer: float | None = None
         self.retry_at = 0.0
         self.backoff_s = BACKOFF_FIRST_S
         self._choice = choice
         self._sizer = sizer
         self._clock = clock
-        self._predecessor: str | None = None  # whose epoch this one took over, until looked at
+        self._predecessor: str | None = None
         self._executor: Executor | None = None
-        self._packed = Packed()  # its rounds' commands, in RESP
+        self._packed = Packed()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -102,24 +112,25 @@ class Node:
 
     # The calls.
     def sweep(self, calls: Sequence[Call], now: float, *, look: bool = True) -> Swept:
-        """One round: the epoch looked at (a change of run_id is a restart, counted), then every
-        call in one round trip; a call alone times the node's next sizes. Raises what the look
+        """Sweep one round: the epoch looked at (a change of run_id is a restart, counted), then
+        every call in one round trip; a call alone times the node's next sizes. Raises what the look
         raises (the node down, loading, demoted, no verb) and a connection failure.
 
-        Without `look` (a queue woken at its deadline: one round trip, not two) the round goes
-        out on the executor of the last look, and the epoch a reply carries is the watch: a
-        reply from another run of the server is looked at then (noticed). A round of brief calls
-        (those that find nothing due reply without the run_id, or any ACL check) sends its
-        first call whole: it carries the run_id, and an ACL user without a command the sweep
-        needs is refused there every round, not only once a lease falls due. Where no whole
-        reply came back (the first call refused) the node is looked at."""
+        Without `look` (a queue woken at its deadline: one round trip, not two) the round goes out
+        on the executor of the last look, and the epoch a reply carries is the watch: a reply from
+        another run of the server is looked at then (see is_new_run). A round of brief calls (those
+        that find nothing due reply without the run_id, or any ACL check) sends its first call
+        whole: it carries the run_id, and an ACL user without a command the sweep needs is refused
+        there every round, not only once a lease falls due. Where no whole reply came back (the
+        first call refused) the node is looked at.
+        """
         epoch = self.look(now) if look or self._executor is None else None
         read = self._clock()
         executor = epoch.executor if epoch is not None else self._executor
-        assert executor is not None  # chosen by the look above, or an earlier one
+        assert executor is not None
         if calls and calls[0].brief:
             calls = [replace(calls[0], brief=False), *calls[1:]]
-        results = self.judged(sweep_round(self.client, executor, calls, self._packed))
+        results = self.with_failed_nodes(sweep_round(self.client, executor, calls, self._packed))
         end = self._clock()
         took = end - now
         if len(results) == 1 and isinstance(results[0].reply, SweepReply) and _timed(results[0]):
@@ -128,43 +139,45 @@ class Node:
             return Swept(results, epoch.restarted, took, (epoch.info.time_ms, read))
         depths = next((r.depths for r in results if r.depths and r.depths.run_id), None)
         if depths is None or depths.run_id is None:
-            if any(r.depths is not None for r in results):  # all brief: the epoch unread
+            if any(r.depths is not None for r in results):
+                # Every reply brief: the epoch is unread.
                 epoch = self.look(end)
                 return Swept(results, epoch.restarted, took, (epoch.info.time_ms, self._clock()))
             return Swept(results, False, took)
         self.answered(end)
-        return Swept(results, self.noticed(depths.run_id), took, (depths.now_ms, end))
+        return Swept(results, self.is_new_run(depths.run_id), took, (depths.now_ms, end))
 
     def send(self, call: Call) -> InFlight | None:
-        """One call sent on a connection of its own, its reply read by result(); None while the
+        """Send one call on a connection of its own, its reply read by result(); None while the
         node has not been looked at since it restarted (its next tick looks)."""
         executor = self._executor
         return None if executor is None else InFlight(self.client, executor, call)
 
     def result(self, flight: InFlight) -> CallResult:
-        """The reply of a call send() sent, judged; a connection failure raises."""
-        [result] = self.judged([flight.result()])
+        """Read the reply of a call send() sent, CLUSTERDOWN naming the failed nodes; a
+        connection failure raises."""
+        [result] = self.with_failed_nodes([flight.result()])
         return result
 
     def share(self, queues: int) -> int:
-        """The node's call size shared out between `queues` calls of one round."""
+        """Return the node's call size shared out between `queues` calls of one round."""
         return max(1, self._sizer.size // max(1, queues))
 
     def call_size(self, limit: int) -> int:
-        """The next call's size on its own: the learned size, never above `limit`."""
+        """Return the next call's size on its own: the learned size, never above `limit`."""
         return self._sizer.next(limit)
 
     def observe(self, asked: int, taken: int, seconds: float) -> None:
-        """A call asked for `asked` leases, took `taken` and ran `seconds`: the sizes follow."""
+        """Learn from a call that asked for `asked` leases, took `taken` and ran `seconds`."""
         self._sizer.observe(asked, taken, seconds)
 
     def retune(self, call_target_s: float) -> None:
-        """SIGHUP's call target, in place."""
+        """Apply SIGHUP's call target, in place."""
         self._sizer.target_s = call_target_s
 
     # The epoch watch.
     def may_try(self, now: float) -> bool:
-        """False while a down server's backoff runs."""
+        """Return False while a down server's backoff runs."""
         return self.up is not False or now >= self.retry_at
 
     def inherit(self, previous: Node) -> None:
@@ -174,10 +187,10 @@ class Node:
             self.run_id, self.replid = previous.run_id, previous.replid
             self._predecessor = previous.name
 
-    def noticed(self, run_id: bytes) -> bool:
-        """A reply said the server's run_id: another run than the last look saw is looked at
-        (the restart counted there, the executor chosen again); whether it restarted. A look
-        that fails leaves it to the next tick."""
+    def is_new_run(self, run_id: bytes) -> bool:
+        """Return whether the run_id a reply said is a new run of the server: another run than
+        the last look saw is looked at (the restart counted there, the executor chosen again).
+        A look that fails leaves it to the next tick."""
         if run_id == self.run_id:
             return False
         try:
@@ -232,10 +245,12 @@ class Node:
             new_run_id=info.run_id.decode(),
             **({"previous_node": self._predecessor} if self._predecessor else {}),
         )
-        self._executor = None  # a module may have been loaded or unloaded; no script is copied
+        # A module may have been loaded or unloaded, and no script is copied over.
+        self._executor = None
 
     def _choose(self) -> Executor:
-        """The executor for this run of the server, its scripts loaded; raises for no_verb."""
+        """Choose the executor for this run of the server and load its scripts; raises for
+        no_verb."""
         executor = choose(self.client, self._choice)
         executor.prepare(self.client)
         log.info(
@@ -245,7 +260,7 @@ class Node:
 
     # Liveness.
     def answered(self, now: float) -> None:
-        """The server answered: up, backoff reset; logged once per change."""
+        """Mark the server up after an answer, its backoff reset; logged once per change."""
         with self._lock:
             self._answered(now)
 
@@ -294,8 +309,9 @@ class Node:
             return
         self.refusal = error
 
-    def judged(self, results: list[CallResult]) -> list[CallResult]:
-        """The calls' results with CLUSTERDOWN naming the failed nodes (read once for the round).
+    def with_failed_nodes(self, results: list[CallResult]) -> list[CallResult]:
+        """Return the calls' results with CLUSTERDOWN naming the failed nodes (read once for the
+        round).
         No redirect reaches here outside --cluster: look() refuses a Cluster node first."""
         down: SweepError | None = None
         judged = []

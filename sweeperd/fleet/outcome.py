@@ -7,12 +7,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Outcome:
-    """Told to the daemon, which answers it: nothing, every queue now, or every queue soon."""
+    """What the daemon answers: `restarted`, a server restarted or failed over, or slots changed
+    hands (every queue now); `loading`, a server is loading its dataset (its queues again soon);
+    `wake`, a node's next queue due at its deadline (monotonic). The fleet reads the layout
+    again for `moved`, the queues a node sent elsewhere, and `down`, a node that did not
+    answer."""
 
-    restarted: bool = False  # a server restarted or failed over, or slots changed hands
-    loading: bool = False  # a server is loading its dataset: its queues again soon
-    moved: tuple[str, ...] = ()  # queues a node sent elsewhere: the layout is read again
-    wake: float | None = None  # a node's next queue due at its deadline (monotonic seconds)
+    restarted: bool = False
+    loading: bool = False
+    moved: tuple[str, ...] = ()
+    wake: float | None = None
+    down: bool = False
 
     def __bool__(self) -> bool:
         return self.restarted or self.loading or bool(self.moved) or self.wake is not None

@@ -3,18 +3,15 @@ looks at the epoch first), each counted, the backlogs left to the drainer."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 import structlog
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.fleet.drain import Drainer
-from sweeperd.fleet.ledger import Ledger
-from sweeperd.fleet.node import Node, NotPrimary, Swept
+from sweeperd.fleet.node import NotPrimary, Swept
 from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
 from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
@@ -22,75 +19,79 @@ from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
 from sweeperd.verb.replies import Call, CallResult, SweepReply
 
+if TYPE_CHECKING:
+    from sweeperd.fleet.member import Member
+
 log = structlog.get_logger("sweeperd.tick")
 
 
 @dataclass
 class Tick:
-    """A node's ticks: a batch of queues swept in one pipelined round trip, what is left due
-    handed to the drainer; each tick says what the schedule must answer (its Outcome)."""
+    """A primary's ticks: a batch of queues swept in one pipelined round trip, what is left due
+    handed to its drainer; each tick says what the schedule must answer (its Outcome). Its
+    node, ledger, drainer, wakes and clocks are its member's. With `brief`, an idle call replies
+    without its counts (the set sizes are not exported)."""
 
-    node: Node
-    ledger: Ledger
-    drainer: Drainer
-    prefix_root: str
-    deadlines: Deadlines | None = None  # each queue's next wake at its deadline; None: off
-    brief: bool = False  # an idle call replies without its counts (the set sizes unexported)
-    clock: Callable[[], float] = time.monotonic  # for how long a failed tick took
-    wall_clock: Callable[[], float] = time.time
+    member: Member
+    brief: bool = False
 
     def run(
         self, batch: Sequence[QueueSettings], now: float, *, look: bool = True, woken: bool = False
     ) -> Outcome:
-        """The epoch, then one call per queue not already draining; a queue left with leases
-        due drains on. A call a Cluster held (its slot migrating) or sent elsewhere is counted
-        as held, not as a failure; the queues sent elsewhere (MOVED, or a primary demoted) are
-        the outcome's `moved`, for the topology to route again; each queue swept is woken again
-        at the earliest deadline its call read (the outcome's `wake`: the node's next). Without
-        `look`, the replies' run_id is the epoch watch (see Node.sweep). A tick not `woken` at
-        the queues' deadlines leaves a queue whose wake comes soon to it."""
-        if not self.node.may_try(now):
+        """Sweep the batch: look at the epoch, then send one call per queue not already draining, in
+        one round; a queue left with leases due drains on. A call a Cluster held (its slot
+        migrating) or sent elsewhere is counted as held, not as a failure; the queues sent elsewhere
+        (MOVED, or a primary demoted) are the outcome's `moved`, for the topology to route again;
+        each queue swept is woken again at the earliest deadline its call read (the outcome's
+        `wake`: the node's next). Without `look`, the replies' run_id is the epoch watch (see
+        Node.sweep). A tick not `woken` at the queues' deadlines leaves a queue whose wake comes
+        soon to it."""
+        m = self.member
+        if not m.node.may_try(now):
             return NOTHING
-        queues = [q for q in batch if not self.drainer.is_draining(q.name)]
-        if self.deadlines is not None and not woken:
-            queues = self.deadlines.unwoken(queues, now)
+        queues = [q for q in batch if not m.drainer.is_draining(q.name)]
+        if m.deadlines is not None and not woken:
+            queues = m.deadlines.unwoken(queues, now)
         try:
-            swept = self.node.sweep(self.calls(queues), now, look=look)
-        except NotPrimary:  # demoted: its queues' calls are held, to go to the new primary
+            swept = m.node.sweep(self.calls(queues), now, look=look)
+        except NotPrimary:
+            # Demoted: its queues' calls are held, to go to the new primary.
             for q in queues:
-                self.ledger.hold(q.name, Reason.MOVED)
+                m.ledger.hold(q.name, Reason.MOVED)
             return Outcome(moved=tuple(q.name for q in queues))
-        except Exception as exc:  # whatever it was, every queue of the batch failed
+        except Exception as exc:
             return self.fail_all(queues, exc, now)
-        held = [(q, r.redirect) for q, r in zip(queues, swept.results, strict=True) if r.redirect]
-        done = [(q, r) for q, r in zip(queues, swept.results, strict=True) if not r.redirect]
-        self.ledger.record_round(
-            [q.name for q, _ in done],
-            [r for _, r in done],
-            self.wall_clock(),
-            duration_s=swept.took_s,
+        done: list[tuple[QueueSettings, CallResult]] = []
+        held: list[tuple[QueueSettings, Reason]] = []
+        for q, result in zip(queues, swept.results, strict=True):
+            if result.redirect is None:
+                done.append((q, result))
+            else:
+                held.append((q, result.redirect))
+        m.ledger.record_round(
+            [(q.name, r) for q, r in done], m.wall_clock(), duration_s=swept.took_s
         )
         for q, reason in held:
-            self.ledger.hold(q.name, reason)
+            m.ledger.hold(q.name, reason)
         for q, result in done:
             if isinstance(result.reply, SweepReply) and result.expired_left:
-                self.drainer.add(q, result.call.keys, result.expired_left)
-        self.judge(done)
+                m.drainer.add(q, result.call.keys, result.expired_left)
+        self.update_refusal(done)
         moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
-        loading = any(_loading(r) for _, r in done)  # unlooked at, the calls said so themselves
+        loading = any(_loading(r) for _, r in done)
         wake = self.arm(swept, done, [q for q, _ in held], now)
         return Outcome(restarted=swept.restarted, loading=loading, moved=moved, wake=wake)
 
-    def judge(self, done: Sequence[tuple[QueueSettings, CallResult]]) -> None:
-        """A call that went through clears the node's standing refusal; every call refused
-        for one sets it (see Node.refusing)."""
+    def update_refusal(self, done: Sequence[tuple[QueueSettings, CallResult]]) -> None:
+        """Clear the node's standing refusal when a call went through; set it when every call
+        was refused for one (see Node.refusing)."""
         replies = [r.reply for _, r in done]
         if any(isinstance(reply, SweepReply) for reply in replies):
-            self.node.refusing(None)
+            self.member.node.refusing(None)
         elif replies and all(isinstance(reply, SweepError) for reply in replies):
             first = replies[0]
             assert isinstance(first, SweepError)
-            self.node.refusing(first)
+            self.member.node.refusing(first)
 
     def arm(
         self,
@@ -99,10 +100,11 @@ class Tick:
         held: Sequence[QueueSettings],
         now: float,
     ) -> float | None:
-        """The server's clock against ours, then each queue's next wake at the deadline its
-        call read: none for a queue left draining (its drain arms it when done), refused, or
-        held by a migrating slot (it waits for its hold). The node's next wake; None when off."""
-        deadlines = self.deadlines
+        """Measure the server's clock against ours, then arm each queue's next wake at the deadline
+        its call read: none for a queue left draining (its drain arms it when done), refused, or
+        held by a migrating slot (it waits for its hold). Return the node's next wake; None when
+        off."""
+        deadlines = self.member.deadlines
         if deadlines is None:
             return None
         if swept.clock is not None:
@@ -113,31 +115,33 @@ class Tick:
         return deadlines.next_wake()
 
     def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
-        """The node's call size shared out: the round stays about one call's target long."""
-        share = self.node.share(len(queues))
+        """Build the queues' calls, the node's call size shared out between them: the round
+        stays about one call's target long."""
+        share = self.member.node.share(len(queues))
         return [
             Call(
-                QueueKeys(q.name, self.prefix_root),
+                QueueKeys(q.name, self.member.prefix_root),
                 q.max_stalled,
                 min(q.limit, share),
-                listed=ID_CAP,  # the log's ids: the counts are whole
+                listed=ID_CAP,
                 brief=self.brief,
             )
             for q in queues
         ]
 
     def fail_all(self, queues: Sequence[QueueSettings], exc: Exception, started: float) -> Outcome:
-        """The node is down or loading, refused INFO or the verb's choice, is no primary of the
-        kind the options say, or the tick itself broke: every queue's call failed."""
+        """Count every queue's call failed: the node is down or loading, refused INFO or the
+        verb's choice, is no primary of the kind the options say, or the tick itself broke."""
+        m = self.member
         error = SweepError.of(exc)
         if isinstance(exc, UNREACHABLE):
-            self.node.failed(self.clock(), exc)
+            m.node.failed(m.clock(), exc)
         if not isinstance(exc, SweepError | redis.RedisError):
-            log.exception("tick_failed", node=self.node.name)
+            log.exception("tick_failed", node=m.name)
             error = SweepError(Reason.OTHER, f"{type(exc).__name__}: {exc}")
         names = [q.name for q in queues]
-        self.node.refusing(error)
-        self.ledger.fail_tick(names, error, duration_s=self.clock() - started)
+        m.node.refusing(error)
+        m.ledger.fail_tick(names, error, duration_s=m.clock() - started)
         # Up, but not yet: its queues again soon, not after a backoff.
         return LOADING if error.reason is Reason.LOADING else NOTHING
 

@@ -4,9 +4,10 @@ thousands of queues) and built as the library's metric families for its other pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -22,10 +23,12 @@ from sweeperd.constants import ACTIVE, DEAD, PENDING
 from sweeperd.metrics.families import COUNTER, FAMILIES, Described
 from sweeperd.metrics.numbers import Durations, SweepNumbers, Totals
 
-SETS = (ACTIVE, PENDING, DEAD)  # the `set` label of sweeperd_queue_jobs
+# The `set` label of sweeperd_queue_jobs.
+SETS = (ACTIVE, PENDING, DEAD)
 OPENMETRICS_EOF = b"# EOF\n"
 
-Row = tuple[str, tuple[str, ...], float]  # labels as written, their values, the value
+# Labels as written, their values, the value.
+Row = tuple[str, tuple[str, ...], float]
 HistogramRow = tuple[str, tuple[str, ...], Durations]
 
 
@@ -50,7 +53,8 @@ class SweepFamily:
 class Family(SweepFamily):
     """One family of the sweep's counters or gauges, and its rows."""
 
-    rows: Iterable[Row]  # read once, as the family is written
+    # Read once, as the family is written.
+    rows: Iterable[Row]
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def _family(name: str, rows: Iterable[Row], labels: tuple[str, ...] | None = Non
 
 
 def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
-    """Every family at the numbers' level, read from them as they are now."""
+    """Yield every family at the numbers' level, read from them as they are now."""
     queues, nodes, zeroed = numbers.shown()
     # sparse: a queue's counters show 0 in the scrapes of its first minute (numbers.shown)
     yield _family(
@@ -129,17 +133,19 @@ def families(numbers: SweepNumbers) -> Iterator[Family | HistogramFamily]:
 
 
 def _number(value: float) -> str:
-    return str(value) if type(value) is int else str(floatToGoString(value))  # type: ignore[no-untyped-call]
+    if type(value) is int:
+        return str(value)
+    return cast(Callable[[float], str], floatToGoString)(value)
 
 
 @cache
 def le_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
-    """A histogram's `le` label values, +Inf last."""
+    """Return a histogram's `le` label values, +Inf last."""
     return (*(str(float(b)) for b in bounds), "+Inf")
 
 
 def cumulative(durations: Durations) -> list[tuple[str, int]]:
-    """A histogram's buckets as exposition counts them: each with every one below it."""
+    """Return a histogram's buckets as exposition counts them: each with every one below it."""
     running, out = 0, []
     for bound, count in zip(le_labels(durations.bounds), list(durations.buckets), strict=True):
         running += count
@@ -148,7 +154,7 @@ def cumulative(durations: Durations) -> list[tuple[str, int]]:
 
 
 def text(described: Iterable[Family | HistogramFamily], openmetrics: bool) -> bytes:
-    """The families in the text format, or OpenMetrics (without its EOF)."""
+    """Return the families in the text format, or OpenMetrics (without its EOF)."""
     lines: list[str] = []
     for f in described:
         shown = f.name if openmetrics or f.kind != "counter" else f"{f.name}_total"
@@ -168,7 +174,7 @@ def text(described: Iterable[Family | HistogramFamily], openmetrics: bool) -> by
 
 
 def metric(f: Family | HistogramFamily) -> Metric:
-    """A family as the library's metric family."""
+    """Return a family as the library's metric family."""
     if isinstance(f, HistogramFamily):
         histogram = HistogramMetricFamily(f.name, f.about.help, labels=f.labels)
         for _, values, durations in f.rows:
@@ -197,7 +203,8 @@ class SweepCollector(Collector):
             yield metric(family)
 
     def describe(self) -> Iterator[Metric]:
-        """The family names, so that a ?name[]= scrape of other series skips this collector."""
+        """Yield the family names, so that a ?name[]= scrape of other series skips this
+        collector."""
         for family in families(self.numbers):
             yield Metric(family.name, "", family.kind)
 
@@ -216,7 +223,7 @@ class Collected:
 def scrape(
     others: tuple[Collector, ...], sweep: SweepCollector, accept: str | None
 ) -> tuple[bytes, str]:
-    """A whole scrape for an Accept header, its body and content type: the library encodes
+    """Return a whole scrape for an Accept header, its body and content type: the library encodes
     every other collector (content negotiation included), the sweep's families follow."""
     encoder, content_type = choose_encoder(accept or "")
     head = encoder(Collected(others))

@@ -20,16 +20,16 @@ class Described:
     labels: tuple[str, ...] = ()
 
     def labelled(self) -> CounterMetricFamily | GaugeMetricFamily:
-        """The library's counter or gauge family, its samples to be added by label."""
+        """Return the library's counter or gauge family, its samples to be added by label."""
         made = CounterMetricFamily if self.kind == COUNTER else GaugeMetricFamily
         return made(self.name, self.help, labels=list(self.labels))
 
     def bare(self) -> Metric:
-        """The family without samples: what a collector's describe() yields."""
+        """Return the family without samples: what a collector's describe() yields."""
         return Metric(self.name, self.help, self.kind)
 
     def value(self, value: float) -> Metric:
-        """The library's family with one unlabelled sample."""
+        """Return the library's family with one unlabelled sample."""
         made = CounterMetricFamily if self.kind == COUNTER else GaugeMetricFamily
         return made(self.name, self.help, value=value)
 
@@ -258,6 +258,6 @@ FAMILIES = _table(
 
 
 def described(name: str) -> tuple[str, str]:
-    """A family's name and help, as the library's Counter and Histogram take them."""
+    """Return a family's name and help, as the library's Counter and Histogram take them."""
     family = FAMILIES[name]
     return family.name, family.help

@@ -9,9 +9,9 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 
-from sweeperd.constants import QueueMetrics
+from sweeperd.constants import SPARSE_ABOVE, QueueMetrics
 from sweeperd.reasons import Reason
-from sweeperd.verb.replies import CallResult, SweepReply
+from sweeperd.verb.replies import NOTHING, CallResult, SweepReply
 
 # One tick of one queue: a pipelined verb call takes about a millisecond; a drain, seconds. Few
 # buckets: full has a histogram per queue on each node.
@@ -25,12 +25,13 @@ DELAY_BUCKETS_S = (5e-3, 0.025, 0.05, 0.25, 1.0, 5.0, 60.0)
 # (every Prometheus scraping at least once a minute sees the 0 before the counts), and restarted
 # at 0 once it is quiet again (its next appearance starts from 0 too).
 SAID_FOR_S = 1800.0
-STALE_S = 150.0  # half SweeperdQueueNotSwept's 300 s
+# Half SweeperdQueueNotSwept's 300 s.
+STALE_S = 150.0
 ZERO_FIRST_S = 60.0
 
 
 def escaped(value: str) -> str:
-    """A label value as the exposition formats write it."""
+    """Return a label value as the exposition formats write it."""
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
@@ -51,7 +52,7 @@ class Durations:
         self.total += seconds * times
 
     def add(self, seconds: float) -> None:
-        """One observation of `seconds`."""
+        """Count one observation of `seconds`."""
         self.observe(bisect_left(self.bounds, seconds), seconds)
 
 
@@ -62,8 +63,9 @@ class Totals:
     __slots__ = ("delays", "durations", "ghosts", "label", "sweeps", "values")
 
     def __init__(self, label: str, values: tuple[str, ...]) -> None:
-        self.label = label  # the sample's labels, as the text writes them
-        self.values = values  # and as the library's families take them
+        # The sample's labels as the text writes them, and as the library's families take them.
+        self.label = label
+        self.values = values
         self.sweeps = 0
         self.ghosts = 0
         self.durations = Durations()
@@ -71,18 +73,19 @@ class Totals:
 
 
 def node_totals(node: str) -> Totals:
-    """A node's totals, labelled `node`."""
+    """Return a node's totals, labelled `node`."""
     return Totals(f'node="{escaped(node)}"', (node,))
 
 
-NO_FAILURES: dict[str, int] = {}  # shared by every queue that has none: never written
-NO_NODES: dict[str, Totals] = {}  # likewise: a queue's totals by node (full)
+# Shared by every queue that has no failures, or no totals by node (full): never written.
+NO_FAILURES: dict[str, int] = {}
+NO_NODES: dict[str, Totals] = {}
 
 
 class QueueSeries:
     """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
     queues each byte here is 100 kB: the dicts a queue seldom fills are shared empty ones
-    until it does."""
+    until it does, and its labels are written when a scrape shows it."""
 
     __slots__ = (
         "dead",
@@ -91,7 +94,6 @@ class QueueSeries:
         "failed",
         "failures",
         "jobs",
-        "label",
         "last_success",
         "name",
         "oldest_expired_age",
@@ -100,46 +102,58 @@ class QueueSeries:
         "recovered",
         "said_at",
         "shown_at",
-        "values",
     )
 
     def __init__(self, queue: str, *, owned: bool = True) -> None:
         self.name = queue
-        self.label = f'queue="{escaped(queue)}"'  # the sample's labels, escaped once
-        self.values = (queue,)  # and as the library's families take them
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
-        self.failures = NO_FAILURES  # a reason appears when it happens
-        self.last_success: float | None = None  # absent until a call succeeds: 0 reads as 1970
+        # A reason appears when it happens.
+        self.failures = NO_FAILURES
+        # Absent until a call succeeds: 0 reads as 1970.
+        self.last_success: float | None = None
         # The gauges of its state: None (absent) until a call of this replica read them, as a
         # 0 would say "nothing expired" of a server never read.
         self.expired: int | None = None
         self.oldest_expired_age: float | None = None
         self.jobs: tuple[int, int, int] | None = None
         self.failed: int | None = None
-        self.owned = owned  # False: not this replica's (yet): its state's gauges stay absent
+        # False: not this replica's (yet): its state's gauges stay absent.
+        self.owned = owned
         # With full: its totals on each node it was routed to or called on, by node; one
         # routed elsewhere since keeps its own (counters never go backwards).
         self.on = NO_NODES
-        self.said_at: float | None = None  # sparse: when a call last had something to say
-        self.shown_at: float | None = None  # sparse: the scrape its series appeared in
+        # With sparse: when a call last had something to say, and the scrape its series
+        # appeared in.
+        self.said_at: float | None = None
+        self.shown_at: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The sample's labels, as the text writes them."""
+        return f'queue="{escaped(self.name)}"'
+
+    @property
+    def values(self) -> tuple[str]:
+        """The labels' values, as the library's families take them."""
+        return (self.name,)
 
     def speaks(self, now: float) -> bool:
-        """sparse: whether its series are exported at `now` (see SAID_FOR_S)."""
+        """Tell whether, with sparse, its series are exported at `now` (see SAID_FOR_S)."""
         if self.said_at is not None and now - self.said_at < SAID_FOR_S:
             return True
         return self.owned and self.last_success is not None and now - self.last_success > STALE_S
 
     def quiet(self) -> None:
-        """sparse: its series gone, its counters restart at 0 (rates stay right across the
+        """Make its series go, with sparse: its counters restart at 0 (rates stay right across the
         gap: the next appearance shows 0 first, then what it counts from now)."""
         self.recovered = self.dead = self.exempt = 0
         self.failures = NO_FAILURES
         self.shown_at = None
 
     def at(self, node: str) -> Totals:
-        """The queue's totals on the node (with full), at zero on first use; call with the
+        """Return the queue's totals on the node (with full), at zero on first use; call with the
         lock held."""
         found = self.on.get(node)
         if found is None:
@@ -155,31 +169,36 @@ class QueueSeries:
         self.expired = self.oldest_expired_age = self.jobs = self.failed = None
 
     def count(self, totals: Sequence[Totals], result: CallResult, at: float) -> None:
-        """One call into the queue's numbers and the totals it counts in (its node's, and with
+        """Count one call into the queue's numbers and the totals it counts in (its node's, and with
         full the queue's on that node); call with the lock held."""
         depths = result.depths
         delay_s = None if depths is None or depths.delay_ms is None else depths.delay_ms / 1000
         reply = result.reply
-        ghosts = reply.ghosts if isinstance(reply, SweepReply) and reply.taken else 0
+        took, ghosts = False, 0  # NOTHING, most calls: nothing taken
+        if isinstance(reply, SweepReply) and reply is not NOTHING:
+            took, ghosts = reply.taken > 0, reply.ghosts
         for t in totals:
             t.sweeps += 1
             t.ghosts += ghosts
-            if delay_s is not None:  # the call took leases
+            # The call took leases.
+            if delay_s is not None:
                 t.delays.add(delay_s)
-        if depths is not None and self.owned:  # a call that outlived the ownership: unknown
+        # A call that outlived the ownership: unknown.
+        if depths is not None and self.owned:
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
-            if (jobs := depths.jobs) is not None:  # a brief reply read none: the last stand
+            # A brief reply read none: the last stand.
+            if (jobs := depths.jobs) is not None:
                 self.jobs = jobs
                 self.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
-            if reply.taken:
+            if took:
                 recovered, dead, exempt = reply.sizes
                 self.recovered += recovered
                 self.dead += dead
                 self.exempt += exempt
             self.last_success = at
-            if reply.taken or (depths is not None and depths.expired):
+            if took or (depths is not None and depths.expired):
                 self.said_at = at
         else:
             self.failed_with(reply.reason)
@@ -197,42 +216,50 @@ class SweepNumbers:
 
     def __init__(self, level: QueueMetrics) -> None:
         self.level = level
-        self.full = level is QueueMetrics.FULL  # a queue's totals on each node are kept too
-        self.sparse = level is QueueMetrics.SPARSE  # only the queues with something to say
-        self.clock: Callable[[], float] = time.time  # a scrape's now, for sparse
-        self.lock = threading.Lock()  # held by writers; a scrape holds it only to list them
+        # A queue's totals on each node are kept too.
+        self.full = level is QueueMetrics.FULL
+        # Only the queues with something to say (auto: above SPARSE_ABOVE queues).
+        self.sparse = level is QueueMetrics.SPARSE
+        self.sparse_above = SPARSE_ABOVE if level is QueueMetrics.AUTO else None
+        # A scrape's now, for sparse.
+        self.clock: Callable[[], float] = time.time
+        # Held by writers; a scrape holds it only to list them.
+        self.lock = threading.Lock()
         self.queues: dict[str, QueueSeries] = {}
         self.nodes: dict[str, Totals] = {}
-        self.owner: Callable[[str], str | None] = lambda _queue: None  # the fleet's routes
+        # The fleet's routes.
+        self.owner: Callable[[str], str | None] = lambda _queue: None
 
     def series(self, queue: str) -> QueueSeries:
-        """The queue's numbers; call with the lock held. Only add_queue() makes a queue's
+        """Return the queue's numbers; call with the lock held. Only add_queue() makes a queue's
         series: a call still running when its queue was dropped is counted into numbers of
         its own that nobody exports (its node's totals count it), never bringing it back."""
         found = self.queues.get(queue)
         return found if found is not None else QueueSeries(queue)
 
     def node(self, node: str) -> Totals:
-        """The node's totals, created at zero on first use; call with the lock held."""
+        """Return the node's totals, created at zero on first use; call with the lock held."""
         found = self.nodes.get(node)
         if found is None:
             found = self.nodes[node] = node_totals(node)
         return found
 
     def totals(self, node: str, queue: QueueSeries) -> tuple[Totals, ...]:
-        """What a call of the queue on the node counts in: the node's totals, and with full the
-        queue's on that node; call with the lock held."""
+        """Return what a call of the queue on the node counts in: the node's totals, and with full
+        the queue's on that node; call with the lock held."""
         return (self.node(node), queue.at(node)) if self.full else (self.node(node),)
 
     def listed(self) -> tuple[list[QueueSeries], list[Totals]]:
-        """The queues and nodes as they are now, for a scrape to read without the lock: each
+        """Return the queues and nodes as they are now, for a scrape to read without the lock: each
         number is whole, but one that meets a call being counted may show part of it."""
         with self.lock:
             return list(self.queues.values()), list(self.nodes.values())
 
     def shown(self) -> tuple[list[QueueSeries], list[Totals], set[str]]:
-        """What a scrape exports now: the queues (at sparse those with something to say, the
+        """Return what a scrape exports now: the queues (at sparse those with something to say, the
         others made quiet), the nodes, and the queues whose counters still show 0."""
+        if self.sparse_above is not None:
+            self._choose(len(self.queues) > self.sparse_above)
         if not self.sparse:
             queues, nodes = self.listed()
             return queues, nodes, set()
@@ -252,9 +279,24 @@ class SweepNumbers:
                 shown.append(q)
             return shown, list(self.nodes.values()), zeroed
 
+    def _choose(self, sparse: bool) -> None:
+        """Switch auto to sparse, or to basic, keeping every rate right across the change: to
+        sparse, the queues shown keep their counts (no 0 first: they were there), the others
+        go quiet in this scrape; to basic, a queue hidden until now starts from 0."""
+        if sparse is self.sparse:
+            return
+        long_shown = self.clock() - ZERO_FIRST_S
+        with self.lock:
+            for q in self.queues.values():
+                if sparse:
+                    q.shown_at = long_shown
+                elif q.shown_at is None:
+                    q.quiet()
+            self.sparse = sparse
+
     # The ledger's: what each call did.
     def record(self, node: str, queue: str, result: CallResult, at: float) -> None:
-        """One call at Unix time `at`: what it recovered, dead-lettered, exempted and removed
+        """Record one call at Unix time `at`: what it recovered, dead-lettered, exempted and removed
         as ghosts, or its failure, and the queue's numbers right after it."""
         with self.lock:
             q = self.series(queue)
@@ -263,20 +305,19 @@ class SweepNumbers:
     def record_round(
         self,
         node: str,
-        queues: Sequence[str],
-        results: Sequence[CallResult],
+        calls: Sequence[tuple[str, CallResult]],
         at: float,
         *,
         duration_s: float,
     ) -> None:
-        """A tick's calls, one per queue, each as record() counts it, and the tick's round
-        trip as each queue's duration."""
+        """Count a tick's calls, one (queue, result) per queue, each as record() counts it, and
+        the tick's round trip as each queue's duration."""
         bucket = bisect_left(DURATION_BUCKETS_S, duration_s)
         with self.lock:
             n = self.node(node)
-            n.durations.observe(bucket, duration_s, len(results))
+            n.durations.observe(bucket, duration_s, len(calls))
             alone = (n,)
-            for queue, result in zip(queues, results, strict=True):
+            for queue, result in calls:
                 q = self.series(queue)
                 if self.full:
                     on = q.at(node)
@@ -286,7 +327,8 @@ class SweepNumbers:
                     q.count(alone, result, at)
 
     def record_failure(self, node: str, queue: str, reason: Reason) -> None:
-        """One verb call that failed without a reply (the node was down, or the tick broke)."""
+        """Record one verb call that failed without a reply (the node was down, or the tick
+        broke)."""
         with self.lock:
             q = self.series(queue)
             for t in self.totals(node, q):
@@ -295,7 +337,7 @@ class SweepNumbers:
             q.said_at = self.clock()
 
     def record_ticks(self, node: str, queues: Sequence[str], *, duration_s: float) -> None:
-        """A tick of these queues that took `duration_s`, there and back."""
+        """Record a tick of these queues that took `duration_s`, there and back."""
         bucket = bisect_left(DURATION_BUCKETS_S, duration_s)
         with self.lock:
             self.node(node).durations.observe(bucket, duration_s, len(queues))
@@ -304,7 +346,7 @@ class SweepNumbers:
 
     # Which queues and nodes have series.
     def add_node(self, node: str) -> None:
-        """A node's sweeps and ghosts at 0 from the start."""
+        """Export a node's sweeps and ghosts at 0 from the start."""
         with self.lock:
             self.node(node)
 
@@ -317,7 +359,7 @@ class SweepNumbers:
                 q.on.pop(node, None)
 
     def route_by(self, owner: Callable[[str], str | None]) -> None:
-        """Where each queue is swept from now (the fleet's routes: a queue's node, None while
+        """Say where each queue is swept from now (the fleet's routes: a queue's node, None while
         none serves it). With full, each queue's totals on its node are there at 0 from now;
         those on a node it left stay."""
         with self.lock:
@@ -331,7 +373,7 @@ class SweepNumbers:
             q.at(node)
 
     def add_queue(self, queue: str, *, owned: bool = True) -> None:
-        """The queue's counters at 0, so that rate() and increase() work from the start (and,
+        """Export the queue's counters at 0, so that rate() and increase() work from the start (and,
         summed across replicas, whichever owns it); with full, its totals on its node too, once
         the route is known (route_by). `owned` (this replica sweeps it) lets its state's
         gauges appear with the first call that reads them. A queue already here keeps its
@@ -351,7 +393,7 @@ class SweepNumbers:
                 self._routed(found)
 
     def disown_queue(self, queue: str) -> None:
-        """The queue is another replica's now (or nobody's, while the server is out of reach):
+        """Mark the queue as another replica's now (or nobody's, while the server is out of reach):
         its counters and last success stay, for sums across replicas to stay whole; the gauges
         of its state (expired leases, oldest age, set sizes) go, as only its owner keeps them
         true (owned again, they start again at 0)."""

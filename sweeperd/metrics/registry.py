@@ -43,8 +43,10 @@ class Metrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.numbers = SweepNumbers(level)
-        self._state = StateCollector(StateReaders())  # until read_state: a daemon knowing nothing
-        self.others: tuple[Collector, ...] = ()  # every collector but the sweep's
+        # Until read_state: a daemon knowing nothing.
+        self._state = StateCollector(StateReaders())
+        # Every collector but the sweep's.
+        self.others: tuple[Collector, ...] = ()
         for collector in (
             ProcessCollector(registry=None),
             PlatformCollector(registry=None),
@@ -56,14 +58,15 @@ class Metrics:
         self.registry.register(self.sweep)
 
     def read_state(self, readers: StateReaders) -> None:
-        """Where the state's series are read from at every scrape from now on."""
+        """Set where the state's series are read from at every scrape from now on."""
         self._state.read = readers
 
     def add_collector(self, collector: Collector) -> None:
-        """A collector whose series are read at scrape time."""
+        """Register a collector whose series are read at scrape time."""
         self.registry.register(collector)
         self.others = (*self.others, collector)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
-        """A whole scrape for an Accept header: its body and content type (exposition.scrape)."""
+        """Return a whole scrape for an Accept header: its body and content type
+        (exposition.scrape)."""
         return scrape(self.others, self.sweep, accept)

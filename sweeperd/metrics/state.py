@@ -18,12 +18,17 @@ class NodeState:
     """A primary as the daemon knows it; a primary dropped keeps only its restarts."""
 
     name: str
-    restarts: int  # run_id (or master_replid) changes seen
-    up: bool | None = None  # None until it answered or failed once
-    run_id: str | None = None  # with the executor: what sweeps it now
+    # run_id (or master_replid) changes seen.
+    restarts: int
+    # None until it answered or failed once.
+    up: bool | None = None
+    # With the executor: what sweeps it now.
+    run_id: str | None = None
     executor: str | None = None
-    hearing: bool = False  # the server tells it of its queues' new leases (CLIENT TRACKING)
-    reads: int = 0  # earliest deadlines read after a change was heard
+    # The server tells it of its queues' new leases (CLIENT TRACKING)
+    hearing: bool = False
+    # Earliest deadlines read after a change was heard.
+    reads: int = 0
 
 
 @dataclass
@@ -49,7 +54,8 @@ STATE = (
     "sweeperd_owned_queues",
     "sweeperd_known_queues",
     "sweeperd_ownership_changes",
-)  # the families it exports (metrics/families.py)
+    # The families it exports (metrics/families.py)
+)
 
 
 class StateCollector(Collector):

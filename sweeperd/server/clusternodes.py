@@ -6,12 +6,13 @@ from __future__ import annotations
 import redis
 
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.calls import command
 from sweeperd.server.connection import Connection
 
 
 def cluster_nodes(client: redis.Redis) -> list[list[str]]:
     """CLUSTER NODES, a list of fields per node (id, address, flags, primary, ..., slots)."""
-    raw = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+    raw = command(client, "CLUSTER", "NODES")
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return [line.split() for line in text.splitlines() if line.strip()]
 
@@ -20,12 +21,14 @@ def _address(fields: list[str]) -> str:
     return fields[1].split("@", 1)[0]
 
 
-AGAIN = "run it again once the cluster is up"  # the ending of a one-off command's refusal
-DOWN_FLAGS = frozenset({"fail", "fail?", "noaddr"})  # a node the Cluster cannot reach
+# The ending of a one-off command's refusal.
+AGAIN = "run it again once the cluster is up"
+# A node the Cluster cannot reach.
+DOWN_FLAGS = frozenset({"fail", "fail?", "noaddr"})
 
 
 def failed_primaries(nodes: list[list[str]]) -> list[str]:
-    """The primaries the Cluster marks failed (fail, not fail?) that still hold slots (no
+    """Return the primaries the Cluster marks failed (fail, not fail?) that still hold slots (no
     replica took over), as host:port: a failed replica, or a primary whose replica took its
     slots, took nothing down."""
     return sorted(_address(f) for f in _failed(nodes))
@@ -36,7 +39,7 @@ def _failed(nodes: list[list[str]]) -> list[list[str]]:
 
 
 def _replicas(nodes: list[list[str]], primary: list[str]) -> tuple[list[str], list[str]]:
-    """A primary's replicas as CLUSTER NODES lists them: those up, and those down too."""
+    """Return a primary's replicas as CLUSTER NODES lists them: those up, and those down too."""
     up: list[str] = []
     down: list[str] = []
     for f in nodes:
@@ -46,7 +49,7 @@ def _replicas(nodes: list[list[str]], primary: list[str]) -> tuple[list[str], li
 
 
 def why_down(nodes: list[list[str]]) -> str:
-    """Which primaries took the Cluster down and why no replica has taken their slots: it is
+    """Return which primaries took the Cluster down and why no replica has taken their slots: it is
     down too, there is none, or one is up and has not yet (a failover takes about
     cluster-node-timeout); what to do, when waiting will not do."""
     said, stuck = [], False
@@ -88,8 +91,8 @@ def cluster_down(error: SweepError, client: redis.Redis) -> SweepError:
 
 
 def migrating_to(client: redis.Redis, slot: int) -> str | None:
-    """Where the node `client` speaks to is migrating `slot` (its `[slot->-id]`), or None (not
-    migrating, or not said)."""
+    """Return where the node `client` speaks to is migrating `slot` (its `[slot->-id]`), or None
+    (not migrating, or not said)."""
     try:
         nodes = cluster_nodes(client)
     except redis.RedisError:
@@ -101,12 +104,13 @@ def migrating_to(client: redis.Redis, slot: int) -> str | None:
 
 
 def due_count(connection: Connection, client: redis.Redis, key: str, bound_ms: int) -> int | None:
-    """How many leases of the active set `key` are due by `bound_ms`, read where the key is
+    """Return how many leases of the active set `key` are due by `bound_ms`, read where the key is
     now (a migrating slot's ASK followed once, with ASKING); None when it cannot be read."""
     try:
         try:
             return int(client.zcount(key, "-inf", bound_ms))
-        except redis.exceptions.AskError as exc:  # MovedError is one too
+        except redis.exceptions.AskError as exc:
+            # MovedError is one too.
             with connection.client(exc.node_addr) as there:
                 pipe = there.pipeline(transaction=False)
                 if not isinstance(exc, redis.exceptions.MovedError):

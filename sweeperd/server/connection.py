@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,6 +19,7 @@ from redis.sentinel import Sentinel
 
 from sweeperd.constants import MAX_SOCKET_TIMEOUT_S, TopologyMode
 from sweeperd.logs import redact
+from sweeperd.server.calls import sentinel, url_parts
 from sweeperd.server.denied import DEFAULT_USER
 from sweeperd.server.tls import NO_TLS, TlsFiles
 from sweeperd.server.urls import BadConnection, check_url, name_at, node_name, url_at
@@ -33,7 +35,7 @@ def _raw(response: Any, **_options: Any) -> Any:
 def connect(
     url: str, *, socket_timeout: float, password: str | None = None, tls: TlsFiles | None = None
 ) -> redis.Redis:
-    """A client whose replies are bytes and whose INFO and COMMAND replies are left unparsed.
+    """Return a client whose replies are bytes and whose INFO and COMMAND replies are left unparsed.
 
     It never resends a call by itself (a sweep sent twice would be counted wrong), and a
     connection that breaks after a call was written raises reasons.ReplyLost."""
@@ -57,7 +59,7 @@ def connect(
 
 
 def check_timeout(value: float) -> float:
-    """A socket timeout a socket takes: positive, finite and at most an hour."""
+    """Return a socket timeout a socket takes: positive, finite and at most an hour."""
     if not (math.isfinite(value) and 0 < value <= MAX_SOCKET_TIMEOUT_S):
         raise BadConnection(
             f"must be a positive number of seconds up to {MAX_SOCKET_TIMEOUT_S:g}, not {value:g}"
@@ -75,10 +77,13 @@ class Topology:
     answer. The URL's credentials, db and TLS options apply to every primary."""
 
     cluster: bool = False
-    sentinels: tuple[tuple[str, int], ...] = ()  # Sentinel's addresses; () = no Sentinel
-    sentinel_master: str | None = None  # the name Sentinel knows the primary by
+    # Sentinel's addresses; () = no Sentinel.
+    sentinels: tuple[tuple[str, int], ...] = ()
+    # The name Sentinel knows the primary by.
+    sentinel_master: str | None = None
     sentinel_password: str | None = field(default=None, repr=False)
-    seeds: tuple[tuple[str, int], ...] = ()  # a Cluster's nodes named beside the URL's
+    # A Cluster's nodes named beside the URL's.
+    seeds: tuple[tuple[str, int], ...] = ()
 
     @property
     def mode(self) -> TopologyMode:
@@ -101,7 +106,7 @@ class Topology:
             raise TopologyRefused(
                 f"a {self.mode} is reached over TCP: use a redis:// or rediss:// URL"
             )
-        if self.cluster and int(redis.connection.parse_url(url).get("db") or 0) != 0:  # type: ignore[no-untyped-call]
+        if self.cluster and int(url_parts(url).get("db") or 0) != 0:
             raise TopologyRefused("a cluster has database 0 only: drop the db from the URL")
 
 
@@ -114,7 +119,8 @@ class Connection:
 
     url: str
     password: str | None = field(repr=False)
-    socket_timeout: float  # seconds, connect and read
+    # seconds, connect and read.
+    socket_timeout: float
     tls: TlsFiles = NO_TLS
     topology: Topology = STANDALONE
 
@@ -138,23 +144,25 @@ class Connection:
             raise BadConnection(str(exc).rstrip(".")) from None
         return made
 
+    @cached_property
+    def _url_parts(self) -> dict[str, Any]:
+        """Parse the URL once, for the password, db and user read from it."""
+        return url_parts(self.url)
+
     @property
     def has_password(self) -> bool:
-        """A password is given: by its file, or in the URL."""
-        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
-        return self.password is not None or bool(parsed.get("password"))
+        """Tell whether a password is given, by its file or in the URL."""
+        return self.password is not None or bool(self._url_parts.get("password"))
 
     @property
     def db(self) -> int:
-        """The db the URL selects (0 unless it names one)."""
-        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
-        return int(parsed.get("db") or 0)
+        """Return the db the URL selects (0 unless it names one)."""
+        return int(self._url_parts.get("db") or 0)
 
     @property
     def user(self) -> str:
-        """The ACL user the URL names, or the default user."""
-        parsed = redis.connection.parse_url(self.url)  # type: ignore[no-untyped-call]
-        return str(parsed.get("username") or DEFAULT_USER)
+        """Return the ACL user the URL names, or the default user."""
+        return str(self._url_parts.get("username") or DEFAULT_USER)
 
     @property
     def shown_url(self) -> str:
@@ -166,18 +174,19 @@ class Connection:
 
     @property
     def seeds(self) -> tuple[tuple[str, int], ...]:
-        """Where a Cluster is first asked for its layout: the URL's node, then the others named."""
+        """Return where a Cluster is first asked for its layout: the URL's node, then the others
+        named."""
         parts = urlsplit(self.url)
         first = (parts.hostname or "localhost", parts.port or 6379)
         return tuple(dict.fromkeys([first, *self.topology.seeds]))
 
     @property
     def shown_seeds(self) -> str:
-        """The seeds as a line names them: host:port, commas between."""
+        """Return the seeds as a line names them: host:port, commas between."""
         return ", ".join(name_at(address) for address in self.seeds)
 
     def client(self, address: tuple[str, int] | None = None) -> redis.Redis:
-        """A client of the URL's server, or of the primary at `address` with the URL's
+        """Return a client of the URL's server, or of the primary at `address` with the URL's
         credentials, db and TLS options: every client sweeperd sweeps with is made here."""
         url = self.url if address is None else url_at(self.url, *address)
         return connect(
@@ -185,17 +194,15 @@ class Connection:
         )
 
     def sentinel(self) -> Sentinel:
-        """The library's Sentinel client: asked for the primary's address, nothing else."""
-        return Sentinel(  # type: ignore[no-untyped-call]
-            list(self.topology.sentinels), sentinel_kwargs=self._sentinel_options()
-        )
+        """Return the library's Sentinel client: asked for the primary's address, nothing else."""
+        return sentinel(self.topology.sentinels, self._sentinel_options())
 
     def sentinel_client(self, address: tuple[str, int]) -> redis.Redis:
-        """A plain client of one Sentinel (or of what answers at its address)."""
+        """Return a plain client of one Sentinel (or of what answers at its address)."""
         host, port = address
-        return redis.Redis(host=host, port=port, retry=no_retry(), **self._sentinel_options())  # type: ignore[arg-type]
+        return redis.Redis(host=host, port=port, retry=no_retry(), **self._sentinel_options())
 
-    def _sentinel_options(self) -> dict[str, object]:
+    def _sentinel_options(self) -> dict[str, Any]:
         own = self.topology.sentinel_password
         return {
             "socket_timeout": self.socket_timeout,

@@ -14,8 +14,10 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.reasons import Reason, SweepError
 
-COUNTS = 5  # the reads of a queue's counts (queue_counts): its five commands
-SORTED_SET, HASH = "sorted set", "hash"  # the types of a queue's keys (docs/keyspace.md)
+# The reads of a queue's counts (queue_counts): its five commands.
+COUNTS = 5
+# The types of a queue's keys (docs/keyspace.md)
+SORTED_SET, HASH = "sorted set", "hash"
 KEYSPACE_PAGE = "docs/keyspace.md#a-queues-keys"
 
 
@@ -29,7 +31,7 @@ class Read:
 
 
 def count_reads(keys: QueueKeys) -> tuple[Read, ...]:
-    """What queue_counts reads, in its order."""
+    """Return what queue_counts reads, in its order."""
     return (
         Read("ZCARD", keys.active, SORTED_SET),
         Read("ZRANGE", keys.active, SORTED_SET),
@@ -40,7 +42,7 @@ def count_reads(keys: QueueKeys) -> tuple[Read, ...]:
 
 
 def queue_counts(pipe: Pipeline, keys: QueueKeys) -> None:
-    """The reads of a queue's counts, on a pipeline: ZCARD active, its oldest lease (ZRANGE 0
+    """Queue the reads of a queue's counts on a pipeline: ZCARD active, its oldest lease (ZRANGE 0
     0 WITHSCORES), ZCARD pending, ZCARD dead, and the metrics:failed count (HGET)."""
     pipe.zcard(keys.active)
     pipe.zrange(keys.active, 0, 0, withscores=True)
@@ -50,7 +52,7 @@ def queue_counts(pipe: Pipeline, keys: QueueKeys) -> None:
 
 
 def checked(replies: Sequence[object], reads: Sequence[Read]) -> Sequence[object]:
-    """The replies of a pipeline run without raising, once none is a refusal: the first one
+    """Return the replies of a pipeline run without raising, once none is a refusal: the first one
     raises, a key of the wrong type said by its name and the type it must hold, any other
     refusal with the command and key it was (a NOPERM's key is said from there)."""
     for number, (reply, read) in enumerate(zip(replies, reads, strict=True), start=1):
@@ -77,16 +79,19 @@ class Counts:
     """A queue's counts as read; None where a read was refused (or a count not an integer)."""
 
     active: int | None
-    oldest_overdue_s: float | None  # how long its oldest expired lease has been overdue
+    # How long its oldest expired lease has been overdue.
+    oldest_overdue_s: float | None
     pending: int | None
     dead: int | None
-    failed: int | None  # the metrics:failed count: 0 when missing
-    exists: bool  # any of the queue's own keys (keys.absent() says what none means)
+    # The metrics:failed count: 0 when missing.
+    failed: int | None
+    # Any of the queue's own keys (keys.absent() says what none means)
+    exists: bool
 
 
 def counts_of(replies: Sequence[object], now_ms: int) -> Counts:
-    """The replies of queue_counts' reads (an error in place of a refused one), at `now_ms` on
-    the server's clock."""
+    """Return the replies of queue_counts' reads (an error in place of a refused one), at `now_ms`
+    on the server's clock."""
     active, oldest, pending, dead, failed = replies
     return Counts(
         _int(active),
@@ -104,14 +109,14 @@ def _int(reply: object) -> int | None:
 
 
 def _failed(reply: object) -> int | None:
-    """The metrics:failed count: a missing one is 0; refused, or not an integer, None."""
+    """Return the metrics:failed count: a missing one is 0; refused, or not an integer, None."""
     if isinstance(reply, bytes):
         return string2ll(reply)
     return None if isinstance(reply, redis.RedisError) else 0
 
 
 def has_keys(client: redis.Redis, keys: QueueKeys) -> bool:
-    """Whether any of the queue's own keys exists, read with the commands the least ACL user
+    """Tell whether any of the queue's own keys exists, read with the commands the least ACL user
     has (Counts.exists)."""
     pipe = client.pipeline(transaction=False)
     queue_counts(pipe, keys)
@@ -119,8 +124,8 @@ def has_keys(client: redis.Redis, keys: QueueKeys) -> bool:
 
 
 def overdue_s(oldest: object, now_ms: int) -> float | None:
-    """How long the lease of `ZRANGE active 0 0 WITHSCORES` has been overdue at `now_ms`; None
-    when there is none or it is not due. A -inf deadline counts from 1970."""
+    """Return how long the lease of `ZRANGE active 0 0 WITHSCORES` has been overdue at `now_ms`;
+    None when there is none or it is not due. A -inf deadline counts from 1970."""
     if not (isinstance(oldest, list) and oldest and oldest[0][1] <= now_ms):
         return None
     return float(now_ms - max(oldest[0][1], 0)) / 1000

@@ -13,7 +13,8 @@ from sweeperd.server.scan import glob_escape
 ACL_PAGE = "docs/security.md#the-acl-user"
 USERS_PAGE = "docs/security.md#acl-users-live-on-each-node"
 USERS_SAVED = f"ACL SAVE with an aclfile, or user lines in the config file: {USERS_PAGE}"
-DEFAULT_USER = "default"  # the user a connection without a user name authenticates as
+# The user a connection without a user name authenticates as.
+DEFAULT_USER = "default"
 # The command a refusal names: Redis 7.0 "this user has no permissions to run the 'zcount'
 # command", Valkey "User u has no permissions to run the 'cluster|slots' command".
 NAMED = re.compile(r"run the '([^']+)' command")
@@ -22,22 +23,23 @@ PIPELINED = re.compile(r"Command # \d+ \((\S+) ?([^ )]*)[^)]*\) of pipeline caus
 
 
 def user_of(client: redis.Redis) -> str:
-    """The ACL user a client authenticates as: the URL's user, or the default user."""
+    """Return the ACL user a client authenticates as: the URL's user, or the default user."""
     return str(client.connection_pool.connection_kwargs.get("username") or DEFAULT_USER)
 
 
 def grant(user: str, command: str) -> str:
-    """The rule that lets `user` run `command` (a subcommand as `container|sub`)."""
+    """Return the rule that lets `user` run `command` (a subcommand as `container|sub`)."""
     return f"ACL SETUSER {user} +{command.lower()}"
 
 
 def shown(command: str) -> str:
-    """A command as an operator types it: CLUSTER SLOTS for cluster|slots."""
+    """Return a command as an operator types it: CLUSTER SLOTS for cluster|slots."""
     return command.upper().replace("|", " ")
 
 
 def may_not_run(user: str, command: str, said: str, *, why: str = "") -> str:
-    """The line for a command the user lacks: which, what sent it (`why`), the rule to add."""
+    """Return the line for a command the user lacks: which, what sent it (`why`), the rule to
+    add."""
     return (
         f"the ACL user {user} may not run {shown(command)}{why} ({said}): grant it with "
         f"{grant(user, command)} ({ACL_PAGE})"
@@ -45,8 +47,8 @@ def may_not_run(user: str, command: str, said: str, *, why: str = "") -> str:
 
 
 def denial(text: str, user: str, *, where: str = "", why: str = "") -> str:
-    """A NOPERM reply's text as its one line: the command refused and the rule that grants it,
-    or the key refused and the key pattern to grant; `where` names the node that refused."""
+    """Return a NOPERM reply's text as its one line: the command refused and the rule that grants
+    it, or the key refused and the key pattern to grant; `where` names the node that refused."""
     said = " ".join(text.split()).rstrip(".")
     head = f"{where}: " if where else ""
     pipelined = PIPELINED.search(said)
@@ -65,5 +67,5 @@ def denial(text: str, user: str, *, where: str = "", why: str = "") -> str:
 
 
 def denied(exc: redis.exceptions.NoPermissionError, user: str, **context: str) -> SweepError:
-    """The refusal as a failure of reason noperm, its message `denial`'s line."""
+    """Return the refusal as a failure of reason noperm, its message `denial`'s line."""
     return SweepError(Reason.NOPERM, denial(str(exc), user, **context))

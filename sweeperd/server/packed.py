@@ -8,12 +8,14 @@ from collections.abc import Sequence
 import redis
 from redis.connection import Connection
 
+from sweeperd.server.calls import disconnect, send_packed
+
 # A command's error reply: its result, not a broken connection (redis-py makes -LOADING one).
 ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
 
 
 def resp(args: Sequence[object]) -> bytes:
-    """A command as RESP puts it on the wire: an array of bulk strings."""
+    """Return a command as RESP puts it on the wire: an array of bulk strings."""
     out = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
@@ -23,7 +25,7 @@ def resp(args: Sequence[object]) -> bytes:
 
 def _exchange(connection: Connection, commands: bytes, count: int) -> list[object]:
     """Send the packed commands, read their `count` replies; an error reply is its reply."""
-    connection.send_packed_command([commands])  # type: ignore[no-untyped-call]
+    send_packed(connection, [commands])
     replies: list[object] = []
     for _ in range(count):
         try:
@@ -34,7 +36,7 @@ def _exchange(connection: Connection, commands: bytes, count: int) -> list[objec
 
 
 def round_trip(client: redis.Redis, commands: bytes, count: int) -> list[object]:
-    """The `count` packed commands' replies (an error reply in place of a refused one), in
+    """Return the `count` packed commands' replies (an error reply in place of a refused one), in
     order; one round trip, on a pooled connection under its retry policy (none, as
     connection.connect sets it: nothing is sent twice). A connection failure raises, the
     connection closed (replies may be left unread)."""
@@ -43,10 +45,10 @@ def round_trip(client: redis.Redis, commands: bytes, count: int) -> list[object]
     try:
         return connection.retry.call_with_retry(
             lambda: _exchange(connection, commands, count),
-            lambda _error: connection.disconnect(),  # type: ignore[no-untyped-call]
+            lambda _error: disconnect(connection),
         )
     except BaseException:
-        connection.disconnect()  # type: ignore[no-untyped-call]
+        disconnect(connection)
         raise
     finally:
         pool.release(connection)

@@ -10,16 +10,17 @@ import redis
 from sweeperd.constants import ACTIVE
 from sweeperd.keyspace import queue_of_key
 
-SCAN_COUNT = 1000  # keys a SCAN call looks at
+# Keys a SCAN call looks at.
+SCAN_COUNT = 1000
 
 
 def glob_escape(text: str) -> str:
-    """The text matched literally by SCAN's glob: its special characters escaped."""
+    """Return the text matched literally by SCAN's glob: its special characters escaped."""
     return "".join(f"\\{c}" if c in "\\*?[]" else c for c in text)
 
 
 def find_queues(client: redis.Redis, root: str, sets: Sequence[str] = (ACTIVE,)) -> set[str]:
-    """The queues of `root` with one of `sets` on the node: one SCAN of its sorted sets."""
+    """Return the queues of `root` with one of `sets` on the node: one SCAN of its sorted sets."""
     kind = sets[0] if len(sets) == 1 else "*"
     pattern = f"{glob_escape(root)}:{{*}}:{kind}"
     keys = client.scan_iter(match=pattern, count=SCAN_COUNT, _type="zset")

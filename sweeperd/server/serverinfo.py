@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import redis
 
 from sweeperd.constants import VERB
+from sweeperd.server.calls import command
 
 INFO_SECTIONS = ("server", "replication", "cluster", "persistence")
 
@@ -16,16 +17,21 @@ INFO_SECTIONS = ("server", "replication", "cluster", "persistence")
 @dataclass(frozen=True)
 class ServerInfo:
     run_id: bytes
-    time_ms: int  # the server's clock when it answered
+    # The server's clock when it answered.
+    time_ms: int
     version: str
-    role: str = "master"  # master or slave, as INFO replication says
-    replid: bytes = b""  # master_replid: changes when a server takes or leaves the primary role
-    cluster: bool = False  # cluster_enabled: a Cluster node
-    loading: bool = False  # loading its dataset (an RDB or the AOF): keyed calls are refused
+    # Master or slave, as INFO replication says.
+    role: str = "master"
+    # master_replid: changes when a server takes or leaves the primary role.
+    replid: bytes = b""
+    # cluster_enabled: a Cluster node.
+    cluster: bool = False
+    # Loading its dataset (an RDB or the AOF): keyed calls are refused.
+    loading: bool = False
 
 
 def parse_info(raw: bytes | str) -> dict[str, str]:
-    """The `field:value` lines of an INFO reply."""
+    """Return the `field:value` lines of an INFO reply."""
     text = raw.decode() if isinstance(raw, bytes) else raw
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -36,7 +42,7 @@ def parse_info(raw: bytes | str) -> dict[str, str]:
 
 
 def server_ms(fields: Mapping[str, str]) -> int:
-    """The server's clock when it answered INFO server, in ms since the Unix epoch."""
+    """Return the server's clock when it answered INFO server, in ms since the Unix epoch."""
     return int(fields.get("server_time_usec", "0")) // 1000
 
 
@@ -56,15 +62,16 @@ def server_info_of(raw: bytes | str) -> ServerInfo:
 def read_server_info(client: redis.Redis) -> ServerInfo:
     """INFO server, replication, cluster and persistence in one reply, read raw (see
     connection.connect)."""
-    raw = client.execute_command("INFO", *INFO_SECTIONS)  # type: ignore[no-untyped-call]
+    raw = command(client, "INFO", *INFO_SECTIONS)
     return server_info_of(raw)
 
 
 def has_verb(client: redis.Redis) -> bool:
-    """Whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
-    return verb_in(client.execute_command("COMMAND", "INFO", VERB))  # type: ignore[no-untyped-call]
+    """Tell whether the server knows EMQ.STALLED.CHECK (COMMAND INFO answers nil when not)."""
+    return verb_in(command(client, "COMMAND", "INFO", VERB))
 
 
 def verb_in(command_info: object) -> bool:
-    """Whether a raw `COMMAND INFO EMQ.STALLED.CHECK` reply describes the verb (nil: unknown)."""
+    """Tell whether a raw `COMMAND INFO EMQ.STALLED.CHECK` reply describes the verb (nil:
+    unknown)."""
     return isinstance(command_info, list) and bool(command_info) and command_info[0] is not None

@@ -9,18 +9,16 @@ import redis
 
 from sweeperd.server.urls import BadConnection
 
-DROPPED = ("reset by peer", "closed by server")  # a TLS port's answer to a plain connection
+# A TLS port's answer to a plain connection.
+DROPPED = ("reset by peer", "closed by server")
 NOT_TLS = (
     "the server may not speak TLS (a plain port leaves a TLS handshake unanswered): use "
     "redis:// if it has no TLS port"
 )
 TLS_ONLY = "the server may speak TLS only (it drops a plain connection): use rediss://"
 
-TLS_KEYS = (
-    "redis_ca_file",
-    "redis_cert_file",
-    "redis_key_file",
-)  # the settings, in TlsFiles' order
+# The settings, in TlsFiles' order.
+TLS_KEYS = ("redis_ca_file", "redis_cert_file", "redis_key_file")
 
 
 class BadTlsFile(BadConnection):
@@ -43,7 +41,7 @@ class TlsFiles:
         return any((self.ca_file, self.cert_file, self.key_file))
 
     def checked(self, scheme: str) -> TlsFiles:
-        """Each file readable and what it claims to be, the key matching the certificate."""
+        """Return each file readable and what it claims to be, the key matching the certificate."""
         if not self:
             return self
         if scheme != "rediss":
@@ -58,7 +56,8 @@ class TlsFiles:
         except (OSError, ssl.SSLError) as exc:
             raise BadTlsFile("redis_ca_file", _tls_problem(self.ca_file, exc)) from None
         for key, path in (("redis_cert_file", self.cert_file), ("redis_key_file", self.key_file)):
-            _readable(key, path)  # which of the two cannot be read, before they are paired
+            # Which of the two cannot be read, before they are paired.
+            _readable(key, path)
         try:
             if self.cert_file:
                 context.load_cert_chain(self.cert_file, self.key_file)
@@ -68,11 +67,12 @@ class TlsFiles:
         return self
 
     def by_key(self) -> dict[str, str | None]:
-        """Each file by the setting that names it."""
+        """Return each file by the setting that names it."""
         return dict(zip(TLS_KEYS, (self.ca_file, self.cert_file, self.key_file), strict=True))
 
     def client_options(self) -> dict[str, object]:
-        """redis-py's SSLConnection options; the hostname is checked unless the URL says not."""
+        """Return redis-py's SSLConnection options; the hostname is checked unless the URL says
+        not."""
         options: dict[str, object] = {"ssl_check_hostname": True}
         if self.ca_file:
             options["ssl_ca_certs"] = self.ca_file
@@ -83,11 +83,12 @@ class TlsFiles:
         return options
 
 
-NO_TLS = TlsFiles()  # plain TCP, or rediss:// with the system's CA bundle
+# Plain TCP, or rediss:// with the system's CA bundle.
+NO_TLS = TlsFiles()
 
 
 def _readable(key: str, path: str | None) -> None:
-    """The file named by setting `key` can be opened for reading (or none is named)."""
+    """Check that the file named by setting `key` can be opened for reading (or none is named)."""
     if path is None:
         return
     try:
@@ -104,7 +105,7 @@ def _tls_problem(path: str | None, exc: OSError | ssl.SSLError) -> str:
 
 
 def mismatch(scheme: str, exc: BaseException) -> str:
-    """What a failure to connect may mean when the URL and the server disagree on TLS: a
+    """Return what a failure to connect may mean when the URL and the server disagree on TLS: a
     rediss:// handshake left unanswered, a redis:// connection dropped; "" otherwise."""
     text = str(exc)
     if scheme == "rediss" and isinstance(exc, redis.TimeoutError) and "connecting" in text:

@@ -17,6 +17,7 @@ from redis.sentinel import MasterNotFoundError, Sentinel
 
 from sweeperd.constants import TopologyMode
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.calls import command, primary_of, replicas_of
 from sweeperd.server.connection import UNREACHABLE, Connection
 from sweeperd.server.denied import DEFAULT_USER, denied, user_of
 from sweeperd.server.serverinfo import read_server_info
@@ -26,7 +27,8 @@ from sweeperd.server.urls import name_at
 Address = tuple[str, int]
 CLUSTER_FLAG = "--cluster (SWEEPERD_CLUSTER=true)"
 SEEDS_FLAG = "--redis-url (repeat it: one node each; SWEEPERD_REDIS_URL: commas between)"
-CLUSTER_DISABLED = "cluster support disabled"  # a server that is no Cluster node, of CLUSTER SLOTS
+# A server that is no Cluster node, of CLUSTER SLOTS.
+CLUSTER_DISABLED = "cluster support disabled"
 
 
 class NoPrimary(redis.ConnectionError):
@@ -34,7 +36,7 @@ class NoPrimary(redis.ConnectionError):
 
 
 def clustered_error(node: str) -> SweepError:
-    """What a Cluster node swept as one server is: every call a failure, reason moved."""
+    """Return what a Cluster node swept as one server is: every call a failure, reason moved."""
     return SweepError(
         Reason.MOVED,
         f"{node} is a Cluster node: this is a Cluster, add {CLUSTER_FLAG} so that each queue "
@@ -55,10 +57,11 @@ class Layout:
     """The primaries (name -> address; None: the URL's own server) and who owns each slot."""
 
     primaries: Mapping[str, Address | None]
-    owners: tuple[str | None, ...] | None = None  # per slot; None: the one primary owns all
+    # Per slot; None: the one primary owns all.
+    owners: tuple[str | None, ...] | None = None
 
     def owner(self, slot: int) -> str | None:
-        """The primary that serves `slot` now; None while no primary does (mid-failover)."""
+        """Return the primary that serves `slot` now; None while no primary does (mid-failover)."""
         if self.owners is None:
             return next(iter(self.primaries), None)
         return self.owners[slot]
@@ -70,7 +73,7 @@ class Layout:
 
 
 def predecessor(old: Layout | None, new: Layout, name: str) -> str | None:
-    """The primary whose slots the new primary `name` took over and that is no primary any
+    """Return the primary whose slots the new primary `name` took over and that is no primary any
     more: a failover. A slot that moved to a primary that already was one is a migration."""
     if old is None or name in old.primaries:
         return None
@@ -82,12 +85,12 @@ def predecessor(old: Layout | None, new: Layout, name: str) -> str | None:
 
 
 def slot_of(key: str) -> int:
-    """The cluster slot of a key (its {hash tag}'s)."""
+    """Return the cluster slot of a key (its {hash tag}'s)."""
     return int(key_slot(key.encode()))
 
 
 def name_of(address: Address) -> str:
-    """A primary's `node` label: host:port."""
+    """Return a primary's `node` label: host:port."""
     return name_at(address)
 
 
@@ -125,7 +128,7 @@ class NoSeedAnswered(redis.ConnectionError):
 
     @property
     def refused_auth(self) -> list[str]:
-        """The nodes that refused the user's credentials."""
+        """Return the nodes that refused the user's credentials."""
         return [node for node, exc in self.tried if isinstance(exc, redis.AuthenticationError)]
 
 
@@ -144,7 +147,7 @@ def is_ip(host: str) -> bool:
 
 
 def resolved(seed: Address, *, by_name: bool = False) -> list[Address]:
-    """A seed's addresses: a host name stands for every address it resolves to now (a
+    """Return a seed's addresses: a host name stands for every address it resolves to now (a
     Kubernetes headless Service's pods); an address, a name that does not resolve now, or a
     name a TLS certificate must match (`by_name`) stands for itself."""
     host, port = seed
@@ -159,7 +162,7 @@ def resolved(seed: Address, *, by_name: bool = False) -> list[Address]:
 
 class ClusterSlots:
     """The slot map as the Cluster's nodes say it, by CLUSTER SLOTS: the node that answered
-    last asked first, then every other node seen since the start, then the seeds named (each
+    last asked first, then every other node the last map named, then the seeds named (each
     host name as every address it resolves to). The reply names each slot's primary and its
     replicas; no other command is sent (no COMMAND, as a cluster client's start sends: the least
     ACL user has CLUSTER SLOTS only)."""
@@ -167,15 +170,19 @@ class ClusterSlots:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._seeds = connection.seeds
-        self._by_name = connection.url.startswith("rediss://")  # the certificate names the host
-        self._known: list[Address] = []  # every node seen, the last to answer first
-        self._replicas_of: dict[str, tuple[Address, ...]] = {}  # the last map's, by primary
+        # The certificate names the host.
+        self._by_name = connection.url.startswith("rediss://")
+        # Every node seen, the last to answer first.
+        self._known: list[Address] = []
+        # The last map's, by primary.
+        self._replicas_of: dict[str, tuple[Address, ...]] = {}
         self._clients: dict[Address, redis.Redis] = {}
-        self._lock = threading.Lock()  # the clients: a read on the watch's thread, close() on stop
+        # The clients: a read on the watch's thread, close() on stop.
+        self._lock = threading.Lock()
         self._closed = False
 
     def read(self) -> Layout:
-        """The primaries and slot owners now; a node that refuses CLUSTER SLOTS to the user
+        """Return the primaries and slot owners now; a node that refuses CLUSTER SLOTS to the user
         raises noperm, one that is no Cluster node a wrong topology; when none answers,
         NoSeedAnswered says what each one did."""
         tried: list[tuple[str, BaseException]] = []
@@ -183,7 +190,7 @@ class ClusterSlots:
         answered: Address | None = None
         for address in self._candidates():
             try:
-                reply = self._client(address).execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+                reply = command(self._client(address), "CLUSTER", "SLOTS")
             except redis.exceptions.NoPermissionError as exc:
                 raise denied(exc, user_of(self._client(address)), where=name_of(address)) from None
             except redis.ResponseError as exc:
@@ -200,17 +207,17 @@ class ClusterSlots:
                 break
         if found is None or answered is None:
             raise NoSeedAnswered(tried, self._connection.url.partition("://")[0])
-        self._known = list(dict.fromkeys([answered, *found.nodes, *self._known]))
+        self._known = found.nodes_from(answered)
         self._replicas_of = found.replicas_of
         return found.layout()
 
     @property
     def replicas_of(self) -> dict[str, tuple[Address, ...]]:
-        """Each primary's replicas, as the last map read lists them."""
+        """Return each primary's replicas, as the last map read lists them."""
         return self._replicas_of
 
     def _candidates(self) -> Iterator[Address]:
-        """The nodes to ask, in turn, each once; the seeds' names resolved only when reached
+        """Yield the nodes to ask, in turn, each once; the seeds' names resolved only when reached
         (a lookup has no timeout of its own)."""
         asked: set[Address] = set()
         named = (a for seed in self._seeds for a in resolved(seed, by_name=self._by_name))
@@ -244,8 +251,8 @@ class SlotMap:
 
     @classmethod
     def parsed(cls, reply: object, host: str, before: SlotMap | None = None) -> SlotMap:
-        """A reply (read from a node at `host`: an empty host is that node's), merged into the
-        slots `before` left uncovered."""
+        """Return a reply (read from a node at `host`: an empty host is that node's), merged into
+        the slots `before` left uncovered."""
         slots = dict(before.slots) if before is not None else {}
         for first, last, *nodes in reply if isinstance(reply, list) else []:
             owners = tuple(_node_address(node, host) for node in nodes)
@@ -259,14 +266,22 @@ class SlotMap:
 
     @property
     def nodes(self) -> list[Address]:
-        """Every node named, primaries first."""
+        """Return every node named, primaries first."""
         primaries = [owners[0] for owners in self.slots.values()]
         replicas = [n for owners in self.slots.values() for n in owners[1:]]
         return list(dict.fromkeys([*primaries, *replicas]))
 
+    def nodes_from(self, answered: Address) -> list[Address]:
+        """The nodes to ask next time: the one that `answered` first when the map names it,
+        then every node named. A node the map no longer names (forgotten, removed) is dropped:
+        one removed but still running answers an empty map, and kept, it was asked first at
+        every read; the seeds named are asked after these anyway."""
+        named = self.nodes
+        return [answered, *(n for n in named if n != answered)] if answered in named else named
+
     @property
     def replicas_of(self) -> dict[str, tuple[Address, ...]]:
-        """Each primary's replicas, as listed after it (a failed primary's until one takes
+        """Return each primary's replicas, as listed after it (a failed primary's until one takes
         over; a failed replica is not listed)."""
         return {name_of(owners[0]): tuple(owners[1:]) for owners in self.slots.values()}
 
@@ -281,7 +296,7 @@ class SlotMap:
 
 
 def _node_address(node: object, host: str) -> Address:
-    """A node of a CLUSTER SLOTS entry ([ip, port, id, ...]) as (host, port)."""
+    """Return a node of a CLUSTER SLOTS entry ([ip, port, id, ...]) as (host, port)."""
     assert isinstance(node, list), node
     ip = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
     return (ip or host, int(node[1]))
@@ -297,27 +312,26 @@ class SentinelPrimary:
 
     def read(self) -> Layout:
         try:
-            host, port = self._sentinel.discover_master(self._master)  # type: ignore[no-untyped-call]
-        except redis.exceptions.NoPermissionError as exc:  # the Sentinels' own ACL: their user
+            address = primary_of(self._sentinel, self._master)
+        except redis.exceptions.NoPermissionError as exc:
+            # The Sentinels' own ACL: their user.
             sentinels = ", ".join(name_of(a) for a in self._connection.topology.sentinels)
             raise denied(exc, DEFAULT_USER, where=sentinels) from None
         except (MasterNotFoundError, redis.ResponseError):
             raise self.diagnosis() from None
-        address = (str(host), int(port))
         return Layout({name_of(address): address})
 
     def replicas(self) -> tuple[Address, ...]:
-        """The primary's replicas, as the Sentinels name them now."""
-        named = self._sentinel.discover_slaves(self._master)  # type: ignore[no-untyped-call]
-        return tuple((str(host), int(port)) for host, port in named)
+        """Return the primary's replicas, as the Sentinels name them now."""
+        return replicas_of(self._sentinel, self._master)
 
     def close(self) -> None:
         for client in self._sentinel.sentinels:
             client.close()
 
     def diagnosis(self) -> Exception:
-        """Why no Sentinel named the primary, one short clause per Sentinel: a server that is no
-        Sentinel is a wrong topology; otherwise the Sentinels cannot be reached or do not know
+        """Return why no Sentinel named the primary, one short clause per Sentinel: a server that is
+        no Sentinel is a wrong topology; otherwise the Sentinels cannot be reached or do not know
         the primary (a connection failure)."""
         said, plain = [], []
         for address in self._connection.topology.sentinels:
@@ -350,14 +364,14 @@ class SentinelPrimary:
 
 
 def _short(exc: BaseException) -> str:
-    """An error in a few words: redis-py's connection errors carry the address and a repr."""
+    """Return an error in a few words: redis-py's connection errors carry the address and a repr."""
     text = " ".join(str(exc).split())
     cause = text.rsplit(". ", 1)[-1] if text.startswith("Error ") else text
     return cause.rstrip(".").lower() or type(exc).__name__
 
 
 def node_of(client: redis.Redis) -> str:
-    """The `node` name of the server a client speaks to: host:port, or the socket's path."""
+    """Return the `node` name of the server a client speaks to: host:port, or the socket's path."""
     options = client.connection_pool.connection_kwargs
     if "path" in options:
         return str(options["path"])
@@ -365,7 +379,7 @@ def node_of(client: redis.Redis) -> str:
 
 
 def check_standalone(connection: Connection, client: redis.Redis) -> None:
-    """A server named by the URL alone must not be a Cluster node: refused, naming the fix."""
+    """Check that a server named by the URL alone is no Cluster node: refused, naming the fix."""
     if read_server_info(client).cluster:
         raise clustered_error(connection.node)
 
@@ -380,7 +394,7 @@ def source_of(connection: Connection) -> Source:
 
 
 def primary_client(connection: Connection, key: str) -> redis.Redis:
-    """A client of the primary that holds `key` now: for once and inspect."""
+    """Return a client of the primary that holds `key` now: for once and inspect."""
     source = source_of(connection)
     try:
         layout = source.read()

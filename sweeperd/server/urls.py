@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
-import redis
-
 from sweeperd.constants import BOOLEAN_WORDS
+from sweeperd.server.calls import url_parts
 
 URL_SCHEMES = ("redis", "rediss", "unix")
-MAX_DB = 2**31 - 1  # the most `databases` a server may be configured with
+# The most `databases` a server may be configured with.
+MAX_DB = 2**31 - 1
 SSL_CERT_REQS = ("none", "optional", "required")
 URL_QUERY_KEYS = ("db", "username", "password", "ssl_cert_reqs", "ssl_check_hostname")
 
@@ -19,7 +19,7 @@ class BadConnection(ValueError):
 
 
 def url_at(url: str, host: str, port: int) -> str:
-    """The same URL (credentials, db, query) pointed at another host and port."""
+    """Return the same URL (credentials, db, query) pointed at another host and port."""
     scheme, _, rest = url.partition("://")
     netloc, slash, path = rest.partition("/")
     user, at, _hostport = netloc.rpartition("@")
@@ -28,7 +28,7 @@ def url_at(url: str, host: str, port: int) -> str:
 
 
 def seed_of(first: str, other: str) -> tuple[str, int]:
-    """The host and port of another seed of the Cluster `first` names: checked, and refused
+    """Return the host and port of another seed of the Cluster `first` names: checked, and refused
     unless it differs from `first` in its host and port alone (one user, one TLS, one db)."""
     other = check_url(other)
     if other.startswith("unix://"):
@@ -49,13 +49,13 @@ def seed_of(first: str, other: str) -> tuple[str, int]:
 
 
 def name_at(address: tuple[str, int]) -> str:
-    """A node's name, host:port (an IPv6 host in brackets)."""
+    """Return a node's name, host:port (an IPv6 host in brackets)."""
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def node_name(url: str) -> str:
-    """The `node` label of a server: host:port, or the socket path."""
+    """Return the `node` label of a server: host:port, or the socket path."""
     parts = urlsplit(url)
     if parts.scheme == "unix":
         return parts.path
@@ -107,14 +107,15 @@ def _query(scheme: str, query: str) -> dict[str, str]:
 
 
 def check_url(url: str) -> str:
-    """The URL, stripped, once every part of it is one redis-py will use as written."""
+    """Return the URL, stripped, once every part of it is one redis-py will use as written."""
     url = url.strip()
     scheme = url.partition("://")[0] if "://" in url else ""
     if scheme not in URL_SCHEMES:
         raise BadConnection("the scheme must be redis://, rediss:// or unix://")
     try:
         parts = urlsplit(url)
-    except ValueError:  # an unclosed or malformed [IPv6] host
+    except ValueError:
+        # An unclosed or malformed [IPv6] host.
         raise BadConnection("the host is not a name, an IPv4 address or an [IPv6] one") from None
     if parts.fragment:
         raise BadConnection("a URL fragment (#...) means nothing here")
@@ -129,7 +130,7 @@ def check_url(url: str) -> str:
         if "db" in query:
             raise BadConnection("the db is given twice, in the path and as ?db=")
     try:
-        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+        url_parts(url)
     except ValueError as exc:
         raise BadConnection(str(exc).rstrip(".")) from None
     return url

@@ -6,17 +6,20 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.connection import AbstractConnection
 from redis.retry import Retry
 
 from sweeperd.reasons import ReplyLost
+from sweeperd.server.calls import typed
 
 
 def no_retry() -> Retry:
-    """redis-py's default resends a call whose connection broke; a sweep is never resent."""
+    """Return a retry policy that never resends: redis-py's default resends a call whose connection
+    broke; a sweep is never resent."""
     return Retry(NoBackoff(), 0)
 
 
-class _TellsLostReplies:
+class _TellsLostReplies(AbstractConnection):
     """Raises ReplyLost for a connection that breaks while a command's reply is awaited.
 
     A command is read for only once it was written whole (redis-py writes, then reads), so a
@@ -37,24 +40,26 @@ class _TellsLostReplies:
     def on_connect(self, *args: Any, **kwargs: Any) -> None:
         before, self._handshaking = self._handshaking, True
         try:
-            super().on_connect(*args, **kwargs)  # type: ignore[misc]
+            typed(super().on_connect)(*args, **kwargs)
         finally:
             self._handshaking = before
 
-    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:  # redis-py >= 6
+    def on_connect_check_health(self, *args: Any, **kwargs: Any) -> None:
+        """Run the handshake as redis-py >= 6 does, its replies a connection failure."""
         before, self._handshaking = self._handshaking, True
         try:
-            super().on_connect_check_health(*args, **kwargs)  # type: ignore[misc]
+            super().on_connect_check_health(*args, **kwargs)
         finally:
             self._handshaking = before
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+            return super().read_response(*args, **kwargs)
         except redis.ConnectionError as exc:
             if self._handshaking or isinstance(exc, redis.AuthenticationError | ReplyLost):
                 raise
-            if isinstance(exc, redis.exceptions.BusyLoadingError):  # an error reply: it never ran
+            # An error reply: it never ran.
+            if isinstance(exc, redis.exceptions.BusyLoadingError):
                 raise
             raise ReplyLost(f"the connection broke before the reply came: {exc}") from exc
 
@@ -79,7 +84,7 @@ CONNECTION_CLASSES: dict[str, type[redis.Connection] | type[redis.UnixDomainSock
 
 
 def scheme_of(client: redis.Redis) -> str:
-    """The URL scheme a client's connections speak: redis, rediss or unix."""
+    """Return the URL scheme a client's connections speak: redis, rediss or unix."""
     kind = client.connection_pool.connection_class
     found = (scheme for scheme, made in CONNECTION_CLASSES.items() if issubclass(kind, made))
     return next(found, "redis")

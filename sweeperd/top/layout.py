@@ -16,7 +16,8 @@ from sweeperd.server.topology import (
     source_of,
 )
 
-QUEUE_SETS = (ACTIVE, PENDING, DEAD)  # a queue with any of them is shown
+# A queue with any of them is shown.
+QUEUE_SETS = (ACTIVE, PENDING, DEAD)
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Map:
 
     @property
     def replicas(self) -> frozenset[str]:
-        """The nodes that serve as replicas now."""
+        """Return the nodes that serve as replicas now."""
         return frozenset(name_of(a) for found in self.replicas_of.values() for a in found)
 
 
@@ -40,12 +41,13 @@ class MapSource:
         self._source = source_of(connection)
 
     def read(self) -> Map:
-        """The primaries and slot owners now; a failure to read them is a redis.RedisError."""
+        """Return the primaries and slot owners now; a failure to read them is a
+        redis.RedisError."""
         layout = self._source.read()
         return Map(layout, self._replicas(layout))
 
     def _replicas(self, layout: Layout) -> dict[str, tuple[Address, ...]]:
-        """Each primary's replicas: the Cluster's slot map lists them after their primary (a
+        """Return each primary's replicas: the Cluster's slot map lists them after their primary (a
         primary that died is listed until one takes over), Sentinel names the primary's."""
         if isinstance(self._source, ClusterSlots):
             return dict(self._source.replicas_of)

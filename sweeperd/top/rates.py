@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sample:
-    at: float  # seconds since the epoch, the view's clock
+    # Seconds since the epoch, the view's clock.
+    at: float
     pending: int
-    failed: int | None  # metrics:failed count; None when it is not an integer
+    # metrics:failed count; None when it is not an integer.
+    failed: int | None
 
 
 class RateWindow:

@@ -21,23 +21,31 @@ from redis.exceptions import (
 
 from sweeperd.constants import VERB
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.calls import command
 from sweeperd.server.counts import COUNTS, counts_of, queue_counts
 from sweeperd.server.denied import USERS_SAVED, denial, user_of
 from sweeperd.server.packed import resp, round_trip
 from sweeperd.server.serverinfo import parse_info, server_ms, verb_in
 
-ZCOUNT = b"*4\r\n$6\r\nZCOUNT\r\n"  # a ZCOUNT's start in RESP: its three arguments follow
-# A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`).
-OK = "ok"  # read now
-STALE = "stale"  # its server cannot be read now: the last numbers read (its line says why)
-MIGRATING = "migrating"  # its slot is moving (ASK, TRYAGAIN): the last numbers read
-MOVED = "moved"  # its slot moved to another primary (MOVED): the last numbers, the map read again
-ERROR = "error"  # a read of its own keys was refused (WRONGTYPE, NOPERM): what could be read
-REPLICA = "replica"  # its primary cannot be read: read now on a replica of it (it may lag)
-KEPT = (STALE, MIGRATING, MOVED)  # states that show the last numbers read
-READ = (OK, REPLICA)  # states whose numbers were all read now
+# A ZCOUNT's start in RESP: its three arguments follow.
+ZCOUNT = b"*4\r\n$6\r\nZCOUNT\r\n"
+# A row's state: where its numbers come from (docs/commands.md: sweeperd top, `state`). ok: read
+# now; replica: its primary cannot be read, read now on a replica of it (it may lag). The KEPT
+# states show the last numbers read: stale (its server cannot be read now, its line says why),
+# migrating (its slot is moving: ASK, TRYAGAIN), moved (its slot moved to another primary: the map
+# is read again). error: a read of its own keys was refused (WRONGTYPE, NOPERM), what could be
+# read is shown.
+OK = "ok"
+STALE = "stale"
+MIGRATING = "migrating"
+MOVED = "moved"
+ERROR = "error"
+REPLICA = "replica"
+KEPT = (STALE, MIGRATING, MOVED)
+READ = (OK, REPLICA)
 
-CODES = (  # the error codes redis-py takes off the errors it has a class for
+# The error codes redis-py takes off the errors it has a class for.
+CODES = (
     (MovedError, "MOVED"),
     (AskError, "ASK"),
     (TryAgainError, "TRYAGAIN"),
@@ -49,11 +57,13 @@ CODES = (  # the error codes redis-py takes off the errors it has a class for
 )
 
 
-LOGIN_REFUSED = "LOGIN REFUSED"  # a server that answered and refused the user's credentials
+# A server that answered and refused the user's credentials.
+LOGIN_REFUSED = "LOGIN REFUSED"
 
 
 def error_text(exc: redis.RedisError) -> str:
-    """An error as the server said it, its code in front; a refused login says where to look."""
+    """Return an error as the server said it, its code in front; a refused login says where to
+    look."""
     if isinstance(exc, redis.AuthenticationError):
         return (
             f"{LOGIN_REFUSED}: {' '.join(str(exc).split()).rstrip('.')}: the user may be missing "
@@ -68,19 +78,23 @@ class QueueRow:
     """One queue as the last read saw it; None: not read in detail, refused, or no rate yet."""
 
     queue: str
-    node: str  # the primary it was read on
-    expired: int | None  # leases whose deadline has passed, on the server's clock
+    node: str
+    # Leases whose deadline has passed, on the server's clock.
+    expired: int | None
     active: int | None = None
     oldest_overdue_s: float | None = None
     pending: int | None = None
     dead: int | None = None
-    failed: int | None = None  # metrics:failed count
-    recovered_per_s: float | None = None  # growth of pending per second over the rate window
-    dead_per_s: float | None = None  # growth of metrics:failed count per second
-    owner: str | None = None  # the replica that sweeps it: the live member rendezvous picks
+    failed: int | None = None
+    # Growth of pending per second over the rate window, and of metrics:failed's count.
+    recovered_per_s: float | None = None
+    dead_per_s: float | None = None
+    # The replica that sweeps it: the live member rendezvous picks.
+    owner: str | None = None
     state: str = OK
-    error: str | None = None  # the row's own: a refused read, or where its slot is moving
-    as_of: float | None = None  # when its numbers were read, seconds since the epoch
+    # The row's own error: a refused read, or where its slot is moving.
+    error: str | None = None
+    as_of: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,16 +103,22 @@ class ServerRow:
     replica's, read in place of its primary)."""
 
     node: str
-    run_id: str = ""  # "": not read, the server is unreachable
+    # "" when not read: the server is unreachable.
+    run_id: str = ""
     uptime_s: int = 0
     role: str = ""
     verb_loaded: bool = False
-    first_run_id: str = ""  # the run_id when the view started: another one means a restart
+    # The run_id when the view started: another one means a restart.
+    first_run_id: str = ""
     error: str | None = None
-    replaced: bool = False  # unreachable and out of the slot map: another primary has its slots
-    reads_for: str | None = None  # the primary this replica is read for (it cannot be now)
-    scan_error: str | None = None  # why discovery could not list its queues (SCAN failed)
-    maxmemory_policy: str = ""  # allkeys-* may evict its queues' keys: shown aloud
+    # Unreachable and out of the slot map: another primary has its slots.
+    replaced: bool = False
+    # The primary this replica is read for (it cannot be now); why discovery could not list its
+    # queues (SCAN failed); its maxmemory-policy (allkeys-* may evict its queues' keys: shown
+    # aloud).
+    reads_for: str | None = None
+    scan_error: str | None = None
+    maxmemory_policy: str = ""
 
     @property
     def restarted(self) -> bool:
@@ -111,9 +131,11 @@ class NodeRead:
 
     server: ServerRow
     rows: list[QueueRow]
-    members: tuple[str, ...] | None = None  # None: not asked, or refused (members_error)
+    # None: not asked, or refused (members_error).
+    members: tuple[str, ...] | None = None
     members_error: str | None = None
-    failure: redis.RedisError | None = None  # why none of its queues could be read
+    # Why none of its queues could be read.
+    failure: redis.RedisError | None = None
 
 
 @dataclass
@@ -124,7 +146,8 @@ class NodeReader:
     client: redis.Redis
     root: str
     first_run_id: str = ""
-    readonly: bool = False  # a Cluster replica: READONLY first, or it redirects every read
+    # A Cluster replica's reads: READONLY first, or it redirects every read.
+    readonly: bool = False
     # the server's clock minus ours, as the last read saw it
     _offset_ms: float | None = field(default=None, init=False)
 
@@ -135,16 +158,17 @@ class NodeReader:
         round trip of reads, then a ZCOUNT of expired leases per queue in another (packed once
         as RESP: at 100,000 queues redis-py's pipeline packed them five times slower). An
         unreachable server raises."""
-        if self._offset_ms is None:  # once, at the start: the server's clock bounds "expired"
-            raw = self.client.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
+        # Once, at the start: the server's clock bounds "expired".
+        if self._offset_ms is None:
+            raw = command(self.client, "INFO", "server")
             self._offset_ms = server_ms(parse_info(raw)) - now * 1000
         due = int(now * 1000 + self._offset_ms)
         shown = [q for q in queues if q in detail]
         pipe = self.client.pipeline(transaction=False)
         if self.readonly:
-            pipe.execute_command("READONLY")  # type: ignore[no-untyped-call]
-        pipe.execute_command("INFO", "server", "replication", "memory")  # type: ignore[no-untyped-call]
-        pipe.execute_command("COMMAND", "INFO", VERB)  # type: ignore[no-untyped-call]
+            command(pipe, "READONLY")
+        command(pipe, "INFO", "server", "replication", "memory")
+        command(pipe, "COMMAND", "INFO", VERB)
         for queue in shown:
             queue_counts(pipe, QueueKeys(queue, self.root))
         if members_key is not None:
@@ -157,7 +181,8 @@ class NodeReader:
         self._offset_ms = server_ms(info) - now * 1000
         down = next((r for r in [*replies, *zcounts] if isinstance(r, ClusterDownError)), None)
         server = self._server(info, replies[1], None if down is None else error_text(down))
-        if down is not None:  # said once, on the server's line
+        # Said once, on the server's line.
+        if down is not None:
             stale = [QueueRow(q, self.node, None, state=STALE) for q in queues]
             return NodeRead(server, stale, failure=down)
         expired = dict(zip(queues, zcounts, strict=True))
@@ -177,7 +202,7 @@ class NodeReader:
         return NodeRead(server, rows, tuple(sorted(m.decode(errors="replace") for m in members)))
 
     def _replies(self, replies: list[Any]) -> list[Any]:
-        """The reads' replies; on a replica READONLY's is taken off first, and a READONLY the
+        """Return the reads' replies; on a replica READONLY's is taken off first, and a READONLY the
         user may not run is said on every read the replica redirected for want of it."""
         if not self.readonly:
             return replies
@@ -187,10 +212,11 @@ class NodeReader:
         return replies
 
     def _expired(self, queues: Sequence[str], due: int) -> list[object]:
-        """Each queue's count of leases due by `due` (server clock, ms), or the error it got."""
+        """Return each queue's count of leases due by `due` (server clock, ms), or the error it
+        got."""
         if not queues:
             return []
-        tail = resp(("-inf", due))[4:]  # the last two arguments, as RESP writes them
+        tail = resp(("-inf", due))[4:]
         commands = [resp(("READONLY",))] if self.readonly else []
         commands += (ZCOUNT + resp((QueueKeys(q, self.root).active,))[4:] + tail for q in queues)
         return self._replies(round_trip(self.client, b"".join(commands), len(commands)))
@@ -212,15 +238,16 @@ class NodeReader:
         )
 
     def _said(self, exc: redis.RedisError) -> str:
-        """A row's refusal: a command the user lacks named with the rule that grants it."""
+        """Return a row's refusal: a command the user lacks named with the rule that grants it."""
         if isinstance(exc, NoPermissionError):
             return denial(str(exc), user_of(self.client))
         return error_text(exc)
 
     def _row(self, queue: str, replies: Sequence[object], server_ms: int, now: float) -> QueueRow:
-        """One queue's replies: the expired count, then the five counts when it is shown."""
+        """Return one queue's replies: the expired count, then the five counts when it is shown."""
         redirect = next((r for r in replies if isinstance(r, (AskError, TryAgainError))), None)
-        if redirect is not None:  # MOVED is an AskError
+        # MOVED is an AskError.
+        if redirect is not None:
             return QueueRow(queue, self.node, None, state=_moving(redirect), error=_where(redirect))
         refused = next((r for r in replies if isinstance(r, redis.RedisError)), None)
         read = [None if isinstance(r, redis.RedisError) else r for r in replies]
@@ -250,7 +277,7 @@ def _moving(exc: redis.RedisError) -> str:
 
 
 def _where(exc: redis.RedisError) -> str:
-    """Where a redirected read would go: `slot 1234 migrating to 10.0.0.2:6379`."""
+    """Return where a redirected read would go: `slot 1234 migrating to 10.0.0.2:6379`."""
     if isinstance(exc, AskError):
         host, port = exc.node_addr
         return f"slot {exc.slot_id} {_moving(exc)} to {host}:{port}"

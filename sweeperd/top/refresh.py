@@ -30,7 +30,8 @@ from sweeperd.top.read import (
 )
 from sweeperd.top.standins import Standins
 
-Clock = Callable[[], float]  # seconds since the epoch: time.time, or a test's own
+# Seconds since the epoch: time.time, or a test's own.
+Clock = Callable[[], float]
 # The queues a refresh reads on one primary beyond those it shows (the busiest, read in detail):
 # the rest in turn, so that a refresh's cost to the server stays bounded at any number of
 # queues; each is read at least once every ceil(queues / READS_PER_REFRESH) refreshes.
@@ -54,18 +55,24 @@ class Screen:
     at: float
     servers: tuple[ServerRow, ...]
     rows: tuple[QueueRow, ...]
-    queues: int  # queues the view knows, of which `rows` shows the most backlogged
-    failures: tuple[Unread, ...] = ()  # why a server's queues could not be read
-    members: tuple[str, ...] = ()  # the replicas' live members, by id; (): no sharing
-    members_error: str | None = None  # why the members could not be read
-    window_s: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
-    unread: int = 0  # of the queues known, those whose numbers are not read now
-    seen: Mapping[str, int] = field(default_factory=dict)  # each member's place in the order
-    # the view first saw them (its letter: kept when another member leaves)
+    # The queues the view knows, of which `rows` shows the most backlogged.
+    queues: int
+    failures: tuple[Unread, ...] = ()
+    # The replicas' live members, by id ((): no sharing).
+    members: tuple[str, ...] = ()
+    members_error: str | None = None
+    # The rates are over the reads of this long.
+    window_s: float = DEFAULT_TOP_RATE_WINDOW_S
+    # Of the queues known, those whose numbers are not read now.
+    unread: int = 0
+    # Each member's place in the order the view first saw them (its letter: kept when another member
+    # leaves).
+    seen: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def answered(self) -> bool:
-        """A server of the view answered (its identity read), if only to refuse its queues."""
+        """Tell whether a server of the view answered (its identity read), if only to refuse its
+        queues."""
         return any(server.run_id for server in self.servers)
 
 
@@ -84,35 +91,44 @@ class Top:
         reads: int = READS_PER_REFRESH,
     ) -> None:
         self._connection = connection
-        self._reads = reads  # queues read per primary per refresh, beyond those shown
-        self._turns: dict[str, int] = {}  # primary -> where its next refresh's reads start
+        # Queues read per primary per refresh beyond those shown, and where each primary's next
+        # refresh's reads start.
+        self._reads = reads
+        self._turns: dict[str, int] = {}
         self._root = root
-        self._discover = not queues  # no queue given: those found on each primary
-        self._queues: set[str] = set(queues)  # every queue the view has known: they stay
+        # No queue given: those found on each primary; every queue the view has known stays.
+        self._discover = not queues
+        self._queues: set[str] = set(queues)
         self._rows = rows
         self._clock = clock
         self._rates = RateWindow(window)
         self._source: MapSource | None = None
-        self._map: Map | None = None  # the layout as last read
-        self._remap = True  # read the layout before the next read: it may have changed
-        self._routes: dict[str | None, list[str]] = {}  # primary -> its queues; None: no primary
+        self._map: Map | None = None
+        # Read the layout before the next read: it may have changed.
+        self._remap = True
+        # Primary -> its queues; None: no primary.
+        self._routes: dict[str | None, list[str]] = {}
         self._readers: dict[str, NodeReader] = {}
         self._standins = Standins(connection, root)
-        self._searched: set[str] = set()  # the primaries discovery has looked at
-        self._unlisted: dict[str, str] = {}  # primary -> why discovery could not list its queues
-        self._servers: dict[str, ServerRow] = {}  # every server shown, in the order first seen
+        # The primaries discovery has looked at, and why it could not list a primary's queues.
+        self._searched: set[str] = set()
+        self._unlisted: dict[str, str] = {}
+        # Every server shown, in the order first seen.
+        self._servers: dict[str, ServerRow] = {}
         self._first_run_ids: dict[str, str] = {}
         self._last: dict[str, QueueRow] = {}
         self._members: tuple[str, ...] = ()
-        self._seen: dict[str, int] = {}  # member -> its place in the order first seen
-        self._detail: set[str] | None = None  # the queues shown last time: read in detail now
+        # Member -> its place in the order first seen.
+        self._seen: dict[str, int] = {}
+        # The queues shown last time: read in detail now.
+        self._detail: set[str] | None = None
 
     def resize(self, rows: int) -> None:
-        """The refreshes from now on show at most `rows` queues (the terminal was resized)."""
+        """Show at most `rows` queues from the next refresh on (the terminal was resized)."""
         self._rows = rows
 
     def refresh(self) -> Screen:
-        """One read of every primary: one round trip each (two on the first refresh, whose
+        """Return one read of every primary: one round trip each (two on the first refresh, whose
         first pass reads every queue's expired count to find which to show), and the layout
         first when it may have changed. After the first pass a refresh reads the queues shown,
         any never read, and `reads` more per primary in turn: the rest keep their last numbers."""
@@ -172,7 +188,7 @@ class Top:
         )
 
     def _chosen(self, node: str, queues: Sequence[str], detail: set[str]) -> list[str]:
-        """The primary's queues this refresh reads: those shown (the busiest), those never
+        """Return the primary's queues this refresh reads: those shown (the busiest), those never
         read, and the next `reads` of the others in turn."""
         if len(queues) <= self._reads:
             return list(queues)
@@ -189,7 +205,7 @@ class Top:
     def _unread(
         self, node: str, queues: Sequence[str], chosen: Sequence[str], *, down: bool
     ) -> list[QueueRow]:
-        """The rows of the queues not read this refresh: as last read, or stale when their
+        """Return the rows of the queues not read this refresh: as last read, or stale when their
         server could not be read."""
         read_now = set(chosen)
         return [
@@ -207,7 +223,7 @@ class Top:
         now: float,
         wanted: str | None,
     ) -> tuple[NodeRead, NodeRead | None]:
-        """A primary's read of `queues`, and a replica's in its place when it cannot be
+        """Return a primary's read of `queues`, and a replica's in its place when it cannot be
         reached (or is loading, or hangs)."""
         try:
             read = reader.read(queues, detail, now, wanted)
@@ -219,8 +235,8 @@ class Top:
         return read, self._standins.read(node, replicas, queues, detail, now, wanted)
 
     def _stand_in(self, standins: Iterable[ServerRow]) -> None:
-        """The lines of the replicas read in place of their primary, after the primaries' (the
-        numbers of those stay when a replica is no longer read); the others' dropped."""
+        """Return the lines of the replicas read in place of their primary, after the primaries'
+        (the numbers of those stay when a replica is no longer read); the others' dropped."""
         lines = {server.node: server for server in standins}
         for name, server in list(self._servers.items()):
             if server.reads_for is not None and name not in lines:
@@ -229,11 +245,11 @@ class Top:
         self._standins.release()
 
     def _address(self, node: str) -> Address | None:
-        """Where a primary is (None: the URL's own server)."""
+        """Return where a primary is (None: the URL's own server)."""
         return None if self._map is None else self._map.layout.primaries.get(node)
 
     def _row(self, read: QueueRow, run_id: str, now: float) -> QueueRow:
-        """A read row with its rates, or the last numbers when it could not be read now."""
+        """Return a read row with its rates, or the last numbers when it could not be read now."""
         if read.state in KEPT:
             return self._kept(read.queue, read.node, read.state, read.error)
         row = read
@@ -249,7 +265,8 @@ class Top:
         return replace(before, node=node or before.node, state=state, error=error)
 
     def _down(self, reader: NodeReader, queues: Sequence[str], exc: redis.RedisError) -> NodeRead:
-        """A server that cannot be read: its line says why, its queues keep their last rows."""
+        """Return a server that cannot be read: its line says why, its queues keep their last
+        rows."""
         server = ServerRow(reader.node, first_run_id=reader.first_run_id, error=error_text(exc))
         stale = [QueueRow(q, reader.node, None, state=STALE) for q in queues]
         return NodeRead(server, stale, failure=exc)
@@ -261,7 +278,7 @@ class Top:
                 self._servers[node] = ServerRow(node, error=error)
 
     def _orphans(self) -> list[QueueRow]:
-        """The queues no primary serves: their slot's owner is being chosen, or no layout was
+        """Return the queues no primary serves: their slot's owner is being chosen, or no layout was
         ever read (the URL's server says why)."""
         if self._map is None:
             return [self._kept(q, None, STALE, None) for q in sorted(self._queues)]
@@ -271,7 +288,8 @@ class Top:
         ]
 
     def _layout_may_have_changed(self, rows: Iterable[QueueRow]) -> bool:
-        """A slot moved, a primary demoted, or a gone server's line shown: read the layout."""
+        """Tell whether the layout may have changed: a slot moved, a primary demoted, or a gone
+        server's line shown; then it is read again."""
         standalone = self._connection.topology.mode is TopologyMode.STANDALONE
         return (
             any(row.state == MOVED for row in rows)
@@ -288,13 +306,13 @@ class Top:
         return tuple(ranked[: self._rows])
 
     def _members_node(self) -> str | None:
-        """The primary that holds the replicas' members key."""
+        """Return the primary that holds the replicas' members key."""
         if self._map is None:
             return None
         return self._map.layout.owner(slot_of(members_key(self._root)))
 
     def _find(self) -> None:
-        """The layout now: a reader per primary, the queues each one serves, the lines of the
+        """Read the layout now: a reader per primary, the queues each one serves, the lines of the
         servers that left it."""
         if self._source is None:
             self._source = MapSource(self._connection)
@@ -309,7 +327,7 @@ class Top:
         self._remap = False
 
     def _add_readers(self, found: Map) -> None:
-        """A reader for each primary new to the view, and its queues discovered."""
+        """Add a reader for each primary new to the view, and discover its queues."""
         for name, address in found.layout.primaries.items():
             if name not in self._readers:
                 client, was = self._connection.client(address), self._first_run_ids.get(name, "")
@@ -318,7 +336,7 @@ class Top:
                 self._search(name, found.replicas_of.get(name, ()))
 
     def _search(self, name: str, replicas: Iterable[Address]) -> None:
-        """A primary's queues, found by SCAN there, or on a replica of it when it cannot be
+        """Find a primary's queues by SCAN there, or on a replica of it when it cannot be
         scanned; why neither could be is said on its line (tried again at the next layout)."""
         try:
             found = find_queues(self._readers[name].client, self._root, QUEUE_SETS)
@@ -333,7 +351,7 @@ class Top:
         self._unlisted.pop(name, None)
 
     def _forget(self, found: Map) -> None:
-        """The servers that are primaries no more: their readers closed, their lines dropped,
+        """Forget the servers that are primaries no more: their readers closed, their lines dropped,
         but for one unreachable and nowhere in the layout (replaced), until it is back."""
         primaries = found.layout.primaries
         for name in [n for n in self._readers if n not in primaries]:

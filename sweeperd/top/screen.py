@@ -30,23 +30,30 @@ from sweeperd.top.read import (
 )
 from sweeperd.top.refresh import QueueRow, Screen, ServerRow
 
-MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!", REPLICA: "≈"}  # before a name
+# Before a name.
+MARKS = {OK: "", STALE: "~", MIGRATING: "»", MOVED: "»", ERROR: "!", REPLICA: "≈"}
 STYLES = {STALE: "dim", MIGRATING: "dim", MOVED: "dim", ERROR: "yellow", REPLICA: "cyan"}
-CELL = 6  # characters a count or a rate may take
+# Characters a count or a rate may take.
+CELL = 6
 COLUMNS = ("expired", "overdue", "active", "pending", "dead", "rec/s", "dead/s")
 DROPPED_FIRST = ("active", "owner", "dead", "dead/s", "node", "pending", "rec/s", "overdue")
-QUEUE_MIN = 8  # the queue's name is cut to no fewer characters (its mark included)
-MIN_COLUMNS, MIN_LINES = 30, 6  # the smallest live view: the table's head, a row, the count
-TABLE_HEAD = 2  # the table's lines besides its rows: the head and its rule (a row is one line)
-GAP = 2  # characters between two columns
+# The queue's name is cut to no fewer characters (its mark included)
+QUEUE_MIN = 8
+# The smallest live view: the table's head, a row, the count.
+MIN_COLUMNS, MIN_LINES = 30, 6
+# The table's lines besides its rows: the head and its rule (a row is one line)
+TABLE_HEAD = 2
+# Characters between two columns.
+GAP = 2
 STALE_NOTE = "~ the last numbers read: their server cannot be read now (its line says why)"
-NEVER = "?"  # before a name kept with no numbers: never read since the view started
+# Before a name kept with no numbers: never read since the view started.
+NEVER = "?"
 NEVER_NOTE = "? never read: their server has not been read since top started (its line says why)"
 REPLICA_NOTE = "≈ read on a replica: their primary cannot be read now (read-only; it may lag)"
 
 
 def count(value: int | None, missing: str = "…") -> str:
-    """A count in at most 6 characters: 99,999 (-9,999), then 123.5k (-123k), 12.3M, 1.2G:
+    """Return a count in at most 6 characters: 99,999 (-9,999), then 123.5k (-123k), 12.3M, 1.2G:
     the first of these that fits, a unit taken only while under 1,000 of it."""
     if value is None:
         return missing
@@ -59,7 +66,7 @@ def count(value: int | None, missing: str = "…") -> str:
 
 
 def rate(value: float | None) -> str:
-    """A rate per second: one decimal under 100, whole above, compact above 99,999."""
+    """Return a rate per second: one decimal under 100, whole above, compact above 99,999."""
     if value is None:
         return "-"
     if abs(value) < 100:
@@ -84,29 +91,31 @@ def uptime(seconds: int) -> str:
 
 
 def letters(n: int) -> str:
-    """The owner label of the n-th member: a … z, then aa, ab …"""
+    """Return the owner label of the n-th member: a … z, then aa, ab …"""
     high, low = divmod(n, 26)
     return (letters(high - 1) if high else "") + chr(ord("a") + low)
 
 
 def mark(row: QueueRow) -> str:
-    """What goes before a row's name: its state's mark, or NEVER for a row kept that was never
-    read (it has no last numbers to keep)."""
+    """Return what goes before a row's name: its state's mark, or NEVER for a row kept that was
+    never read (it has no last numbers to keep)."""
     return NEVER if row.state in KEPT and row.as_of is None else MARKS[row.state]
 
 
 def server_line(
     label: str, s: ServerRow, nodes: Mapping[str, str], standin: str | None, ever_read: bool
 ) -> Text:
-    """One server: run_id, uptime, role and the verb, or why its queues cannot be read (and
+    """Return one server: run_id, uptime, role and the verb, or why its queues cannot be read (and
     where they are read instead; whether its rows keep numbers read before, `ever_read`); a
     replica read in place of its primary names it as its role."""
     line = Text(f"{label} {s.node}  ")
     if s.error is not None:
-        error = s.error.replace(f" connecting to {s.node}.", ":")  # the node is named already
+        # The node is named already.
+        error = s.error.replace(f" connecting to {s.node}.", ":")
         unreachable = "UNREACHABLE (replaced)" if s.replaced else "UNREACHABLE"
         rows = "rows as last read" if ever_read else "its queues never read"
-        if error.startswith(LOGIN_REFUSED):  # it answered: not unreachable
+        # It answered: not unreachable.
+        if error.startswith(LOGIN_REFUSED):
             said = error
         else:
             said = f"{unreachable}: {error}" if not s.run_id else f"{error} ({rows})"
@@ -130,7 +139,7 @@ def server_line(
 
 
 def _unlisted(s: ServerRow) -> str:
-    """Why discovery could not list a server's queues (its line says already when it cannot
+    """Return why discovery could not list a server's queues (its line says already when it cannot
     be reached), and what lists them: the user's right to SCAN, or the queues named."""
     said = "  its queues not listed" if not s.run_id else f"  queues not listed: {s.scan_error}"
     if s.scan_error is not None and s.scan_error.startswith("NOPERM"):
@@ -139,8 +148,8 @@ def _unlisted(s: ServerRow) -> str:
 
 
 def caption(screen: Screen, nodes: Mapping[str, str], cut: int = 0) -> str:
-    """How many rows of how many queues, how many were read now, whose queues are unknown, and
-    how many lines the terminal had no room for (`cut`)."""
+    """Return how many rows of how many queues, how many were read now, whose queues are unknown,
+    and how many lines the terminal had no room for (`cut`)."""
     said = [f"{len(screen.rows)} of {screen.queues} queues shown, most expired first"]
     if screen.unread:
         said.append(f"{screen.queues - screen.unread} of {screen.queues} queues read")
@@ -160,8 +169,10 @@ class QueueTable:
     a number is never cut."""
 
     screen: Screen
-    nodes: Mapping[str, str]  # node -> its line's number
-    owners: Mapping[str, str]  # member -> its letter
+    # Node -> its line's number.
+    nodes: Mapping[str, str]
+    # Member -> its letter.
+    owners: Mapping[str, str]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         columns = self._cells()
@@ -177,7 +188,8 @@ class QueueTable:
             pad_edge=False,
             collapse_padding=True,
         )
-        grid.add_column("queue", overflow="ellipsis", min_width=QUEUE_MIN)  # cut, never wrapped
+        # cut, never wrapped.
+        grid.add_column("queue", overflow="ellipsis", min_width=QUEUE_MIN)
         for name in kept:
             grid.add_column(name, justify="right", no_wrap=True)
         for n, row in enumerate(self.screen.rows):
@@ -186,7 +198,7 @@ class QueueTable:
         yield grid
 
     def _cells(self) -> dict[str, list[str]]:
-        """Each column's cells, by its header, in the order shown."""
+        """Return each column's cells, by its header, in the order shown."""
         columns: dict[str, list[str]] = {"node": []}
         if self.owners:
             columns["owner"] = []
@@ -214,13 +226,13 @@ def _numbers(row: QueueRow, missing: str) -> tuple[str, ...]:
 
 
 def _width(columns: Mapping[str, list[str]], kept: list[str]) -> int:
-    """The table's width with the `kept` columns whole, the queue's name at its narrowest."""
+    """Return the table's width with the `kept` columns whole, the queue's name at its narrowest."""
     widths = [max(map(cell_len, [name, *columns[name]])) for name in kept]
     return QUEUE_MIN + sum(width + GAP for width in widths)
 
 
 def notes(screen: Screen) -> Iterator[Text]:
-    """A line per row with its own error or a slot on the move; one for the rows kept stale,
+    """Yield a line per row with its own error or a slot on the move; one for the rows kept stale,
     one for the rows read on a replica."""
     for row in screen.rows:
         if row.error is not None:
@@ -246,7 +258,7 @@ def _clock(at: float | None) -> str:
 
 
 def parts(screen: Screen, interval: float, live: bool = True) -> tuple[list[Text], QueueTable]:
-    """The lines above the table (the title, the servers, the replicas) and the table."""
+    """Return the lines above the table (the title, the servers, the replicas) and the table."""
     how = (
         f"every {interval:g}s, rates over {screen.window_s:g}s  (read only; Ctrl-C quits)"
         if live
@@ -270,7 +282,8 @@ def parts(screen: Screen, interval: float, live: bool = True) -> tuple[list[Text
 
 
 def renderable(screen: Screen, interval: float, live: bool = True) -> Group:
-    """The whole view: the lines above the table, the table, the count under it, the notes."""
+    """Return the whole view: the lines above the table, the table, the count under it, the
+    notes."""
     head, table = parts(screen, interval, live)
     return Group(*head, table, Text(caption(screen, table.nodes)), *notes(screen))
 
@@ -301,9 +314,11 @@ class Fitted:
         below = [line for text in notes(self.screen) for line in drawn(text)]
         rows, others = self.screen.rows, len(above) + len(below)
         shown, cut = rows, 0
-        for _ in range(3):  # the count's lines grow with what it says: settled by the third
+        # The count's lines grow with what it says: settled by the third.
+        for _ in range(3):
             count = drawn(Text(caption(replace(self.screen, rows=shown), table.nodes, cut)))
-            room = max(0, height - len(count) - TABLE_HEAD)  # for the rows and the other lines
+            # For the rows and the other lines.
+            room = max(0, height - len(count) - TABLE_HEAD)
             fits = rows[: min(room, max(min(1, len(rows)), room - others))]
             if (fits, max(0, others - (room - len(fits)))) == (shown, cut):
                 break
@@ -320,7 +335,7 @@ class Fitted:
 
 
 def lines_besides_rows(screen: Screen, interval: float, width: int) -> int:
-    """The lines the live view takes at `width` for all but its rows: the title, the server
+    """Return the lines the live view takes at `width` for all but its rows: the title, the server
     lines, the table's head and caption, the notes, each as wrapped."""
     console = Console(file=io.StringIO(), width=width, color_system=None)
     drawn: list[Group | Text] = [renderable(replace(screen, rows=()), interval), *notes(screen)]
@@ -328,7 +343,7 @@ def lines_besides_rows(screen: Screen, interval: float, width: int) -> int:
 
 
 def plain_text(screen: Screen, interval: float, width: int) -> str:
-    """The same view as text without colours, for a pipe or a log."""
+    """Return the same view as text without colours, for a pipe or a log."""
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, force_terminal=False)
     console.print(renderable(screen, interval, live=False))

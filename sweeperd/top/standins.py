@@ -23,7 +23,8 @@ class Standins:
         self._connection = connection
         self._root = root
         self._readers: dict[str, NodeReader] = {}
-        self._used: set[str] = set()  # the replicas read since the last `release`
+        # The replicas read since the last `release`.
+        self._used: set[str] = set()
 
     def read(
         self,
@@ -51,7 +52,7 @@ class Standins:
         return None
 
     def scan(self, replicas: Iterable[Address]) -> set[str] | None:
-        """The queues the first replica that answers SCAN holds; None when none answers."""
+        """Return the queues the first replica that answers SCAN holds; None when none answers."""
         for address in replicas:
             reader = self._reader(address)
             try:

@@ -24,13 +24,19 @@ from sweeperd.server.urls import url_at
 from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, Unread, wall_clock
 from sweeperd.top.screen import Fitted, lines_besides_rows, plain_text
 
-HEADER_LINES = 5  # the title, the table's head and rule, the caption, the replicas
-SPARE_LINES = 2  # left below the view
-MIN_ROWS = 5  # the rows shown however small the terminal
+# The title, the table's head and rule, the caption, the replicas.
+HEADER_LINES = 5
+# Left below the view.
+SPARE_LINES = 2
+# The rows shown however small the terminal.
+MIN_ROWS = 5
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
-JSON_SCHEMA = 3  # `schema` in --json: raised when a field changes meaning or goes
-LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the live view as Ctrl-C does
-HUNG_UP = (errno.EIO, errno.EPIPE)  # a write to a terminal that was closed
+# `schema` in --json: raised when a field changes meaning or goes.
+JSON_SCHEMA = 3
+# Leave the live view as Ctrl-C does.
+LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# A write to a terminal that was closed.
+HUNG_UP = (errno.EIO, errno.EPIPE)
 
 
 class TerminalGone(Exception):
@@ -58,7 +64,7 @@ def _server_json(s: ServerRow) -> dict[str, object]:
 
 
 def as_json(screen: Screen, interval: float) -> str:
-    """The documented --json object (docs/commands.md: sweeperd top)."""
+    """Return the documented --json object (docs/commands.md: sweeperd top)."""
     body = {
         "schema": JSON_SCHEMA,
         "at": screen.at,
@@ -74,12 +80,12 @@ def as_json(screen: Screen, interval: float) -> str:
 
 
 def rows_fitting(lines: int, servers: int) -> int:
-    """How many rows fit a terminal of `lines` lines under the header; at least MIN_ROWS."""
+    """Return how many rows fit a terminal of `lines` lines under the header; at least MIN_ROWS."""
     return max(MIN_ROWS, lines - HEADER_LINES - servers - SPARE_LINES)
 
 
 def rows_for(screen: Screen, lines: int, width: int, interval: float) -> int:
-    """How many rows the live view's next refresh may show in `lines` of `width`: room for
+    """Return how many rows the live view's next refresh may show in `lines` of `width`: room for
     every other line as drawn at that width (the servers' lines and the notes under the table,
     wrapped), which the rows must not push off the screen, however many servers an incident
     brings."""
@@ -90,10 +96,13 @@ def rows_for(screen: Screen, lines: int, width: int, interval: float) -> int:
 class ViewOptions:
     interval: float
     rows: int
-    once: bool  # print once and exit: --once, or stdout is no terminal
+    # Print once and exit: --once, or stdout is no terminal.
+    once: bool
     json: bool
-    window: float = DEFAULT_TOP_RATE_WINDOW_S  # the rates are over the reads of this long
-    fit: bool = False  # no --rows: the live view fits the terminal at every refresh
+    # The rates are over the reads of this long.
+    window: float = DEFAULT_TOP_RATE_WINDOW_S
+    # No --rows: the live view fits the terminal at every refresh.
+    fit: bool = False
 
 
 def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int]) -> float:
@@ -106,8 +115,8 @@ def _number(params: Mapping[str, object], key: str, kind: type[float] | type[int
 
 
 def _given(params: Mapping[str, object], key: str) -> bool:
-    """The option was given; given empty (a flag, or an env var click drops) is refused, as the
-    settings refuse it: it would otherwise mean the default."""
+    """Tell whether the option was given; given empty (a flag, or an env var click drops) it is
+    refused, as the settings refuse it: it would otherwise mean the default."""
     value = params[key]
     if value == "" or (value is None and OPTIONS[key].empty_in_env):
         raise ValueError(
@@ -117,7 +126,8 @@ def _given(params: Mapping[str, object], key: str) -> bool:
 
 
 def _seconds(params: Mapping[str, object], key: str) -> float:
-    """A number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's default."""
+    """Return a number of seconds between MIN_INTERVAL_S and MAX_INTERVAL_S, or the option's
+    default."""
     if not _given(params, key):
         return float(str(OPTIONS[key].default))
     seconds = _number(params, key, float)
@@ -130,7 +140,7 @@ def _seconds(params: Mapping[str, object], key: str) -> float:
 
 
 def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
-    """top's own options, checked: a ValueError names the bad one and its range."""
+    """Return top's own options, checked: a ValueError names the bad one and its range."""
     interval = _seconds(params, "top_interval")
     window = _seconds(params, "top_rate_window")
     if _given(params, "rows"):
@@ -140,7 +150,8 @@ def options_of(params: Mapping[str, object], isatty: bool) -> ViewOptions:
     else:
         rows = rows_fitting(shutil.get_terminal_size((100, 40)).lines, 1)
     once = bool(params["once"]) or not isatty or bool(params["json"])
-    if once:  # two reads an interval apart: the rates are over that interval, whatever the window
+    # Two reads an interval apart: the rates are over that interval, whatever the window.
+    if once:
         window = interval
     fit = params["rows"] is None
     return ViewOptions(interval, rows, once, bool(params["json"]), window, fit)
@@ -173,7 +184,8 @@ def run(
 
 def _once(top: Top, connection: Connection, view: ViewOptions, say: Callable[[str], None]) -> int:
     screen = top.refresh()
-    time.sleep(view.interval)  # two reads: the rates need both
+    # Two reads: the rates need both.
+    time.sleep(view.interval)
     screen = top.refresh()
     if not screen.answered and screen.failures:
         raise NothingRead.of(connection, screen.failures[0])

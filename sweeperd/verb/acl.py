@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from sweeperd.constants import AUDIT, COMMANDS, DEFAULT_PREFIX_ROOT, INSPECT, ONCE, RUN, TOP, VERB
 from sweeperd.server.scan import glob_escape
 
-SWEEPS = (RUN, ONCE)  # the commands that write: the others' keys are read-only (%R~)
+# The commands that write: the others' keys are read-only (%R~).
+SWEEPS = (RUN, ONCE)
 EXECUTORS = ("native", "script")
 
 # What every command sends: the run_id, the role, whether the server is a Cluster node or is
@@ -24,7 +25,8 @@ SCRIPTS = ("script|load", "evalsha")
 # sort_ro and object|encoding, which let the sweep read a call's lease epochs in one SORT_RO
 # instead of one HGET per recovered id (sweep.lua says when); the result is the same.
 ACCOUNTING = ("time", "zcard", "zcount", "zrange", "zrangebyscore", "hget")
-NATIVE = (VERB.lower(),)  # the verb itself, called from the sweep script
+# The verb itself, called from the sweep script.
+NATIVE = (VERB.lower(),)
 # The Lua port's reads and writes (stalled_check.lua).
 PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "zadd", "hincrby")
 # Replicas sharing the queues (run --shard on, the default): the heartbeat script on
@@ -35,12 +37,15 @@ SHARING = ("time", "zremrangebyscore", "zadd", "zrange", "pexpireat", "zrem")
 # redirected to it; its reads of a changed queue's earliest lease are zrange.
 TRACKING = ("client|id", "subscribe", "client|tracking", "zrange")
 INVALIDATION_CHANNEL = "__redis__:invalidate"
-DISCOVER = ("scan",)  # run --discover, and top without a queue: SCAN for <root>:{*}:<set>
+# run --discover, and top without a queue: SCAN for <root>:{*}:<set>.
+DISCOVER = ("scan",)
 # once --dry-run reads what the verb would, after an EXISTS that a migrating slot refuses
 DRY_RUN = ("exists", "type", "zrangebyscore", "hgetall")
-COUNTS = ("zcount", "zcard", "zrange", "hget")  # a queue's counts, as inspect and top read them
-MEMBERS = ("zrangebyscore",)  # top: the replicas' live members
-NEXT_DUE = ("zrangebyscore",)  # inspect: the first lease not yet due
+# A queue's counts, as inspect and top read them; top's read of the replicas' live members;
+# inspect's of the first lease not yet due.
+COUNTS = ("zcount", "zcard", "zrange", "hget")
+MEMBERS = ("zrangebyscore",)
+NEXT_DUE = ("zrangebyscore",)
 # audit: the SCAN of a queue's keys, the ZSCAN of its sets, the leases due too far out, and the
 # observing script (loaded, sent) with what it reads of each id; --cluster, where a migrating
 # slot goes (CLUSTER NODES).
@@ -58,28 +63,37 @@ CLUSTER_NODES = ("cluster|nodes",)
 # --cluster, top: READONLY before its reads on a replica of a primary that cannot be read (a
 # Cluster replica redirects every read without it).
 REPLICA_READS = ("readonly",)
-ASKING = ("asking",)  # once --cluster: the leases still due where a migrating slot's key is now
-SELECT = ("select",)  # a URL's db other than 0: every connection selects it
+# once --cluster: the leases still due where a migrating slot's key is now.
+ASKING = ("asking",)
+# A URL's db other than 0: every connection selects it.
+SELECT = ("select",)
 
 SCRIPT_LINE = re.compile(r"@user_script:(\d+)")
-NAMED = re.compile(r"run the '([^']+)' command|\(([A-Za-z.|]+)\)$")  # Redis >= 7.2, sweep.lua
-COMMAND_LITERAL = re.compile(r"""\(\s*'([A-Za-z.]+)'""")  # redis.call('HGET', ... / call('INFO'
+# A refused command named in the error: Redis >= 7.2's text, and sweep.lua's.
+NAMED = re.compile(r"run the '([^']+)' command|\(([A-Za-z.|]+)\)$")
+# A command a script calls: redis.call('HGET', ... or call('INFO'.
+COMMAND_LITERAL = re.compile(r"""\(\s*'([A-Za-z.]+)'""")
 
 
 @dataclass(frozen=True)
 class Uses:
-    """What a user will run: the commands, and the options that change what they send."""
+    """What a user will run: the commands, and the options that change what they send.
+
+    `executors` is both for --executor auto (as each server has the verb); `sharing` is run
+    --shard on, `tracking` run --deadline-source tracking, `discover` run --discover; `scans` is
+    top without a queue named (it finds them by SCAN); `select` a URL's db other than 0;
+    `repair` audit --repair (it writes, and sweeps as once does)."""
 
     commands: tuple[str, ...] = COMMANDS
-    executors: tuple[str, ...] = EXECUTORS  # --executor auto: either, as each server has the verb
+    executors: tuple[str, ...] = EXECUTORS
     cluster: bool = False
-    sharing: bool = True  # run --shard on
-    tracking: bool = True  # run --deadline-source tracking
-    discover: bool = False  # run --discover
-    scans: bool = True  # top without a queue named: it finds them by SCAN
-    select: bool = False  # the URL's db is not 0
+    sharing: bool = True
+    tracking: bool = True
+    discover: bool = False
+    scans: bool = True
+    select: bool = False
     root: str = DEFAULT_PREFIX_ROOT
-    repair: bool = False  # audit --repair: it writes, and sweeps as once does
+    repair: bool = False
 
     @property
     def writes(self) -> bool:
@@ -88,7 +102,7 @@ class Uses:
 
 
 def _sweep_sent(uses: Uses) -> list[str]:
-    """What a sweep sends (run's, once's, audit --repair's): the verb, its script and its
+    """Return what a sweep sends (run's, once's, audit --repair's): the verb, its script and its
     accounting."""
     native, port = "native" in uses.executors, "script" in uses.executors
     sent = [*(VERB_KNOWN if native else ()), *SCRIPTS, *ACCOUNTING]
@@ -97,7 +111,7 @@ def _sweep_sent(uses: Uses) -> list[str]:
 
 
 def _sent_by(command: str, uses: Uses) -> list[str]:
-    """The commands one sweeperd command sends, beyond INFO and the topology's own."""
+    """Return the commands one sweeperd command sends, beyond INFO and the topology's own."""
     if command == AUDIT:
         sent = [*AUDIT_READS, *(CLUSTER_NODES if uses.cluster else ())]
         return sent + ([*AUDIT_REPAIR, *_sweep_sent(uses)] if uses.repair else [])
@@ -119,7 +133,7 @@ def _sent_by(command: str, uses: Uses) -> list[str]:
 
 
 def commands_for(uses: Uses) -> list[str]:
-    """Every command `uses.commands` send with those options, each once, in a fixed order."""
+    """Return every command `uses.commands` send with those options, each once, in a fixed order."""
     wanted = [*EPOCH, *(SELECT if uses.select else ()), *(CLUSTER_MAP if uses.cluster else ())]
     for command in COMMANDS:
         if command in uses.commands:
@@ -128,7 +142,7 @@ def commands_for(uses: Uses) -> list[str]:
 
 
 def keys_for(uses: Uses) -> str:
-    """The key pattern: every key under the root, read-only for a user that never sweeps; and
+    """Return the key pattern: every key under the root, read-only for a user that never sweeps; and
     the invalidation channel, for `run` hearing its queues change."""
     keys = f"{'' if uses.writes else '%R'}~{glob_escape(uses.root)}:*"
     return f"{keys} &{INVALIDATION_CHANNEL}" if _hears(uses) else keys
@@ -139,13 +153,13 @@ def _hears(uses: Uses) -> bool:
 
 
 def setuser_line(user: str, uses: Uses, password: str = "<password>") -> str:
-    """The one ACL SETUSER line that makes `user` able to do exactly what `uses` says."""
+    """Return the one ACL SETUSER line that makes `user` able to do exactly what `uses` says."""
     grants = " ".join(f"+{command}" for command in commands_for(uses))
     return f"ACL SETUSER {user} reset on >{password} {keys_for(uses)} {grants}"
 
 
 def commands_named(text: str, where: str) -> tuple[str, ...]:
-    """The sweeperd commands a --for value names (commas or spaces between), each known."""
+    """Return the sweeperd commands a --for value names (commas or spaces between), each known."""
     names = [name for name in re.split(r"[\s,]+", text) if name]
     unknown = [name for name in names if name not in COMMANDS]
     if unknown or not names:
@@ -156,7 +170,7 @@ def commands_named(text: str, where: str) -> tuple[str, ...]:
 
 
 def refused_command(text: str, script_source: str, *, pcall_refusal: str = VERB) -> str:
-    """The command an ACL refusal inside the sweep script was about.
+    """Return the command an ACL refusal inside the sweep script was about.
 
     Redis 7.2 names it; 7.0 says "can't run this command" and, for a redis.call, the script's
     line, whose command literal names it. A refusal without a line came from a redis.pcall whose

@@ -55,8 +55,10 @@ class Executor:
         self.script.load(client)
 
 
-NATIVE = Executor("native", SWEEP_NATIVE)  # EMQ.STALLED.CHECK itself, answered by the module
-SCRIPT = Executor("script", SWEEP_SCRIPT)  # the verb's Lua port, for servers without it
+# EMQ.STALLED.CHECK itself, answered by the module.
+NATIVE = Executor("native", SWEEP_NATIVE)
+# The verb's Lua port, for servers without it.
+SCRIPT = Executor("script", SWEEP_SCRIPT)
 NO_VERB_HINT = (
     "the server does not know EMQ.STALLED.CHECK: load the module "
     "(loadmodule emq_stalled.so) or use --executor script (or auto)"
@@ -64,7 +66,7 @@ NO_VERB_HINT = (
 
 
 def choose(client: redis.Redis, wanted: ExecutorChoice) -> Executor:
-    """The executor for one node: `auto` asks the server whether it knows the verb."""
+    """Return the executor for one node: `auto` asks the server whether it knows the verb."""
     if wanted is ExecutorChoice.SCRIPT:
         return SCRIPT
     available = has_verb(client)

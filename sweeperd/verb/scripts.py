@@ -27,7 +27,7 @@ class LuaScript:
 
 
 def package_text(file: str) -> str:
-    """The text of a file shipped in the package (a Lua script)."""
+    """Return the text of a file shipped in the package (a Lua script)."""
     return resources.files("sweeperd.verb").joinpath(file).read_text()
 
 
@@ -38,7 +38,8 @@ def as_verb(body: str) -> str:
 
 NATIVE_VERB = f"return redis.pcall('{VERB}', KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])"
 
-STALLED_CHECK = LuaScript(package_text("stalled_check.lua"))  # the verb's Lua port, on its own
+# The verb's Lua port, on its own.
+STALLED_CHECK = LuaScript(package_text("stalled_check.lua"))
 # A sweep with its accounting, in one atomic call: by the module's verb, or by the Lua port.
 SWEEP_NATIVE = LuaScript(as_verb(NATIVE_VERB) + package_text("sweep.lua"))
 SWEEP_SCRIPT = LuaScript(as_verb(STALLED_CHECK.source) + package_text("sweep.lua"))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FIRST_SIZE = 100  # leases in a node's first call, before any call was timed
-MOST_GROWTH = 2.0  # a call is at most this many times the size of the last
-MOST_SHRINK = 0.25  # and at least this fraction of it
+# Leases in a node's first call, before any call was timed.
+FIRST_SIZE = 100
+# A call is at most MOST_GROWTH times the size of the last, and at least MOST_SHRINK of it.
+MOST_GROWTH = 2.0
+MOST_SHRINK = 0.25
 # Calls aim at this fraction of the target: a call's time strays by a fifth or so around its
 # size's usual time (the server's caches, other clients), and the target is a ceiling.
 AIM = 0.75
@@ -26,11 +28,12 @@ class CallSizer:
     size: int = FIRST_SIZE
 
     def next(self, limit: int) -> int:
-        """The next call's size: the learned size, never above the queue's `limit`."""
+        """Return the next call's size: the learned size, never above the queue's `limit`."""
         return max(1, min(self.size, limit))
 
     def observe(self, asked: int, taken: int, seconds: float) -> None:
-        """A call asked for `asked` leases, took `taken`, and ran `seconds`."""
+        """Size the next call from one that asked for `asked` leases, took `taken`, and ran
+        `seconds`."""
         if seconds <= 0:
             return
         ratio = self.target_s * AIM / seconds

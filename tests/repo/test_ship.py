@@ -57,7 +57,7 @@ OPERATIONS = REPO / "docs" / "operations.md"
 # list to what a daemon exports).
 DOCUMENTED = documented_metrics()
 EXPORTED = exported_names(DOCUMENTED)
-# Exported only with --queue-metrics full; the other names at the default level (basic) too.
+# Exported only with --queue-metrics full; the other names at basic (auto, the default) too.
 FULL_ONLY = exported_names({n: row for n, row in DOCUMENTED.items() if row.level == "full"})
 # Per node at the default level, per queue and node with --queue-metrics full.
 PER_NODE_AT_BASIC = exported_names({n: row for n, row in DOCUMENTED.items() if row.level == "both"})
@@ -242,7 +242,7 @@ class TestAlertRules:
             assert unknown_metrics(rule["expr"]) == set(), rule["alert"]
 
     def test_rules_need_only_the_default_level(self) -> None:
-        """Every alert works with the default --queue-metrics basic."""
+        """Every alert works at --queue-metrics basic (the default auto up to 10,000 queues)."""
         for rule in rules():
             assert not needs_full(rule["expr"]), rule["alert"]
 

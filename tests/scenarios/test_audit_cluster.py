@@ -4,6 +4,7 @@ owner, and a slot migrating before or during the audit said, never read half-mov
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 
@@ -15,9 +16,13 @@ from tests.support.audit_plant import Job, clean, plant, planted
 from tests.support.built_settings import build
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import dump_all
-from tests.support.invoke import Ran, sweeperd
+from tests.support.invoke import Ran, sweeperd, sweeperd_process
 from tests.support.servers import RedisServer
-from tests.support.topologies import Cluster
+from tests.support.topologies import Cluster, wait_for
+from tests.support.worker_fleet import Load, running
+
+FLEET = Load(queues=3, claims_per_s=400 / 3, lease_s=(0.3, 8.0), dying=0.05, seconds=120)
+DRIVEN = 0.75  # of the fleets' 400 claims a second, at the least, across the audits (loaded)
 
 
 def audit(cluster: Cluster, *args: str) -> Ran:
@@ -33,6 +38,19 @@ def one_per_primary(cluster: Cluster) -> dict[RedisServer, QueueKeys]:
     while len(found) < len(cluster.primaries()):
         keys = QueueKeys(f"q{n}")
         found.setdefault(cluster.owner(keys.active), keys)
+        n += 1
+    return found
+
+
+def fleet_queues(cluster: Cluster, each: int) -> dict[RedisServer, list[str]]:
+    """`each` of the fleet's queue names on every primary, l0000 on."""
+    found: dict[RedisServer, list[str]] = {p: [] for p in cluster.primaries()}
+    n = 0
+    while any(len(names) < each for names in found.values()):
+        name = f"l{n:04}"
+        names = found[cluster.owner(QueueKeys(name).active)]
+        if len(names) < each:
+            names.append(name)
         n += 1
     return found
 
@@ -206,3 +224,33 @@ class TestAuditCluster:
                 )
                 assert stranded_of(keys.queue) == 1
             assert daemon.events("audit_failed") == []
+
+    def test_no_finding_under_the_fleet(self, fresh: Cluster) -> None:
+        """A worker fleet on each primary, 3 queues each, 400 claims and completions a second
+        in all: `sweeperd audit --cluster` (a process, every queue found) finds nothing, exit 0;
+        a stranded job then planted in one of the fleet's queues is exactly what it finds."""
+        queues = fleet_queues(fresh, FLEET.queues)
+        args = ("audit", "--cluster", "--redis-url", fresh.seed_url(), "--json")
+        with ExitStack() as stack:
+            fleets = [
+                stack.enter_context(running(p.port, FLEET, seed=n, names=names))
+                for n, (p, names) in enumerate(queues.items())
+            ]
+            for primary in queues:
+                with primary.client() as c:
+                    wait_for(lambda c=c: c.dbsize() >= 30, "the fleet to hold leases")
+            clean_run = sweeperd_process(*args)
+            home = queues[fresh.primaries()[0]][1]
+            with fresh.client() as client:
+                plant(client, QueueKeys(home), [Job("lost", {"state": "active"})])
+            planted_run = sweeperd_process(*args)
+            assert all(f.process.poll() is None for f in fleets), "the fleets ran throughout"
+            counts = [f.stop() for f in fleets]
+        assert (clean_run.code, clean_run.json()["findings"]) == (0, 0), clean_run.out
+        every = sorted(name for names in queues.values() for name in names)
+        assert sorted(by_queue(clean_run)) == every
+        assert planted_run.code == 1, planted_run.out
+        found = {q: classes for q, (_n, classes, _e) in by_queue(planted_run).items()}
+        assert found == {**{q: {} for q in every}, home: {"stranded": ["lost"]}}
+        rate = sum(c.claims for c in counts) / max(c.seconds for c in counts)
+        assert rate >= DRIVEN * FLEET.claims_per_s * len(queues), (rate, counts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, MutableMapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +154,41 @@ class TestStop:
         assert raised == []
         with pytest.raises(redis.ConnectionError, match="the slot map's source is closed"):
             source.read()
+
+
+class TestNodesAsked:
+    def test_a_node_removed_from_the_cluster_is_asked_no_more(
+        self, server_kind: str, tmp_path: Path
+    ) -> None:
+        """A replica removed from a Cluster of its own (CLUSTER RESET on it, CLUSTER FORGET on
+        every other node) and still running, answering an empty map: the next read of the
+        layout reads it whole and drops the node from those asked; the seed named stays."""
+        with Cluster(tmp_path, kind=server_kind) as cluster:
+            seed = cluster.servers[0]
+            connection = Connection.checked(
+                cluster.seed_url(seed), None, 2.0, topology=Topology(cluster=True)
+            )
+            source = ClusterSlots(connection)
+            removed = next(
+                s for s in cluster.live() if s is not seed and cluster.role(s) == "slave"
+            )
+            address = ("127.0.0.1", removed.port)
+            wait_for(
+                lambda: source.read() and address in list(source._candidates()),
+                "the replica named in the map",
+            )
+            layout = source.read()
+            with removed.client() as c:
+                gone = c.execute_command("CLUSTER", "MYID").decode()
+                c.execute_command("CLUSTER", "RESET", "HARD")
+            for server in cluster.live():
+                if server is not removed:
+                    with server.client() as c:
+                        c.execute_command("CLUSTER", "FORGET", gone)
+            try:
+                assert source.read() == layout
+                asked = list(source._candidates())
+            finally:
+                source.close()
+        assert address not in asked
+        assert ("127.0.0.1", seed.port) in asked

@@ -22,7 +22,7 @@ RECOVERED_JOBS = ("r1", "r2", "r3")  # no stalled field: stalled 1 < max_stalled
 DEAD_JOB = "d1"  # stalled 2: 3 >= max_stalled 3
 MAX_STALLED = 3
 # The families a sweep of one good queue and one failing queue must bring into being (at the
-# default --queue-metrics basic: sweeps and durations per node, no set sizes).
+# default --queue-metrics auto, basic at two queues: sweeps and durations per node, no set sizes).
 EXPECTED_FAMILIES = frozenset(
     {
         "sweeperd_recovered_total",

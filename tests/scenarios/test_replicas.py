@@ -30,6 +30,7 @@ TAKEOVER_BOUND_S = 2 * HEARTBEAT_S  # docs/topologies.md's bound: two heartbeat 
 WINDOW_S = 3.0  # the settled window in which the calls of the three are counted
 IDS = ("r1", "r2", "r3")
 OWNED_ONLY = "sweeperd_expired_leases"  # a gauge of the queue's state: only its owner exports it
+ROOT = "killcount"  # TestKillCountsOnce's key root
 SAMPLE = re.compile(r'^(sweeperd_\w+)\{queue="([^"]+)"\} (\S+)$', re.M)
 
 
@@ -253,3 +254,56 @@ class TestReplicas:
             len(owned_by("r1", QUEUES, {"r1", "r2"})),
             len(QUEUES),
         ]
+
+
+class TestKillCountsOnce:
+    """Its own key root and members: the scenario's survivor still runs until the module ends."""
+
+    def test_leases_due_after_a_kill_are_counted_once_by_the_others(
+        self, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """A lease in every queue falls due just after one of three replicas is killed
+        (kill -9): the two others recover every one, the killed one's queues' too, and their
+        `sweeperd_recovered_total` sum to the leases, each queue's to 1: counted once, never
+        by the old owner and the new one both, never missed."""
+        with redis_server.client() as client:
+            args = (
+                *("--redis-url", redis_server.url, "--interval", "5", "--heartbeat", "1"),
+                *("--max-stalled", "5", "--prefix-root", ROOT),
+            )
+            env = {"SWEEPERD_QUEUES": ",".join(QUEUES)}
+            daemons = [DaemonProcess(tmp_path, *args, "--instance-id", i, env=env) for i in IDS]
+            try:
+                for daemon in daemons:
+                    daemon.start()
+                settle(daemons, 3)
+                pipe = client.pipeline(transaction=False)
+                for queue in QUEUES:  # due in an hour: never the killed one's to take
+                    later = now_ms() + 3_600_000
+                    lease(pipe, QueueKeys(queue, ROOT), b"j", deadline_ms=later, attempts="1")
+                pipe.execute()
+                assert daemons[2].stop(signal.SIGKILL) == -signal.SIGKILL
+                for queue in QUEUES:  # due now, the killed one gone
+                    pipe.zadd(QueueKeys(queue, ROOT).active, {b"j": now_ms()}, xx=True)
+                pipe.execute()
+                survivors = daemons[:2]
+                wait_until(
+                    lambda: (
+                        sum(d.total("sweeperd_recovered_total") for d in survivors) >= len(QUEUES)
+                    ),
+                    timeout_s=60,
+                    what="every lease recovered by the two",
+                )
+                by_queue = [per_queue(d, "sweeperd_recovered_total") for d in survivors]
+                assert {q: by_queue[0][q] + by_queue[1][q] for q in QUEUES} == dict.fromkeys(
+                    QUEUES, 1.0
+                )
+                killed = owned_by("r3", QUEUES, set(IDS))
+                assert killed and all(client.zcard(QueueKeys(q, ROOT).active) == 0 for q in QUEUES)
+                assert all(
+                    client.hget(QueueKeys(q, ROOT).job(b"j"), "stalled") == b"1" for q in QUEUES
+                )
+            finally:
+                for daemon in daemons:
+                    if not daemon.exited():
+                        daemon.stop()

@@ -108,10 +108,19 @@ class DaemonProcess:
         )
 
     def wait_value(self, name: str, expected: float, **labels: str) -> None:
-        wait_until(
-            lambda: self.value(name, **labels) == expected,
-            what=f"{name}{labels} == {expected} (now {self.value(name, **labels)})",
-        )
+        """Wait until the series reads `expected`; a timeout says the value last read (the
+        value when the wait began says nothing of where it went: 599 of 800 at the start of a
+        wait that failed said neither that it stopped there nor that it overshot)."""
+        seen: list[float | None] = [None]
+
+        def reached() -> bool:
+            seen[0] = self.value(name, **labels)
+            return seen[0] == expected
+
+        try:
+            wait_until(reached, what=f"{name}{labels} == {expected}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc} (last read {seen[0]})") from None
 
     def wait_swept(self, queue: str) -> None:
         """Wait for the queue's first successful sweep (a per-queue series at every level)."""

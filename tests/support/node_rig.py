@@ -10,12 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, QueueMetrics
-from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
+from sweeperd.fleet.member import Member
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import Outcome
-from sweeperd.fleet.tick import Tick
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
 from sweeperd.server.connection import connect
@@ -42,7 +40,7 @@ def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> Queue
 
 
 class Rig:
-    """A node, its metrics, ledger, drainer and ticks on the module server, time passed in (a
+    """A node's member (its ledger, drainer and ticks) on the module server, time passed in (a
     Clock, or time.monotonic where a thread runs); `size` is the node's first call size; with
     `wakes`, its queues' wakes at their deadlines (`deadlines`); with `brief`, idle calls reply
     briefly (as the daemon's do at --queue-metrics basic)."""
@@ -66,33 +64,27 @@ class Rig:
             CallSizer(target_s, size),
             clock=self.clock,
         )
-        self.ledger = Ledger(self.metrics.numbers, NODE)
-        self.told: list[Outcome] = []  # what the drainer reported
-        self.deadlines = Deadlines() if wakes else None
-        self.drainer = Drainer(
+        self.told: list[Outcome] = []  # what the member reported
+        self.member = Member(
             self.node,
-            self.ledger,
+            Ledger(self.metrics.numbers, NODE),
+            prefix_root="emq",
             share=1.0,
             report=self.told.append,
-            deadlines=self.deadlines,
             clock=self.clock,
-        )
-        self.ticks = Tick(
-            self.node,
-            self.ledger,
-            self.drainer,
-            "emq",
-            self.deadlines,
+            at_deadlines=wakes,
             brief=brief,
-            clock=self.clock,
         )
+        self.ledger = self.member.ledger
+        self.drainer = self.member.drainer
+        self.deadlines = self.member.deadlines
         self.node.look(self.clock())
 
     def tick(self, *queues: QueueSettings, look: bool = True) -> Outcome:
         """One tick of `queues`, their series added first as the daemon's queue set adds them."""
         for q in queues:
             self.metrics.numbers.add_queue(q.name)
-        return self.ticks.run(queues, self.clock(), look=look)
+        return self.member.ticks.run(queues, self.clock(), look=look)
 
     def drain(self) -> int:
         """Steps until no queue is backlogged; the number of calls."""

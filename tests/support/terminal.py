@@ -18,7 +18,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 class OnTerminal:
     """One command whose stdin, stdout and stderr are one pseudo-terminal."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, term: str = "dumb") -> None:
+        """`sweeperd ARGS` on a terminal of the kind `term` names (a dumb one draws no bars)."""
         self.master, slave = os.openpty()
         self.received = b""
         self.process = subprocess.Popen(
@@ -26,7 +27,7 @@ class OnTerminal:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            env=environment({"TERM": "dumb", "NO_COLOR": "1"}),
+            env=environment({"TERM": term, "NO_COLOR": "1"}),
             start_new_session=True,
         )
         os.close(slave)

@@ -16,6 +16,7 @@ import redis
 from redis.crc import key_slot
 
 from sweeperd.keyspace import QueueKeys
+from tests.support.helpers import lease
 from tests.support.servers import START_TIMEOUT_S, RedisServer, free_port, server_binary
 
 SETTLE_S = 30.0  # a failover or a rejoin is done within this
@@ -59,14 +60,12 @@ def info(client: redis.Redis, section: str) -> dict[str, str]:
 def write_leases(
     client: redis.Redis, keys: QueueKeys, ids: list[bytes], deadline_ms: int, epoch: bytes | None
 ) -> None:
-    """Leases with rows (attempts 1, granted under `epoch`), replicated before it returns."""
+    """Leases with rows (attempts 1, granted under `epoch`), each row written before its lease
+    (see helpers.lease: a daemon may sweep between the two), replicated before it returns."""
     pipe = client.pipeline(transaction=False)
+    granted = {} if epoch is None else {"lease_epoch": epoch}
     for job in ids:
-        pipe.zadd(keys.active, {job: deadline_ms})
-        row = {"attempts": "1", "state": "active"}
-        if epoch is not None:
-            row["lease_epoch"] = epoch.decode()
-        pipe.hset(keys.job(job), mapping=row)  # type: ignore[arg-type]
+        lease(pipe, keys, job, deadline_ms, attempts="1", state="active", **granted)
     pipe.execute()
     replicated(client)
 

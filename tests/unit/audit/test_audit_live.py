@@ -1,5 +1,6 @@
 """The audit under live traffic: workers claiming and completing jobs in two steps, both ways
-round, are never a finding, while a job stranded among them is."""
+round, and the bench_live worker fleet at 400 claims a second, are never a finding, while a job
+stranded among them is."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from sweeperd.audit.reader import Clocks, NodeAudit, Pace
 from sweeperd.keyspace import QueueKeys
 from tests.support.audit_plant import Job, clean, plant
 from tests.support.helpers import FUTURE_OFFSET_MS, now_ms
-from tests.support.invoke import sweeperd
+from tests.support.invoke import Ran, sweeperd, sweeperd_process
 from tests.support.servers import RedisServer
 from tests.support.topologies import wait_for
+from tests.support.worker_fleet import Counts, Load, queue_names, running
 
 Q = QueueKeys("live")
 IN_FLIGHT = 20  # leases each worker holds at once
@@ -125,3 +127,58 @@ class TestLive:
                 "audit", "--redis-url", redis_server.url, "--grace", str(GRACE_S), "--json"
             )
         assert (ran.code, ran.json()["findings"]) == (0, 0), ran.out
+
+
+FLEET = Load(queues=8, claims_per_s=400, lease_s=(0.3, 8.0), dying=0.05, seconds=120)
+FLEET_QUEUES = queue_names(FLEET.queues)
+# The share of its 400 claims a second the fleet must have driven across the audit: 374-400 were
+# measured on the shared 2-core machine at a load average of 14-20 (a starved fleet falls behind).
+DRIVEN = 0.75
+
+
+def fleet_audit(server: RedisServer, r: redis.Redis) -> tuple[Ran, Counts]:
+    """`sweeperd audit --json` as a process, every queue found, while the fleet claims and
+    completes jobs on the server: what it said, the fleet's counts and the rate it drove."""
+    with running(server.port, FLEET) as fleet:
+        wait_for(lambda: r.dbsize() >= 100, "the fleet to hold leases")
+        ran = sweeperd_process("audit", "--redis-url", server.url, "--json")
+        assert fleet.process.poll() is None, "the fleet ran through the audit"
+        return ran, fleet.stop()
+
+
+class TestFleet:
+    """The bench_live worker fleet (a claim is one script on the server's clock) claiming and
+    completing 400 jobs a second across 8 queues, and dying on 5 % of them."""
+
+    def test_no_finding_under_the_fleet(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """`sweeperd audit` finds nothing, exit 0: every fleet queue read (the dying workers'
+        expired leases among the rows), while the fleet drove at least 300 of the 400 claims a
+        second it asks for, throughout."""
+        ran, counts = fleet_audit(redis_server, r)
+        assert (ran.code, ran.json()["findings"]) == (0, 0), ran.out
+        queues = {q["queue"]: q for q in ran.json()["queues"]}
+        assert sorted(queues) == FLEET_QUEUES
+        assert all(q["findings"] == {} and q["error"] is None for q in queues.values())
+        assert sum(q["rows"] for q in queues.values()) > 0
+        left = [(QueueKeys(q), job) for q, jobs in counts.left.items() for job in jobs]
+        assert left and all(r.zscore(keys.active, job) for keys, job in left)  # expired, unswept
+        assert counts.claims_per_s >= DRIVEN * FLEET.claims_per_s, counts
+
+    def test_a_stranded_job_beside_the_fleet(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """The same fleet with a stranded job planted in one of its queues, and a clean queue
+        beside: exactly that one is found, exit 1."""
+        plant(r, QueueKeys(FLEET_QUEUES[3]), [Job("lost", {"state": "active", "attempts": "1"})])
+        plant(r, QueueKeys("still"), clean())
+        ran, counts = fleet_audit(redis_server, r)
+        assert ran.code == 1, ran.out
+        body = ran.json()
+        assert (body["findings"], body["totals"]["stranded"]) == (1, 1), ran.out
+        found = {q["queue"]: q["findings"] for q in body["queues"]}
+        assert found == {
+            **{name: {} for name in FLEET_QUEUES},
+            FLEET_QUEUES[3]: {"stranded": {"count": 1, "ids": ["lost"]}},
+            "still": {},
+        }
+        assert counts.claims_per_s >= DRIVEN * FLEET.claims_per_s, counts

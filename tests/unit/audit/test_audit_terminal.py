@@ -1,7 +1,9 @@
-"""`audit --repair` on a terminal: the findings first, then the question `once` asks; a no
-writes nothing, a yes repairs through the counted verb."""
+"""`audit` on a terminal: a long audit's progress bar; with --repair the findings first, then
+the question `once` asks; a no writes nothing, a yes repairs through the counted verb."""
 
 from __future__ import annotations
+
+import re
 
 import redis
 
@@ -53,3 +55,22 @@ class TestOnATerminal:
         assert code == 1, term.screen
         assert (members(r, Q.dead), members(r, Q.pending)) == ([b"a"], [b"b"])
         assert "repaired q: 2 stranded put back" in term.screen.replace("\r\n", " ")
+
+
+class TestProgress:
+    def test_a_long_audit_shows_its_progress(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """An audit paced to 1,000 keys a second over 2,000 rows shows on the terminal the keys
+        it has read and the rate as it goes, then its findings."""
+        pipe = r.pipeline(transaction=False)
+        for n in range(2_000):
+            pipe.hset(Q.job(f"s{n:04}"), "state", "active")
+        pipe.execute()
+        args = ("audit", "--redis-url", redis_server.url, "--grace", "0", "--rate", "1000")
+        with OnTerminal(*args, term="xterm") as term:
+            term.wait_for(" keys read ")
+            code = term.finish()
+        assert code == 1, term.screen
+        assert re.search(r"auditing [1-9][\d,]* keys read [1-9][\d,]*/s", term.screen), term.screen
+        assert term.screen.rstrip().endswith("findings: 2,000 (stranded 2,000)"), term.screen

@@ -45,7 +45,7 @@ class TestPrecedence:
         assert (s.connection.socket_timeout, d.jitter, d.discover) == (5.0, 0.1, 0.0)
         assert (s.call_target_ms, s.drain_share) == (2.0, 1.0)
         assert s.queues == (QueueSettings("q", 5.0, 1, DEFAULT_LIMIT),)
-        assert s.daemon.queue_metrics is QueueMetrics.BASIC
+        assert s.daemon.queue_metrics is QueueMetrics.AUTO
         assert s.config_path is None
 
     def test_file_beats_defaults(self, tmp_path: Path) -> None:
@@ -483,7 +483,7 @@ class TestValueErrors:
             ("jitter", 1.5, "must be a fraction between 0 and 1, not 1.5"),
             ("jitter", -0.1, "must be a fraction between 0 and 1, not -0.1"),
             ("executor", "lua", "must be one of auto, native, script, not 'lua'"),
-            ("queue_metrics", "all", "must be one of sparse, basic, full, not 'all'"),
+            ("queue_metrics", "all", "must be one of auto, sparse, basic, full, not 'all'"),
             ("log_format", "xml", "must be one of json, console, auto, not 'xml'"),
             (
                 "log_level",

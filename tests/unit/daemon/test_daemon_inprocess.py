@@ -84,6 +84,24 @@ class TestOverruns:
         assert [e["event"] for e in logs] == ["sweep_overrun", "sweep_overrun"]
 
 
+class TestSharing:
+    def test_the_heartbeat_hands_the_choice_over(
+        self, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """share() sends the heartbeat and asks for a choice; it never makes the choice itself
+        (at 100,000 queues that outlasted the heartbeat's time to live: the replicas flapped)."""
+        asked: list[bool] = []
+        monkeypatch.setattr(daemon.sharing, "refresh", lambda _now: True)
+        monkeypatch.setattr(daemon._chooser, "soon", lambda: asked.append(True))
+
+        def apply() -> None:
+            raise AssertionError("the choice made on the heartbeat's thread")
+
+        monkeypatch.setattr(daemon.queues, "apply", apply)
+        daemon.share()
+        assert asked == [True]
+
+
 class TestStopping:
     def test_no_takeover_is_scheduled_once_stopping(
         self, daemon: Daemon, monkeypatch: pytest.MonkeyPatch
@@ -92,16 +110,16 @@ class TestStopping:
         holds its job store's lock while it waits for the membership's thread, which would wait for
         that lock until the stop timed out (seen once in a takeover scenario under load)."""
         daemon.queues.apply()
-        monkeypatch.setattr(daemon.sharing, "refresh", lambda _now: True)  # the members changed
-        monkeypatch.setattr(daemon.queues, "apply", lambda: ({"fixed"}, set()))
+        gained = [daemon.settings.for_queue("fixed")]
+        monkeypatch.setattr(daemon.queues, "apply", lambda: (gained, set()))
 
         def takeovers() -> int:
             return sum(job.name == TAKEOVER for job in daemon.scheduler.get_jobs())
 
-        daemon.share()
+        daemon.choose()
         assert takeovers() == 1
         daemon.request_stop(signal.SIGTERM, None)
-        daemon.share()
+        daemon.choose()
         assert takeovers() == 1
 
 
@@ -233,7 +251,7 @@ class TestEvidenceAtStart:
         "recovery_delay_seconds_count",
     )
 
-    @pytest.mark.parametrize("level", ["basic", "full"])
+    @pytest.mark.parametrize("level", ["auto", "basic", "full"])  # auto: basic here
     @pytest.mark.parametrize("shard", ["on", "off"])
     def test_a_server_down_at_start(self, clock: Clock, shard: str, level: str) -> None:
         """The server down from the start, sharing on (no heartbeat answered: it owns nothing
@@ -250,6 +268,7 @@ class TestEvidenceAtStart:
             daemon.fleet.refresh()
             daemon.add_jobs()
             daemon.share()
+            daemon.choose()
             sweep_owned(daemon)
         finally:
             stopped(daemon)

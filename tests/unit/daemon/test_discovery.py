@@ -39,7 +39,7 @@ class TestDiscovery:
         """A user without SCAN: the scan finds nothing new, the node stays up, and the warning
         names SCAN and the rule that grants it."""
         lease(r, QueueKeys("before"), b"a", PAST_MS, attempts=1)
-        discovery = Discovery(lambda: [scout], "emq", doubt=lambda: None)
+        discovery = Discovery(lambda: [scout], "emq", refresh_layout=lambda: None)
         r.execute_command("ACL", "SETUSER", USER, "+scan")  # type: ignore[no-untyped-call]
         assert discovery.scan() == {"before"}
         r.execute_command("ACL", "SETUSER", USER, "-scan")  # type: ignore[no-untyped-call]

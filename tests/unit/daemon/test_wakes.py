@@ -1,57 +1,45 @@
-"""The wakes' job on a real APScheduler: paused while no queue waits, armed to the soonest wake
-told, a run sweeping what is due and re-arming the job, lingering for the wakes close behind;
-clocks passed in where nothing waits."""
+"""The wakes' thread: it waits for the soonest wake armed, sweeps what is due then and waits
+again; a sooner wake told ends its wait, a stop ends it for good. Real time where it waits (on
+a condition, never a sleep), a clock passed in where nothing does."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator
 
 import pytest
-from apscheduler.schedulers.background import BackgroundScheduler
 
-from sweeperd.daemon.wakes import JOB, Wakes
+from sweeperd.daemon.wakes import Wakes
 from sweeperd.fleet.deadlines import Deadlines
 from tests.support.clock import Clock
 
-T0 = 1_000.0  # the monotonic clock's reading
-UTC0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)  # the scheduler's clock then
+T0 = 1_000.0  # the fake monotonic clock's reading
 SERVER_MS = 1_700_000_000_000.0  # the server's clock then
+WAIT_S = 10.0  # what a test waits at most for the thread
 
 
 class Rig:
-    """A scheduler (never started: its jobs are read, and run by hand), the wakes on it and
-    the deadlines they wake for; each run's sweep pops the queues due and records them."""
+    """The wakes and the deadlines they wake for; each sweep pops the queues due and records
+    them with when it ran."""
 
-    def __init__(self, clock: Clock | None = None, linger_s: float = 0.0) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.scheduler = BackgroundScheduler(timezone=UTC)
         self.deadlines = Deadlines(grace_s=0.0, floor_s=0.0, window_s=0.0)
-        self.deadlines.measured(SERVER_MS, clock() if clock else time.monotonic())
+        self.deadlines.measured(SERVER_MS, clock())
         self.swept: list[tuple[float, list[str]]] = []
-        self.running = threading.Event()  # a run swept once (and waits on, lingering)
-        self.woken = threading.Event()  # a run swept a queue
-        self.wakes = Wakes(
-            self.scheduler,
-            self.sweep,
-            self.deadlines.next_wake,
-            clock=clock or time.monotonic,
-            utc=lambda: UTC0 + timedelta(seconds=(clock or time.monotonic)() - T0),
-            linger_s=linger_s,
-        )
+        self.woken = threading.Condition()
+        self.wakes = Wakes(self.sweep, self.deadlines.next_wake, clock=clock)
 
     def sweep(self, now: float) -> None:
         due = self.deadlines.due(now)
-        self.swept.append((now, due))
-        self.running.set()
-        if due:
-            self.woken.set()
+        with self.woken:
+            self.swept.append((now, due))
+            self.woken.notify_all()
 
     def arm(self, queue: str, in_s: float) -> float:
         """A queue due `in_s` from now; its wake (monotonic)."""
-        now = self.clock() if self.clock else time.monotonic()
+        now = self.clock()
         host = self.deadlines.host_s(SERVER_MS)
         assert host is not None
         self.deadlines.arm(queue, SERVER_MS + (now - host + in_s) * 1000, now, 3600)
@@ -59,131 +47,100 @@ class Rig:
         assert at is not None
         return at
 
-    def next_run(self) -> datetime | None:
-        job = self.scheduler.get_job(JOB)
-        assert job is not None
-        run: datetime | None = job.next_run_time
-        return run
+    def queues_swept(self, count: int) -> list[list[str]]:
+        """The queues of the first sweeps that took any, once `count` queues were swept."""
+        with self.woken:
+            self.woken.wait_for(lambda: sum(len(q) for _, q in self.swept) >= count, WAIT_S)
+            return [queues for _, queues in self.swept if queues]
 
-    def run(self) -> None:
-        """The job run as the scheduler runs it, on this thread."""
-        job = self.scheduler.get_job(JOB)
-        assert job is not None
-        job.func()
+    def waits_for(self, at: float | None) -> bool:
+        """Whether the thread comes to wait for `at` within WAIT_S (polled every millisecond:
+        the thread says nothing when it starts to wait)."""
+        until = time.monotonic() + WAIT_S
+        while self.wakes.waiting_for != at and time.monotonic() < until:
+            time.sleep(0.001)
+        return self.wakes.waiting_for == at
 
 
 @pytest.fixture
-def rig() -> Rig:
-    made = Rig(Clock(T0))
-    made.wakes.add()
-    return made
+def rig() -> Iterator[Rig]:
+    made = Rig()
+    yield made
+    made.wakes.stop()
+    made.wakes.join(WAIT_S)
 
 
-class TestArming:
-    def test_paused_while_no_queue_waits(self, rig: Rig) -> None:
-        """Added with nothing armed, the job is paused."""
-        assert (rig.next_run(), rig.wakes.at) == (None, None)
+class TestWaking:
+    def test_each_wake_is_swept_at_its_time(self, rig: Rig) -> None:
+        """Two wakes 50 ms apart: each swept in a sweep of its own, none before its time."""
+        first, second = rig.arm("a", 0.05), rig.arm("b", 0.10)
+        rig.wakes.start()
+        assert rig.queues_swept(2) == [["a"], ["b"]]
+        [at_a] = [now for now, q in rig.swept if q == ["a"]]
+        [at_b] = [now for now, q in rig.swept if q == ["b"]]
+        assert (at_a >= first, at_b >= second) == (True, True)
 
-    def test_armed_to_the_soonest_wake_told(self, rig: Rig) -> None:
-        """A wake told runs the job then, on the scheduler's clock; a later one changes
-        nothing, a sooner one moves it."""
-        rig.wakes.soon(T0 + 5)
-        assert rig.next_run() == UTC0 + timedelta(seconds=5)
-        rig.wakes.soon(T0 + 9)
-        assert rig.next_run() == UTC0 + timedelta(seconds=5)
-        rig.wakes.soon(T0 + 2)
-        assert (rig.next_run(), rig.wakes.at) == (UTC0 + timedelta(seconds=2), T0 + 2)
+    def test_a_sooner_wake_ends_the_wait(self, rig: Rig) -> None:
+        """The thread waiting 20 s for its next wake is told of one due now: it sweeps it at
+        once, and waits for the later one again."""
+        late = rig.arm("late", 20)
+        rig.wakes.start()
+        assert rig.waits_for(late)
+        rig.wakes.soon(rig.arm("now", 0))
+        assert rig.queues_swept(1) == [["now"]]
+        assert rig.waits_for(late)
 
-    def test_added_again_it_is_armed_to_the_soonest(self, rig: Rig) -> None:
-        """SIGHUP removes every job: a wake told meanwhile arms nothing; added again, the job
-        runs at the soonest wake armed."""
-        rig.arm("q", 3)
-        rig.scheduler.remove_all_jobs()
-        rig.wakes.soon(T0 + 1)
-        assert rig.wakes.at is None
-        rig.wakes.add()
-        assert rig.next_run() == UTC0 + timedelta(seconds=3)
+    def test_a_later_wake_leaves_the_wait_alone(self, rig: Rig) -> None:
+        """Told of a wake after the one it waits for, the thread waits on for its own."""
+        soon = rig.arm("soon", 20)
+        rig.wakes.start()
+        assert rig.waits_for(soon)
+        rig.wakes.soon(rig.arm("later", 30))
+        assert rig.wakes.waiting_for == soon
 
-    def test_stopped_it_leaves_the_scheduler_alone(self, rig: Rig) -> None:
-        """Once stopped (the scheduler shuts down next, holding its job store while it waits
-        for the jobs' threads), neither a wake told nor a run's end changes the job."""
-        assert rig.clock is not None
-        rig.wakes.soon(T0 + 5)
-        rig.wakes.stop()
-        rig.wakes.soon(T0 + 1)
-        rig.arm("q", 1)
-        rig.clock.now = T0 + 2
-        rig.run()
-        assert (rig.next_run(), rig.swept) == (UTC0 + timedelta(seconds=5), [])
+    def test_with_no_queue_waiting_it_waits_to_be_told(self, rig: Rig) -> None:
+        """No wake armed: the thread waits for none until one is told, then sweeps it."""
+        rig.wakes.start()
+        assert rig.waits_for(None)
+        rig.wakes.soon(rig.arm("a", 0))
+        assert rig.queues_swept(1) == [["a"]]
 
 
-class TestRun:
-    def test_a_run_sweeps_what_is_due_and_re_arms_to_the_next(self, rig: Rig) -> None:
-        """Run at the soonest wake: the queues due then are swept, and the job is armed to the
-        next wake, or paused when none is left."""
-        assert rig.clock is not None
-        rig.arm("a", 1)
-        rig.arm("b", 4)
-        rig.clock.now = T0 + 1
-        rig.run()
-        assert rig.swept == [(T0 + 1, ["a"])]
-        assert rig.next_run() == UTC0 + timedelta(seconds=4)
-        rig.clock.now = T0 + 4
-        rig.run()
-        assert rig.swept[-1] == (T0 + 4, ["b"])
-        assert rig.next_run() is None
-
-    def test_a_run_late_sweeps_everything_due(self, rig: Rig) -> None:
-        """A run long after its time (the process was stopped) sweeps every queue due by now
-        at once."""
-        assert rig.clock is not None
+class TestLate:
+    def test_a_late_thread_sweeps_everything_due_at_once(self) -> None:
+        """Started long after its wakes (the process was stopped): one sweep takes every queue
+        due by now."""
+        clock = Clock(T0)
+        late = Rig(clock)
         for n in range(3):
-            rig.arm(f"q{n}", n + 1)
-        rig.clock.now = T0 + 60
-        rig.run()
-        assert rig.swept == [(T0 + 60, ["q0", "q1", "q2"])]
+            late.arm(f"q{n}", n + 1)
+        clock.now = T0 + 60
+        late.wakes.start()
+        try:
+            assert late.queues_swept(3) == [["q0", "q1", "q2"]]
+            assert late.swept[0][0] == T0 + 60
+        finally:
+            late.wakes.stop()
+            late.wakes.join(WAIT_S)
 
 
-class TestLinger:
-    """The run waits on for the wakes close behind: real time, waited on an event."""
+class TestStop:
+    def test_stop_ends_the_wait(self, rig: Rig) -> None:
+        """Stopped while it waits for a wake 20 s off, the thread ends now, unswept."""
+        rig.arm("late", 20)
+        rig.wakes.start()
+        assert rig.waits_for(rig.deadlines.next_wake())
+        rig.wakes.stop()
+        rig.wakes.join(WAIT_S)
+        assert rig.swept == [] and rig.wakes.waiting_for is None
 
-    @pytest.fixture
-    def lingering(self) -> Iterator[Rig]:
-        made = Rig(linger_s=30.0)
-        made.wakes.add()
-        yield made
-        made.wakes.stop()
-
-    def test_wakes_close_behind_are_swept_in_the_same_run(self, lingering: Rig) -> None:
-        """Two wakes 50 ms apart: one run sweeps both, each no sooner than its time, then the
-        job is paused."""
-        first, second = lingering.arm("a", 0.05), lingering.arm("b", 0.10)
-        lingering.run()
-        assert [queues for _, queues in lingering.swept if queues] == [["a"], ["b"]]
-        [(at_a, _)] = [s for s in lingering.swept if s[1] == ["a"]]
-        [(at_b, _)] = [s for s in lingering.swept if s[1] == ["b"]]
-        assert (at_a >= first, at_b >= second, lingering.next_run()) == (True, True, None)
-
-    def test_a_sooner_wake_ends_the_wait(self, lingering: Rig) -> None:
-        """A run waiting 20 s for its next wake is told of one due now: it sweeps it at once."""
-        lingering.arm("late", 20)
-        running = threading.Thread(target=lingering.run)
-        running.start()
-        assert lingering.running.wait(10)
-        lingering.wakes.soon(lingering.arm("now", 0))
-        found = lingering.woken.wait(10)  # far sooner than the 20 s wait
-        lingering.wakes.stop()
-        running.join(10)
-        assert (found, [q for _, q in lingering.swept if q]) == (True, [["now"]])
-        assert not running.is_alive()
-
-    def test_stop_ends_a_waiting_run(self, lingering: Rig) -> None:
-        """Stopped while it waits for a wake 20 s off, the run ends now and the job is
-        paused."""
-        lingering.arm("late", 20)
-        running = threading.Thread(target=lingering.run)
-        running.start()
-        assert lingering.running.wait(10)  # its first sweep: it waits from then on
-        lingering.wakes.stop()
-        running.join(10)
-        assert not running.is_alive() and lingering.next_run() is None
+    def test_stopped_it_sweeps_no_more(self) -> None:
+        """Stopped before its wake has come, and started after: nothing is swept."""
+        clock = Clock(T0)
+        stopped = Rig(clock)
+        stopped.arm("a", 1)
+        stopped.wakes.stop()
+        clock.now = T0 + 5
+        stopped.wakes.start()
+        stopped.wakes.join(WAIT_S)
+        assert stopped.swept == []

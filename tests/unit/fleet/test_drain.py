@@ -231,7 +231,7 @@ class TestTicksDuringADrain:
             while rig.drainer.is_draining("huge") and len(durations) < 30:
                 r.zadd(QueueKeys("small").active, {"j000000": PAST_MS})
                 started = time.monotonic()
-                rig.ticks.run([queue("small")], time.monotonic())
+                rig.member.ticks.run([queue("small")], time.monotonic())
                 durations.append(time.monotonic() - started)
         finally:
             rig.drainer.stop(5.0)

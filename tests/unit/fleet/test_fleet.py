@@ -169,18 +169,21 @@ class TestWakes:
         )
 
     def test_only_a_queue_still_swept_here_is_woken(self, server_kind: str, tmp_path: Path) -> None:
-        """Two queues armed by a sweep: the one forgotten (another replica's now) has no wake
-        left, the one the replica no longer owns is not swept at its wake, the other is."""
+        """Queues armed by a sweep, then b and c owned no more (another replica's now): b has
+        no wake left; c, armed again by a sweep that ended after (a tick in flight), is not
+        swept at its wake; a is."""
         with RedisServer(tmp_path, kind=server_kind) as server, server.client() as r:
             fleet, metrics = self.fleet(server)
+            fleet.own([queue("a"), queue("b"), queue("c")])
             for name in ("a", "b", "c"):
                 metrics.numbers.add_queue(name)
                 lease(r, QueueKeys(name), b"j", server_ms(r) + 3_000, attempts="1")
-            fleet.sweep([queue("a"), queue("b"), queue("c")])
+            fleet.sweep([queue("a"), queue("b")])
+            fleet.own([queue("a")])
+            fleet.sweep([queue("c")])
             at = fleet.next_wake()
             assert at is not None
-            fleet.forget("b")
-            fleet.wake(at + 5, lambda name: queue(name) if name == "a" else None)
+            fleet.wake(at + 5)
             assert [self.sweeps(metrics, n, server.node) for n in ("a", "b", "c")] == [2, 1, 1]
             fleet.stop(0.1)
 
@@ -191,6 +194,7 @@ class TestWakes:
         nothing (nor fails: the new primary arms its own wakes when it sweeps it)."""
         with RedisServer(tmp_path, kind=server_kind) as server, server.client() as r:
             fleet, metrics = self.fleet(server)
+            fleet.own([queue("a")])
             metrics.numbers.add_queue("a")
             lease(r, QueueKeys("a"), b"j", server_ms(r) + 3_000, attempts="1")
             fleet.sweep([queue("a")])
@@ -201,7 +205,7 @@ class TestWakes:
             fleet.apply(
                 Layout({server.node: ("127.0.0.1", server.port), B: ("10.0.0.2", 6379)}, owners)
             )
-            fleet.wake(at + 5, queue)
+            fleet.wake(at + 5)
             assert self.sweeps(metrics, "a", server.node) == 1
             assert self.sweeps(metrics, "a", B) == 0  # there at 0 from the layout that moved it
             assert (
@@ -210,4 +214,50 @@ class TestWakes:
                 )
                 is None
             )
+            fleet.stop(0.1)
+
+    def test_a_queue_moved_there_and_back_is_swept_on_each_owner(
+        self, server_kind: str, tmp_path: Path
+    ) -> None:
+        """A queue armed on A (its lease due in 3 s), its slot moved to B and its lease with
+        it, due there at once; then back to A, due at once again: each owner's scheduled tick
+        sweeps it, A's wake from before the move sweeps nothing while B serves it, and B's wake
+        (none: B found nothing left) holds nothing back once it is A's again."""
+        with (
+            RedisServer(tmp_path / "a", kind=server_kind) as a,
+            RedisServer(tmp_path / "b", kind=server_kind) as b,
+        ):
+            fleet, metrics = self.fleet(a)
+            keys, slot = QueueKeys("q"), slot_of(QueueKeys("q").active)
+            primaries = {a.node: ("127.0.0.1", a.port), b.node: ("127.0.0.1", b.port)}
+
+            def owned_by(server: RedisServer) -> Layout:
+                owners = tuple(server.node if s == slot else a.node for s in range(16384))
+                return Layout(primaries, owners)
+
+            def moved_to(server: RedisServer, job: bytes) -> None:
+                """The slot and the queue's keys on `server` now, its lease due at once."""
+                for other in (a, b):
+                    with other.client() as r:
+                        r.flushall()
+                with server.client() as r:
+                    lease(r, keys, job, server_ms(r) - 1, attempts="1")
+                fleet.apply(owned_by(server))
+
+            metrics.numbers.add_queue("q")
+            fleet.own([queue("q")])
+            with a.client() as r:
+                lease(r, keys, b"early", server_ms(r) + 3_000, attempts="1")
+            fleet.sweep([queue("q")])
+            armed = fleet.next_wake()
+            assert armed is not None
+            moved_to(b, b"there")
+            fleet.sweep([queue("q")])
+            fleet.wake(armed + 5)
+            assert (self.sweeps(metrics, "q", a.node), self.sweeps(metrics, "q", b.node)) == (1, 1)
+            moved_to(a, b"back")
+            fleet.sweep([queue("q")])
+            assert (self.sweeps(metrics, "q", a.node), self.sweeps(metrics, "q", b.node)) == (2, 1)
+            with a.client() as r:
+                assert r.zcard(keys.active) == 0
             fleet.stop(0.1)

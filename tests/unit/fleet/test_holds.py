@@ -41,10 +41,10 @@ class TestHoldsInTheLedger:
             ledger.fail("q", timeout)
             ledger.fail_tick(["q"], timeout, duration_s=0.1)
             ledger.record("q", result(timeout), 1.0)
-            ledger.record_round(["q"], [result(timeout)], 1.0, duration_s=0.1)
+            ledger.record_round([("q", result(timeout))], 1.0, duration_s=0.1)
             assert held(ledger.holds) == (1, 5)
             clock.now += 2
-            ledger.record_round(["q"], [result(SweepReply((), (), (), 0))], 2.0, duration_s=0.1)
+            ledger.record_round([("q", result(SweepReply((), (), (), 0)))], 2.0, duration_s=0.1)
         assert held(ledger.holds) == (0, 0)
         events = [e for e in logs if e["event"] in ("sweep_held", "sweep_resumed")]
         assert [(e["event"], e.get("held_s")) for e in events] == [

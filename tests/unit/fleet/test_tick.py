@@ -183,7 +183,7 @@ class TestTickWakes:
         outcome = rig.tick(*idle)
         assert (calls(r, "info"), calls(r, "evalsha")) == (2, 3)
         r.config_resetstat()
-        rig.ticks.run(idle, rig.clock(), look=False, woken=True)
+        rig.member.ticks.run(idle, rig.clock(), look=False, woken=True)
         assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
         assert not outcome.restarted and rig.node.restarts == 0
 
@@ -215,7 +215,7 @@ class TestTickWakes:
         assert wake is not None
         assert deadlines.due(wake) == ["a"]
         r.config_resetstat()
-        rig.ticks.run([queue("a")], rig.clock(), look=False, woken=True)
+        rig.member.ticks.run([queue("a")], rig.clock(), look=False, woken=True)
         assert calls(r, "evalsha") == 1
 
     def test_a_wake_round_sees_a_restart_in_its_replies(
@@ -241,13 +241,15 @@ class TestTickWakes:
             rig = Rig(server.url, wakes=True, brief=True)
             server.restart()
             rig.node.client.connection_pool.disconnect()
-            outcome = rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
+            outcome = rig.member.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
             assert outcome.restarted and rig.node.restarts == 1
             server.restart()
             rig.node.client.connection_pool.disconnect()
             c = rig.node.client
             c.set(A.active, "not a zset")
-            outcome = rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
+            outcome = rig.member.ticks.run([queue("a"), queue("b")], rig.clock(), look=False)
             assert outcome.restarted and rig.node.restarts == 2
-            assert not rig.ticks.run([queue("a"), queue("b")], rig.clock(), look=False).restarted
+            assert not rig.member.ticks.run(
+                [queue("a"), queue("b")], rig.clock(), look=False
+            ).restarted
             c.connection_pool.disconnect()

@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from sweeperd.config.settings import QueueSettings
-from sweeperd.constants import QueueMetrics
+from sweeperd.constants import SPARSE_ABOVE, QueueMetrics
 from sweeperd.daemon.schedule import SWEEPS, Schedule
 from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
@@ -134,7 +134,8 @@ class TestConstruction:
         assert set(REGISTRY._names_to_collectors) == before
 
     def test_basic_is_the_default(self) -> None:
-        """Without a level the per-queue series are the basic ones."""
+        """Without a level the per-queue series are the basic ones (the daemon passes its
+        --queue-metrics, auto by default)."""
         assert Metrics(version="1.0").numbers.level is QueueMetrics.BASIC
 
     def test_build_info(self, m: Metrics) -> None:
@@ -238,7 +239,9 @@ class TestRecord:
     def test_record_round(self, full: Metrics) -> None:
         """A tick's calls are each counted, and the round trip is each queue's duration."""
         calls = [result(reply(recovered=1)), result(Reason.LANE)]
-        full.numbers.record_round(NODE, ["a", "b"], calls, 1.0, duration_s=0.002)
+        full.numbers.record_round(
+            NODE, list(zip(["a", "b"], calls, strict=True)), 1.0, duration_s=0.002
+        )
         assert value(full, "sweeperd_recovered_total", queue="a") == 1
         assert value(full, "sweeperd_sweep_failures_total", queue="b", reason="lane") == 1
         for queue in ("a", "b"):
@@ -250,7 +253,7 @@ class TestRecord:
     def test_record_ticks_basic(self, m: Metrics) -> None:
         """At the basic level a tick of n queues is n observations of the node's histogram."""
         m.numbers.record_ticks(NODE, ["a", "b"], duration_s=0.002)
-        m.numbers.record_round(NODE, ["a"], [result(reply())], 1.0, duration_s=0.001)
+        m.numbers.record_round(NODE, [("a", result(reply()))], 1.0, duration_s=0.001)
         assert value(m, "sweeperd_sweep_duration_seconds_count", node=NODE) == 3
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.001") == 1
         assert value(m, "sweeperd_sweep_duration_seconds_bucket", node=NODE, le="0.005") == 3
@@ -267,7 +270,9 @@ class TestRecord:
             result(reply(), depths()),
             result(Reason.LANE, depths()),
         ]
-        m.numbers.record_round(NODE, ["b", "c", "d"], calls, 1.0, duration_s=0.001)
+        m.numbers.record_round(
+            NODE, list(zip(["b", "c", "d"], calls, strict=True)), 1.0, duration_s=0.001
+        )
         delay = "sweeperd_recovery_delay_seconds"
         assert value(m, f"{delay}_count", node=NODE) == 2
         assert value(m, f"{delay}_bucket", node=NODE, le="0.005") == 1
@@ -454,7 +459,7 @@ class TestQueueLifecycle:
         m.numbers.keep_queues(set())
         late = result(reply(recovered=1, ghosts=1), depths(active=9, expired=9))
         m.numbers.record(NODE, "gone", late, 2.0)
-        m.numbers.record_round(NODE, ["gone"], [late], 2.0, duration_s=0.001)
+        m.numbers.record_round(NODE, [("gone", late)], 2.0, duration_s=0.001)
         m.numbers.record_failure(NODE, "gone", Reason.LANE)
         m.numbers.record_ticks(NODE, ["gone"], duration_s=0.001)
         assert 'queue="gone"' not in generate_latest(m.registry).decode()
@@ -519,7 +524,9 @@ class TestQueueLifecycle:
         )
         full.numbers.route_by(lambda _queue: OTHER)
         calls = [result(reply(ghosts=1)), result(Reason.LANE)]
-        full.numbers.record_round(OTHER, ["q", "q"], calls, 2.0, duration_s=0.002)
+        full.numbers.record_round(
+            OTHER, list(zip(["q", "q"], calls, strict=True)), 2.0, duration_s=0.002
+        )
         text = full.exposition(None)[0].decode()
         expected = [
             'sweeperd_sweeps_total{queue="q",node="h:6379"} 1',
@@ -714,3 +721,60 @@ class TestSparse:
         self.now += 1
         assert value(sparse, "sweeperd_last_success_timestamp_seconds", queue="mine") == 1_000.0
         assert value(sparse, "sweeperd_last_success_timestamp_seconds", queue="theirs") is None
+
+
+class TestAuto:
+    """auto (the default): basic up to SPARSE_ABOVE queues known, sparse above, every rate
+    right across the change."""
+
+    @pytest.fixture
+    def auto(self) -> Metrics:
+        m = Metrics(CollectorRegistry(), version="9.9.9", level=QueueMetrics.AUTO)
+        self.now = 1_000.0
+        m.numbers.clock = lambda: self.now
+        return m
+
+    def counted(self, m: Metrics) -> int:
+        """How many queues' recovered counters a whole scrape writes."""
+        body, _ = m.exposition(None)
+        return body.count(b"\nsweeperd_recovered_total{")
+
+    def test_basic_up_to_ten_thousand_queues_sparse_above(self, auto: Metrics) -> None:
+        """10,000 idle queues: each one's counters at 0; one more: none of them."""
+        assert SPARSE_ABOVE == 10_000
+        for n in range(SPARSE_ABOVE):
+            auto.numbers.add_queue(f"q{n}")
+        assert self.counted(auto) == SPARSE_ABOVE
+        auto.numbers.add_queue("one-more")
+        assert self.counted(auto) == 0
+        auto.numbers.keep_queues({f"q{n}" for n in range(SPARSE_ABOVE)})
+        assert self.counted(auto) == SPARSE_ABOVE
+
+    def test_going_sparse_keeps_the_counts_shown(self, auto: Metrics) -> None:
+        """A queue with something to say keeps its series and count when auto goes sparse (a
+        0 there would count its 2 again); an idle queue's series go."""
+        auto.numbers.sparse_above = 2
+        for queue in ("busy", "idle"):
+            auto.numbers.add_queue(queue)
+        auto.numbers.record(NODE, "busy", result(reply(recovered=2), depths()), self.now)
+        assert value(auto, "sweeperd_recovered_total", queue="busy") == 2
+        assert value(auto, "sweeperd_recovered_total", queue="idle") == 0
+        auto.numbers.add_queue("third")
+        assert value(auto, "sweeperd_recovered_total", queue="busy") == 2
+        assert value(auto, "sweeperd_recovered_total", queue="idle") is None
+        auto.numbers.record(NODE, "busy", result(reply(recovered=1), depths()), self.now)
+        assert value(auto, "sweeperd_recovered_total", queue="busy") == 3
+
+    def test_going_basic_shows_a_hidden_queue_from_zero(self, auto: Metrics) -> None:
+        """A queue hidden at sparse (its counts never scraped) appears at 0 when auto goes
+        basic, then counts from there."""
+        auto.numbers.sparse_above = 2
+        for queue in ("a", "b", "c"):
+            auto.numbers.add_queue(queue)
+        assert value(auto, "sweeperd_recovered_total", queue="a") is None
+        auto.numbers.record(NODE, "a", result(reply(recovered=2), depths()), self.now)
+        self.now += 1_800  # quiet again before any scrape saw it
+        auto.numbers.keep_queues({"a", "b"})
+        assert value(auto, "sweeperd_recovered_total", queue="a") == 0
+        auto.numbers.record(NODE, "a", result(reply(recovered=1), depths()), self.now)
+        assert value(auto, "sweeperd_recovered_total", queue="a") == 1

@@ -11,11 +11,10 @@ from structlog.testing import capture_logs
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.constants import ExecutorChoice, QueueMetrics
-from sweeperd.fleet.drain import Drainer
 from sweeperd.fleet.ledger import Ledger
+from sweeperd.fleet.member import Member
 from sweeperd.fleet.node import Node, NotPrimary
 from sweeperd.fleet.outcome import Outcome
-from sweeperd.fleet.tick import Tick
 from sweeperd.metrics.numbers import SweepNumbers
 from sweeperd.server.connection import connect
 from sweeperd.server.topology import Layout, predecessor
@@ -154,10 +153,10 @@ class TestRoleChange:
             node = self.node(replica)
             numbers = SweepNumbers(QueueMetrics.BASIC)
             ledger = Ledger(numbers, node.name)
-            drainer = Drainer(node, ledger, share=1.0)
+            member = Member(node, ledger, prefix_root="emq", share=1.0)
             batch = [QueueSettings("a", 5.0, 1, 100), QueueSettings("b", 5.0, 1, 100)]
             with capture_logs() as logs:
-                outcome = Tick(node, ledger, drainer, "emq").run(batch, 1.0)
+                outcome = member.ticks.run(batch, 1.0)
                 assert outcome == Outcome(moved=("a", "b"))
         # Its ticks are held (moved), not lost from the counts, and say so once a queue.
         assert ledger.holds.calls == {(node.name, "moved"): 2}

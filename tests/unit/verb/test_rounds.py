@@ -9,7 +9,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import connect
 from sweeperd.server.packed import resp
-from sweeperd.verb.executors import NATIVE
+from sweeperd.verb.executors import NATIVE, SCRIPT
 from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply, keeps_draining
 from sweeperd.verb.rounds import Packed, sweep_round
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
@@ -166,26 +166,43 @@ class TestPackedRound:
         assert packed_command == b"*4\r\n$7\r\nEVALSHA\r\n$2\r\nab\r\n$1\r\n4\r\n$2\r\nk\xff\r\n"
 
     def test_a_changed_call_is_packed_anew(self, r: redis.Redis) -> None:
-        """A queue's command is packed once while its call stays the same; a new limit is
-        packed again, and each round takes what its calls say."""
+        """Calls that differ in their queue's name alone share a shape; a new limit is a new
+        shape, and each round takes what its calls say."""
         due(r, A, 5)
         due(r, B, 5)
         packed = Packed()
         first = [Call(A, 2, 1), Call(B, 2, 1)]
-        assert packed(NATIVE, first[0]) is packed(NATIVE, Call(A, 2, 1))
+        assert [packed(NATIVE, call) for call in first] == [resp(c.args(NATIVE)) for c in first]
+        assert len(packed) == 1
         assert [len(x.reply.recovered) for x in sweep_round(r, NATIVE, first, packed)] == [1, 1]  # type: ignore[union-attr]
         again = [Call(A, 2, 3), Call(B, 2, 3)]
         assert packed(NATIVE, again[0]) != packed(NATIVE, first[0])
         results = sweep_round(r, NATIVE, again, packed)
         assert [len(x.reply.recovered) for x in results] == [3, 3]  # type: ignore[union-attr]
         assert [x.expired_left for x in results] == [1, 1]
+        assert len(packed) == 2
 
-    def test_each_size_of_a_call_is_packed_once(self) -> None:
+    def test_each_size_of_a_call_is_one_shape(self) -> None:
         """A queue woken at its deadline goes in rounds of several sizes, and in its tick's
-        round between them: each of its calls is packed once, not once per change of size."""
+        round between them: each size is one shape, whatever the queues."""
         packed = Packed()
-        sizes = [packed(NATIVE, Call(A, 2, limit)) for limit in (1000, 333, 1000, 333)]
-        assert sizes[2] is sizes[0] and sizes[3] is sizes[1] and sizes[0] != sizes[1]
+        for limit in (1000, 333, 1000, 333):
+            for n in range(100):
+                call = Call(QueueKeys(f"q{n:03}"), 2, limit)
+                assert packed(NATIVE, call) == resp(call.args(NATIVE))
+        assert len(packed) == 2
+
+    @pytest.mark.parametrize(
+        ("queue", "root"),
+        [("é-ü", "emq"), ("q", "r\x00\x00t"), ("q\x00", "emq"), ("x", "r\x00")],
+    )
+    def test_any_name_and_root_pack_as_resp(self, queue: str, root: str) -> None:
+        """Names of any bytes and length, and a root holding the shapes' placeholder (packed
+        whole, each time), pack as the call's RESP, on either executor, brief or not."""
+        for executor in (NATIVE, SCRIPT):
+            for brief in (False, True):
+                call = Call(QueueKeys(queue, root), 1, 7, 99, 10, brief=brief)
+                assert Packed()(executor, call) == resp(call.args(executor))
 
     def test_a_lost_sweep_script_in_a_round(self, r: redis.Redis) -> None:
         """A round whose script the server lost is loaded and sent again: each verb runs once."""
