@@ -17,6 +17,7 @@ from sweeperd.audit.reader import Clocks, NodeAudit, Pace, QueueAudit
 from sweeperd.fleet.node import Node
 from sweeperd.metrics.families import FAMILIES
 from sweeperd.reasons import SweepError
+from sweeperd.server.calls import close_detached, detached
 
 log = structlog.get_logger("sweeperd.daemon")
 
@@ -64,10 +65,15 @@ class BackgroundAudit(Collector):
                 interrupted=self.stopping.is_set,
                 progress=self.progress_logger(node.name, len(queues)),
             )
+            # Untracked: a row the audit read would cost the listener a message at its next
+            # write, and the server an entry in its tracking table.
+            client = detached(node.client)
             try:
-                audits += NodeAudit(node.client, self.root, self.pace, clocks).audit(queues)
+                audits += NodeAudit(client, self.root, self.pace, clocks).audit(queues)
             except (redis.RedisError, SweepError) as exc:
                 log.warning("audit_failed", node=node.name, error=" ".join(str(exc).split()))
+            finally:
+                close_detached(client)
         if self.stopping.is_set():
             return
         self.found = {(a.queue, str(cls)): len(ids) for a in audits for cls, ids in a.found.items()}

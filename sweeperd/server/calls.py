@@ -48,6 +48,21 @@ def disconnect(connection: AbstractConnection) -> None:
     typed(connection.disconnect)()
 
 
+def detached(client: redis.Redis) -> redis.Redis:
+    """Return a client of the same server, with the same options, whose connections skip the
+    connect hook (the listener's tracking: see fleet/listener.py) and open on first use; close
+    it with `close_detached`. For a reader of many keys nothing needs to hear of (the audit)."""
+    pool = client.connection_pool
+    options = {**pool.connection_kwargs, "redis_connect_func": None}
+    made = typed(redis.ConnectionPool)(connection_class=pool.connection_class, **options)
+    return redis.Redis(connection_pool=made)
+
+
+def close_detached(client: redis.Redis) -> None:
+    """Close a detached client's connections."""
+    typed(client.connection_pool.disconnect)()
+
+
 def sentinel(addresses: Iterable[tuple[str, int]], sentinel_kwargs: dict[str, Any]) -> Sentinel:
     """Make the library's Sentinel client of these Sentinels, connecting to none yet."""
     return cast(Sentinel, typed(Sentinel)(list(addresses), sentinel_kwargs=sentinel_kwargs))

@@ -44,6 +44,22 @@ class TestBackgroundAudit:
         assert found["queue"] == "q"
         assert found["counts"] == {c: len(ids) for c, ids in expected.items()}
 
+    def test_the_rows_it_reads_are_not_tracked(
+        self, r: redis.Redis, redis_server: RedisServer, tmp_path: Path
+    ) -> None:
+        """The audit reads every row on connections of its own, outside the source of
+        deadlines' tracking: the server tracks the sweeps' keys (a handful), not 300 rows."""
+        plant(r, Q, [Job(f"j{n}", {"state": "pending"}, {"pending": n}) for n in range(300)])
+        args = ("--queue", "q", "--audit-every", "1", "--interval", "3600")
+        with DaemonProcess(tmp_path, "--redis-url", redis_server.url, *args) as daemon:
+            wait_until(
+                lambda: daemon.value("sweeperd_audit_last_completed_timestamp_seconds") is not None,
+                what="an audit completed",
+            )
+            daemon.wait_value("sweeperd_deadline_source", 1, node=redis_server.node)
+            tracked = int(r.info("stats")["tracking_total_keys"])
+        assert 1 <= tracked < 20
+
     def test_off_by_default(
         self, r: redis.Redis, redis_server: RedisServer, tmp_path: Path
     ) -> None:
