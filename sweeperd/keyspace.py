@@ -32,6 +32,17 @@ def is_queue_name(name: object) -> bool:
     return isinstance(name, str) and bool(name) and NOT_IN_A_TAG.search(name) is None
 
 
+def prefix_of(queue: str, root: str) -> str:
+    """Return the prefix of queue `queue`'s keys under `root`: `<root>:{<queue>}:`."""
+    return f"{root}:{{{queue}}}:"
+
+
+def active_key(queue: str, root: str) -> bytes:
+    """Return queue `queue`'s active set's key as the wire carries it, without building its
+    QueueKeys (the listener looks one up per queue swept, every tick)."""
+    return (prefix_of(queue, root) + ACTIVE).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Key names of queue `queue` under `root`: the prefix is `<root>:{<queue>}:`."""
@@ -41,7 +52,7 @@ class QueueKeys:
 
     @property
     def prefix(self) -> str:
-        return f"{self.root}:{{{self.queue}}}:"
+        return prefix_of(self.queue, self.root)
 
     @property
     def active(self) -> str:

@@ -23,7 +23,7 @@ import structlog
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.deadlines import Deadlines
-from sweeperd.keyspace import QueueKeys
+from sweeperd.keyspace import active_key
 from sweeperd.reasons import ReplyLost
 from sweeperd.server.packed import resp
 
@@ -152,7 +152,7 @@ class Listener:
         now = self._clock()
         with self._lock:
             for q in queues:
-                key = QueueKeys(q.name, self._root).active.encode()
+                key = active_key(q.name, self._root)
                 found = self._watched.get(key)
                 if found is None:
                     self._watched[key] = found = Watched(q)
@@ -161,7 +161,7 @@ class Listener:
 
     def forget(self, queue: str) -> None:
         """The queue is no longer swept here: no read, no wake from here."""
-        key = QueueKeys(queue, self._root).active.encode()
+        key = active_key(queue, self._root)
         with self._lock:
             self._watched.pop(key, None)
             self._changed.discard(key)

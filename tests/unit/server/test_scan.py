@@ -5,7 +5,7 @@ from __future__ import annotations
 import redis
 
 from sweeperd.daemon.membership import MembershipStore
-from sweeperd.keyspace import QueueKeys, members_key, queue_of_key
+from sweeperd.keyspace import QueueKeys, active_key, members_key, queue_of_key
 from sweeperd.server.scan import find_queues
 from sweeperd.top.layout import QUEUE_SETS
 
@@ -52,6 +52,13 @@ class TestQueueOfKey:
         for root in ("emq", "jobs", "e*q"):
             assert queue_of_key(members_key(root).encode(), root) is None
         assert queue_of_key(QueueKeys("members").active.encode(), "emq") == "members"
+
+    def test_the_listeners_active_key_is_the_queues(self) -> None:
+        """active_key (the listener's, per queue swept) is QueueKeys' active key, byte for
+        byte, and parses back to its queue."""
+        for root, queue in (("emq", "a"), ("jobs", "b:c"), ("emq", "ü")):
+            assert active_key(queue, root) == QueueKeys(queue, root).active.encode()
+            assert queue_of_key(active_key(queue, root), root) == queue
 
     def test_a_key_of_another_set_or_a_bad_name_is_no_queue(self) -> None:
         """Only the named sets count; a name with whitespace, or bytes that are not UTF-8, is
