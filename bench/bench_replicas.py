@@ -136,6 +136,9 @@ def run(workdir: Path, server: RedisServer, queues: int, interval: int, heartbea
         survivors = daemons[:2]
         wait_until(lambda: settled(survivors, queues), TAKEOVER_TIMEOUT_S, "two owning all")
         owned_s = time.time() - killed_at
+        mine = sorted(theirs)
+        wait_until(lambda: left_active(server, mine) == 0, TAKEOVER_TIMEOUT_S, "its leases")
+        taken_s = time.time() - killed_at
         wait_until(lambda: left_active(server, leased) == 0, TAKEOVER_TIMEOUT_S, "every lease")
         back_s = time.time() - killed_at
         # The killed one died before the leases fell due: the two others count each one.
@@ -151,7 +154,8 @@ def run(workdir: Path, server: RedisServer, queues: int, interval: int, heartbea
             f"{server.kind} kill -9 of {KILLED} ({len(theirs):,} of the {len(leased):,} leases "
             f"in its queues, due {DUE_IN_MS / 1000:g} s after the kill): the others own every "
             f"queue {owned_s:.1f} s after the kill (the bound: 2 x heartbeat = "
-            f"{2 * heartbeat:g} s), every lease back {back_s:.1f} s after it; the two's "
+            f"{2 * heartbeat:g} s), its queues' leases back {taken_s:.1f} s and every lease "
+            f"(the two's own queues' too) {back_s:.1f} s after it; the two's "
             f"sweeperd_recovered_total count each lease once: {once} (summed "
             f"{sum(by_queue.values()):,.0f}, {counted_s:.0f} s after the kill: a queue's counters "
             f"show 0 for their first minute at sparse); every row recovered once: "

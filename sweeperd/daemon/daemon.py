@@ -192,8 +192,8 @@ class Daemon:
         had = bool(self.queues.sweeping())
         gained, lost = self.queues.apply()
         self.sharing.moved(len(gained), len(lost), len(self.queues.sweeping()))
-        # Not once stopping: the scheduler's shutdown holds its job store's lock while it waits
-        # for this thread, and the takeover's jobs would wait for that lock (see answer()).
+        # Not once stopping: the takeover's jobs would wait for the job store's lock, which the
+        # scheduler's shutdown holds while it waits for the sweeps (see answer()).
         if had and gained and not self._stop_requested.is_set():
             self.schedule.sweep_once(gained)
 
