@@ -20,7 +20,7 @@ from sweeperd.verb.executors import NATIVE
 from sweeperd.verb.replies import Call, SweepReply
 from sweeperd.verb.rounds import sweep_round
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, lease, now_ms
+from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, lease, now_ms, tracked_keys
 from tests.support.invoke import sweeperd
 from tests.support.servers import RedisServer
 from tests.support.topologies import Cluster, write_leases
@@ -369,7 +369,7 @@ def heard(d: DaemonProcess, server: RedisServer) -> None:
     and the server tracks a key for it."""
     d.wait_value("sweeperd_deadline_source", 1, node=server.node)
     with server.client() as c:
-        wait_until(lambda: int(c.info("stats")["tracking_total_keys"]) >= 1, what="tracked")
+        wait_until(lambda: tracked_keys(c) >= 1, what="tracked")
 
 
 def take_now(owner: RedisServer, queue: str, job: bytes, in_ms: int) -> int:

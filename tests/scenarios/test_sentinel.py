@@ -14,7 +14,14 @@ import pytest
 from sweeperd.keyspace import QueueKeys
 from tests.support.audit_plant import clean, plant, planted
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, lease, now_ms, server_ms
+from tests.support.helpers import (
+    FUTURE_OFFSET_MS,
+    PAST_MS,
+    lease,
+    now_ms,
+    server_ms,
+    tracked_keys,
+)
 from tests.support.invoke import Ran, sweeperd
 from tests.support.servers import RedisServer
 from tests.support.topologies import (
@@ -186,7 +193,7 @@ class TestHeard:
             d.wait_value("sweeperd_deadline_source", 1, node=new.node)
             with new.client() as c:
                 wait_until(
-                    lambda: int(c.info("stats").get("tracking_total_keys", 0)) >= 1,
+                    lambda: tracked_keys(c) >= 1,
                     what="the queue's active set tracked on the new primary",
                 )
                 deadline = server_ms(c) + 500

@@ -31,6 +31,11 @@ def server_ms(r: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
+def tracked_keys(r: redis.Redis) -> int:
+    """The keys the server tracks for some client now (INFO stats)."""
+    return int(r.info("stats").get("tracking_total_keys", 0))
+
+
 def run_id(r: redis.Redis) -> bytes:
     """The server's run_id, the lease epoch."""
     info = r.execute_command("INFO", "server")  # type: ignore[no-untyped-call]

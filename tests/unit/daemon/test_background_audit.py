@@ -10,6 +10,7 @@ import redis
 from sweeperd.keyspace import QueueKeys
 from tests.support.audit_plant import Job, clean, plant, planted
 from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.helpers import tracked_keys
 from tests.support.invoke import sweeperd
 from tests.support.servers import RedisServer
 
@@ -57,7 +58,7 @@ class TestBackgroundAudit:
                 what="an audit completed",
             )
             daemon.wait_value("sweeperd_deadline_source", 1, node=redis_server.node)
-            tracked = int(r.info("stats")["tracking_total_keys"])
+            tracked = tracked_keys(r)
         assert 1 <= tracked < 20
 
     def test_off_by_default(

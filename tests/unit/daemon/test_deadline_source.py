@@ -17,7 +17,7 @@ import redis
 from sweeperd.fleet.listener import OBSERVED
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.helpers import dump_all, lease, server_ms
+from tests.support.helpers import dump_all, lease, server_ms, tracked_keys
 from tests.support.servers import RedisServer
 from tests.support.targets import Target
 
@@ -36,11 +36,6 @@ def daemon(workdir: Path, url: str, executor: str, *args: str) -> DaemonProcess:
         *("--max-stalled", "5"),  # back to pending: nothing dies
         *args,
     )
-
-
-def tracked_keys(c: redis.Redis) -> int:
-    """The keys the server tracks for some client now (INFO stats)."""
-    return int(c.info("stats").get("tracking_total_keys", 0))
 
 
 def hearing(d: DaemonProcess, c: redis.Redis, node: str) -> None:
