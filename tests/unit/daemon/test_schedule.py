@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from sweeperd.config.settings import QueueSettings
 from sweeperd.daemon.schedule import (
     SWEEPS,
+    TAKEOVER,
     Batch,
     OnGrid,
     RunOnce,
@@ -247,6 +248,25 @@ class TestSchedule:
         finally:
             scheduler.shutdown(wait=True)
         assert sorted(swept) == [["a"], ["b"]]
+
+    def test_a_takeover_batch_runs_however_late_the_pool_takes_it(self) -> None:
+        """A takeover batch the pool starts long after it was added (queued behind the other
+        batches of a takeover of 33,000 queues) still sweeps: APScheduler's default grace of a
+        second would drop it, and its queues would wait an interval for their grid turn."""
+        swept: list[Batch] = []
+        schedule, scheduler, _, _ = make(swept.append)
+        scheduler.start(paused=True)  # the job gets its defaults; the test hands it to the pool
+        executor = RunOnce(1)
+        executor.start(scheduler, SWEEPS)
+        try:
+            schedule.sweep_once([queue("gained", 60.0)])
+            [job] = scheduler.get_jobs()
+            assert (job.name, job.executor) == (TAKEOVER, SWEEPS)
+            executor.submit_job(job, [datetime.now(UTC) - timedelta(seconds=30)])
+        finally:
+            executor.shutdown(wait=True)  # the run handed to it is done
+            scheduler.shutdown(wait=False)
+        assert swept == [[queue("gained", 60.0)]]
 
 
 class TestMissedRuns:
