@@ -26,13 +26,19 @@ IDS = frozenset({"r1", "r2"})
 TTL_S = 3.0
 DEAD_TTL_S = 0.3  # the dead replica's last heartbeat: its entry expires this soon after
 DUE_AFTER_MS = 100  # its queues' leases fall due this long after its last heartbeat
+LATER_MS = 4_000  # or this long: after the takeover's sweep, on a loaded machine too
 # A takeover of 33,000 queues is 167 batches on the pool's 4 threads: the last ones start
 # tens of seconds after they were added.
 WAITED = timedelta(seconds=30)
 
 
 @pytest.fixture
-def daemon(r: redis.Redis, redis_server: RedisServer) -> Iterator[Daemon]:
+def clock() -> Clock:
+    return Clock(100.0)
+
+
+@pytest.fixture
+def daemon(r: redis.Redis, redis_server: RedisServer, clock: Clock) -> Iterator[Daemon]:
     """r1 on its own thread-less schedule (the scheduler paused: the test hands the batches
     to the pool), its primary known, the heartbeat's time to live TTL_S."""
     settings = build_settings(
@@ -48,7 +54,7 @@ def daemon(r: redis.Redis, redis_server: RedisServer) -> Iterator[Daemon]:
         None,
         logs_to_tty=False,
     )
-    made = in_process(settings, lambda: settings, Clock(100.0))
+    made = in_process(settings, lambda: settings, clock)
     made.fleet.refresh()
     made.scheduler.start(paused=True)
     yield made
@@ -70,33 +76,65 @@ def sweep_late(daemon: Daemon) -> int:
     return len(jobs)
 
 
-def test_a_dead_replicas_leases_come_back_from_a_late_takeover(
-    daemon: Daemon, r: redis.Redis
-) -> None:
-    """r2 dies with a lease in each of its queues falling due just after: r1's takeover,
-    its batches started late, brings every one back once (the row pending, stalled 1, each
-    queue's sweeperd_recovered_total at 1), not an interval later at their grid turn."""
-    dead = MembershipStore(r, "emq", "r2", TTL_S)
-    dead.beat()
+def kill_r2(daemon: Daemon, r: redis.Redis, due_in_ms: int) -> tuple[list[str], int]:
+    """r1 and r2 share QUEUES; r2 dies (kill -9: its last heartbeat left to expire) with a
+    lease in each of its queues due `due_in_ms` after that beat; r1 sees it gone and chooses,
+    its takeover batches added. Return r2's queues and when their leases fall due (server ms)."""
+    MembershipStore(r, "emq", "r2", TTL_S).beat()
     assert daemon.sharing.refresh(daemon.clock())
     daemon.choose()
     assert daemon.queues.sweeping() == set(owned_by("r1", QUEUES, IDS))
     theirs = owned_by("r2", QUEUES, IDS)
-    MembershipStore(r, "emq", "r2", DEAD_TTL_S).beat()  # its last beat, then kill -9
-    due_ms = server_ms(r) + DUE_AFTER_MS
+    MembershipStore(r, "emq", "r2", DEAD_TTL_S).beat()
+    due_ms = server_ms(r) + due_in_ms
     pipe = r.pipeline(transaction=False)
     for queue in theirs:
         lease(pipe, QueueKeys(queue), b"j", deadline_ms=due_ms, attempts="1", state="active")
     pipe.execute()
     wait_until(lambda: daemon.sharing.refresh(daemon.clock()), what="r2's entry expired")
+    return theirs, due_ms
+
+
+def back_once(daemon: Daemon, r: redis.Redis, queues: list[str]) -> None:
+    """Every lease of `queues` is back once: no lease left, the row pending with stalled 1,
+    the queue's sweeperd_recovered_total at 1."""
+    rows = [hash_of(r, QueueKeys(queue).job(b"j")) for queue in queues]
+    assert [r.zcard(QueueKeys(queue).active) for queue in queues] == [0] * len(queues)
+    assert all(row[b"state"] == b"pending" and row[b"stalled"] == b"1" for row in rows)
+    recovered = daemon.metrics.registry.get_sample_value
+    assert [recovered("sweeperd_recovered_total", {"queue": q}) for q in queues] == [1.0] * len(
+        queues
+    )
+
+
+def test_a_dead_replicas_leases_come_back_from_a_late_takeover(
+    daemon: Daemon, r: redis.Redis
+) -> None:
+    """r2 dies with a lease in each of its queues falling due just after: r1's takeover,
+    its batches started late, brings every one back once, not an interval later at their
+    grid turn."""
+    theirs, due_ms = kill_r2(daemon, r, DUE_AFTER_MS)
     wait_until(lambda: server_ms(r) > due_ms, what="the leases due")
     daemon.choose()
     assert daemon.queues.sweeping() == set(QUEUES)
     assert sweep_late(daemon) == 2
-    rows = [hash_of(r, QueueKeys(queue).job(b"j")) for queue in theirs]
-    assert [r.zcard(QueueKeys(queue).active) for queue in theirs] == [0] * len(theirs)
-    assert all(row[b"state"] == b"pending" and row[b"stalled"] == b"1" for row in rows)
-    recovered = daemon.metrics.registry.get_sample_value
-    assert [recovered("sweeperd_recovered_total", {"queue": q}) for q in theirs] == [1.0] * len(
-        theirs
-    )
+    back_once(daemon, r, theirs)
+
+
+def test_leases_due_after_the_takeover_are_woken_at_their_deadline(
+    daemon: Daemon, r: redis.Redis, clock: Clock
+) -> None:
+    """The takeover's sweep finds r2's leases not due yet: each gained queue's wake is armed
+    at its lease's deadline (a brief idle reply says it), and that wake brings every one back
+    once."""
+    theirs, due_ms = kill_r2(daemon, r, LATER_MS)
+    daemon.choose()
+    assert sweep_late(daemon) == 2
+    assert [r.zcard(QueueKeys(queue).active) for queue in theirs] == [1] * len(theirs)
+    at = daemon.fleet.next_wake()
+    assert at is not None and clock.now < at <= clock.now + LATER_MS / 1000
+    wait_until(lambda: server_ms(r) > due_ms, what="the leases due")
+    clock.now = at
+    daemon.fleet.wake(at)
+    back_once(daemon, r, theirs)
+    assert daemon.fleet.next_wake() is None
