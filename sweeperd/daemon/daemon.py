@@ -221,13 +221,16 @@ class Daemon:
         *,
         executor: str = "default",
     ) -> None:
-        """Run `func` every `seconds` from `first`, missed runs coalesced into one."""
+        """Run `func` every `seconds` from `first`, missed runs coalesced into one, a late run
+        run all the same: APScheduler's default drops a run started over a second late, and a
+        heartbeat sent late keeps a member that one never sent loses."""
         self.scheduler.add_job(
             func,
             "interval",
             seconds=seconds,
             id=job,
             coalesce=True,
+            misfire_grace_time=None,
             executor=executor,
             next_run_time=first,
         )
@@ -258,6 +261,7 @@ class Daemon:
             "date",
             run_date=datetime.now(UTC) + timedelta(seconds=SETTLE_INTERVALS * longest),
             id="settle",
+            misfire_grace_time=None,  # run late rather than never (see _every)
         )
 
     # The lifetime.
