@@ -41,7 +41,7 @@ def recover(
     run) made, and a refusal that ended it said as the operator needs it. A server that cannot
     be reached, or refuses before the first call, raises (redis.RedisError, SweepError)."""
     connection = settings.connection
-    keys = QueueKeys(queue.name, settings.prefix_root)
+    keys = queue.keys
     client = primary_client(connection, keys.active)
     with at_node(client):  # a failure from here on is the primary's, named so
         chosen = choose(client, settings.executor)
@@ -74,7 +74,7 @@ def counted_sweep(
     return sweep(
         client,
         executor,
-        QueueKeys(queue.name, settings.prefix_root),
+        queue.keys,
         max_stalled=queue.max_stalled,
         limit=queue.limit,
         drain=drain,

@@ -22,10 +22,14 @@ def in_effect(running: Settings, wanted: Settings) -> Settings:
     daemon = replace(
         running.daemon, jitter=w.jitter, discover=w.discover, audit_every=w.audit_every
     )
+    root = running.prefix_root
     return replace(
         wanted,
         connection=running.connection,
-        prefix_root=running.prefix_root,
+        prefix_root=root,
+        queues=tuple(
+            q if q.prefix_root == root else replace(q, prefix_root=root) for q in wanted.queues
+        ),
         executor=running.executor,
         daemon=daemon,
     )

@@ -49,7 +49,6 @@ class Member:
     ) -> None:
         self.node = node
         self.ledger = ledger
-        self.prefix_root = prefix_root
         self.report = report
         self.clock = clock
         self.wall_clock = wall_clock

@@ -13,7 +13,6 @@ import structlog
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.node import NotPrimary, Swept
 from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
-from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
@@ -120,7 +119,7 @@ class Tick:
         share = self.member.node.share(len(queues))
         return [
             Call(
-                QueueKeys(q.name, self.member.prefix_root),
+                q.keys,
                 q.max_stalled,
                 min(q.limit, share),
                 listed=ID_CAP,
