@@ -72,7 +72,7 @@ class Health:
         """What readiness waits for: servers that are the topology named; the layout (each seed
         and its error); the primaries of the swept queues that have not answered lately, each
         with its error, and those that have."""
-        wrong, known = self._fleet.wrong, self._fleet.nodes()
+        wrong, known = self._fleet.wrong, self._fleet.primaries()
         if wrong is not None:
             return wrong.message
         if not known:
@@ -103,7 +103,7 @@ class Health:
 
     def node_names(self) -> str:
         """The primaries swept now, or where they are asked for while none is known."""
-        names = [n.name for n in self._fleet.nodes()]
+        names = [n.name for n in self._fleet.primaries()]
         if names:
             return ", ".join(names)
         return self._settings().connection.node
