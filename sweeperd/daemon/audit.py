@@ -50,8 +50,8 @@ class BackgroundAudit(Collector):
         self.completed_at: float | None = None
 
     def run(self) -> None:
-        """One audit of the queues owned now, node by node; a node that fails is logged and the
-        others audited. The findings replace the last audit's once it is done."""
+        """Audit the queues owned now, node by node; a node that fails is logged and the others
+        audited. The findings replace the last audit's once it is done."""
         started = time.monotonic()
         groups: dict[str, tuple[Primary, list[str]]] = {}
         for queue in sorted(self.owned()):
@@ -99,7 +99,7 @@ class BackgroundAudit(Collector):
         )
 
     def progress_logger(self, node: str, queues: int) -> Callable[[int], None]:
-        """What a long audit of a node says: the keys read so far, every PROGRESS_LOG_S."""
+        """Return what a long audit of a node says: the keys read so far, every PROGRESS_LOG_S."""
         logged = [time.monotonic()]
 
         def told(read: int) -> None:

@@ -35,7 +35,7 @@ class Discovery:
         self._found_on: dict[str, set[str]] = {}
 
     def scan(self) -> set[str]:
-        """The queues every primary holds, as far as their last scans tell."""
+        """Return the queues every primary holds, as far as their last scans tell."""
         nodes = self._nodes()
         for node in nodes:
             self.scan_on(node)

@@ -117,7 +117,8 @@ class Member:
             self._submit(due, look=look, woken=True)
 
     def next_wake(self) -> float | None:
-        """When its next queue falls due at its deadline (monotonic); None when none waits."""
+        """Return when its next queue falls due at its deadline (monotonic); None when none
+        waits."""
         return None if self.deadlines is None else self.deadlines.next_wake()
 
     def forget(self, queue: str) -> None:
