@@ -232,12 +232,12 @@ class Fleet:
             key = members_key(self._tuning.prefix_root)
             owner = layout.owner(slot_of(key)) if layout is not None else None
             member = self._members.get(owner) if owner is not None else None
-            return member.node if member is not None else None
+            return member.primary if member is not None else None
 
     def primaries(self) -> list[Primary]:
         """Return every primary, as the daemon's jobs may use it (see Primary)."""
         with self._lock:
-            return [m.node for m in self._members.values()]
+            return [m.primary for m in self._members.values()]
 
     def states(self) -> list[NodeState]:
         """Return every primary's state now, and the restarts of those no longer primaries."""
@@ -291,11 +291,11 @@ class Fleet:
     def _primaries_of(self, queues: Collection[str]) -> list[Primary] | None:
         """Hold the lock."""
         if not queues:
-            return [m.node for m in self._members.values()]
+            return [m.primary for m in self._members.values()]
         owners = self._routes.owners(queues)
         if None in owners:
             return None
-        return [self._members[name].node for name in owners if name is not None]
+        return [self._members[name].primary for name in owners if name is not None]
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
         """Tick the batch on every primary that owns some of it; count the queues no primary

@@ -16,6 +16,7 @@ from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.listener import Listener, SourceState
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import Outcome
+from sweeperd.fleet.primary import Primary
 from sweeperd.fleet.routes import Routes
 from sweeperd.fleet.tick import Tick
 from sweeperd.metrics.state import NodeState
@@ -78,6 +79,11 @@ class Member:
     @property
     def name(self) -> str:
         return self.node.name
+
+    @property
+    def primary(self) -> Primary:
+        """Its primary, as the daemon's jobs may use it: name, client, how it answers."""
+        return self.node
 
     @property
     def restarts(self) -> int:
