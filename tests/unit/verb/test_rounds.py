@@ -361,8 +361,9 @@ class TestBriefCalls:
     nothing, writes nothing); any other brief call is the whole call."""
 
     def test_an_idle_brief_call_reads_one_lease_and_writes_nothing(self, on: Target) -> None:
-        """Nothing due: the verb's empty verdict, the server's clock and the earliest deadline;
-        no INFO, no verb, no count, the keyspace byte for byte as it was."""
+        """Nothing due: the verb's empty verdict, the server's clock and the earliest deadline
+        (an empty active set: neither, the clock unread); no INFO, no verb, no count, the
+        keyspace byte for byte as it was."""
         c = on.client
         deadline = now_ms() + FUTURE_OFFSET_MS
         lease(c, A, b"later", deadline, attempts="1")
@@ -375,11 +376,12 @@ class TestBriefCalls:
         assert idle.depths is not None and empty.depths is not None
         assert (idle.depths.run_id, idle.depths.jobs, idle.depths.failed) == (None, None, None)
         assert (idle.depths.expired, idle.depths.earliest_ms) == (0, float(deadline))
-        assert empty.depths.earliest_ms is None
+        assert (empty.depths.earliest_ms, empty.depths.now_ms) == (None, 0)
         assert abs(idle.depths.now_ms - now_ms()) < 60_000
         assert idle.due_next_ms == deadline and not keeps_draining(idle)
-        called = ("info", "zcard", "zcount", "hget", "emq.stalled.check", "zrange")
-        assert [commands_called(c, name) for name in called] == [0, 0, 0, 0, 0, 2]
+        assert empty.due_next_ms is None and not keeps_draining(empty)
+        called = ("info", "zcard", "zcount", "hget", "emq.stalled.check", "zrange", "time")
+        assert [commands_called(c, name) for name in called] == [0, 0, 0, 0, 0, 2, 1]
         assert dump_all(c) == before
 
     def test_a_brief_call_with_a_lease_due_is_the_whole_call(self, on: Target) -> None:
