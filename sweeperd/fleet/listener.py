@@ -2,17 +2,20 @@
 (CLIENT TRACKING, redirected to a connection subscribed to `__redis__:invalidate`), and a changed
 queue's earliest deadline is read and its wake re-armed, unless its next sweep comes first.
 
-The sweeps' own connections track what they read too (each sends CLIENT TRACKING with NOLOOP
-when it connects), so a sweep leaves its queue tracked without a read of the listener's.
+The sweeps' own connections track to the same subscriber, but only on request (each sends
+CLIENT TRACKING with NOLOOP and OPTIN when it connects): an idle sweep tracks nothing, and the
+sweep of a queue left to it after a change is sent behind CLIENT CACHING yes, so that it tracks
+the queue again without a read of the listener's.
 redis-py 8 speaks RESP3 by default, where an invalidation is a push its parser keeps for its
 own cache: the listener's two connections speak RESP2, where it is a pub/sub message.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -133,6 +136,8 @@ class Listener:
         self._clock = clock
         self._watched: dict[bytes, Watched] = {}
         self._changed: set[bytes] = set()
+        self._left: dict[bytes, int] = {}
+        self._leaving = itertools.count()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,7 +153,8 @@ class Listener:
 
     # What the fleet tells it.
     def track(self, queues: Sequence[QueueSettings]) -> None:
-        """Queues a tick just swept here: each new one is read (and so tracked) within POLL_S."""
+        """Queues a tick just swept here: each new one is read (and so tracked) within POLL_S, and
+        one left to this sweep that it did not track again (see `retracked`) is changed again."""
         now = self._clock()
         with self._lock:
             for q in queues:
@@ -157,7 +163,31 @@ class Listener:
                 if found is None:
                     self._watched[key] = found = Watched(q)
                     self._changed.add(key)
+                elif self._left.pop(key, None) is not None:
+                    self._changed.add(key)
                 found.queue, found.swept_s = q, now
+
+    def to_retrack(self, queues: Sequence[QueueSettings]) -> dict[str, int]:
+        """Return the queues among `queues` left to their next sweep since a change, each with
+        the token `retracked` takes back: their sweeps go out behind CLIENT CACHING yes."""
+        if not self._left:
+            return {}
+        with self._lock:
+            tokens = ((q.name, self._left.get(active_key(q.name, self._root))) for q in queues)
+            return {name: token for name, token in tokens if token is not None}
+
+    def retracked(self, tokens: Mapping[str, int], refused: Collection[str] = ()) -> None:
+        """Sweeps sent behind CLIENT CACHING yes came back: each queue whose token is still its
+        own (left again since: its later sweep tracks it) is tracked again. A CACHING refused
+        (`refused`: an ACL without +client|caching) leaves those queues to be read, and no queue
+        is left to its sweep any more until the connections are made again (said once)."""
+        with self._lock:
+            for name, token in tokens.items():
+                key = active_key(name, self._root)
+                if name not in refused and self._left.get(key) == token:
+                    del self._left[key]
+        if refused and self._redirect is not None:
+            self._refused_on_pool(self._redirect, "CLIENT CACHING refused")
 
     def forget(self, queue: str) -> None:
         """The queue is no longer swept here: no read, no wake from here."""
@@ -165,6 +195,7 @@ class Listener:
         with self._lock:
             self._watched.pop(key, None)
             self._changed.discard(key)
+            self._left.pop(key, None)
 
     def tracked(self) -> int:
         with self._lock:
@@ -173,14 +204,16 @@ class Listener:
     # The sweeps' connections.
     def _tracked(self, connection: Link) -> None:
         """A connection of the primary's pool just made: its handshake, then its reads tracked
-        to the subscriber with NOLOOP (the sweep's own writes are not told back). A sweep's read
-        of its queue's active set then tracks it again at no cost. A refusal never fails the
-        connection: its reads stay untracked and every changed queue is read (said once)."""
+        to the subscriber on request (OPTIN: a command behind CLIENT CACHING yes) with NOLOOP
+        (the sweep's own writes are not told back). A sweep sent so tracks its queue again at no
+        cost. A refusal never fails the connection: every changed queue is read (said once)."""
         connection.on_connect()
         redirect = self._redirect
         if redirect is not None:
             try:
-                connection.send_command("CLIENT", "TRACKING", "on", "REDIRECT", redirect, "NOLOOP")
+                connection.send_command(
+                    "CLIENT", "TRACKING", "on", "REDIRECT", redirect, "NOLOOP", "OPTIN"
+                )
                 connection.read_response()
             except ReplyLost as exc:
                 raise redis.ConnectionError(str(exc.__cause__ or exc)) from None
@@ -200,6 +233,8 @@ class Listener:
             if redirect != self._redirect:
                 return
             self._pool_refused, self._sweeps_tracked = True, False
+            self._changed.update(self._left)
+            self._left.clear()
         if not self._said_untracked:
             self._said_untracked = True
             log.warning(
@@ -220,6 +255,9 @@ class Listener:
             redirect = self._redirect
             stale = any(to != redirect and _connected(c) for c, to in self._pool.items())
             self._sweeps_tracked = not stale
+            if stale:
+                self._changed.update(self._left)
+                self._left.clear()
         if stale:
             self._client.connection_pool.disconnect(inuse_connections=False)
 
@@ -249,8 +287,8 @@ class Listener:
                         node=self.name,
                         error=str(exc),
                         hint="leases taken since a queue's last sweep wait for its interval: "
-                        "grant +client|id +client|tracking +subscribe &__redis__:invalidate "
-                        "(sweeperd acl prints the line)",
+                        "grant +client|id +client|tracking +client|caching +subscribe "
+                        "&__redis__:invalidate (sweeperd acl prints the line)",
                     )
                 self._stop.wait(REFUSED_RETRY_S)
                 continue
@@ -280,6 +318,7 @@ class Listener:
                 self._redirect, self._checked_s = redirect, float("-inf")
                 self._sweeps_tracked = self._pool_refused = False
                 self._changed.update(self._watched)
+                self._left.clear()
             self._set(SourceState.TRACKING, "the server says when a queue changes")
             self._said_refused = False
             log.info("deadline_source_tracking", node=self.name)
@@ -374,6 +413,7 @@ class Listener:
         with self._lock:
             left = [key for key in self._changed if self._swept_first(self._watched[key], now)]
             self._changed.difference_update(left)
+            self._left.update((key, next(self._leaving)) for key in left)
             watched = [(key, self._watched[key]) for key in self._changed]
             return [key for key, w in watched if w.probing or now - w.read_s >= gap]
 
@@ -381,9 +421,10 @@ class Listener:
         """The queue's next sweep that starts after the change (its wake still to come, or two
         intervals after the end of its last sweep: a sweep in flight now may have read before
         the change) comes before a lease taken now could fall due, with SHARE of the shortest
-        lease (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and
-        tracks the queue again. Only while every connection of the pool tracks, once the
-        shortest lease is known, and for SAMPLE_S after a read. Hold the lock."""
+        lease (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and,
+        sent behind CLIENT CACHING yes, tracks the queue again. Only while every connection of
+        the pool tracks, once the shortest lease is known, and for SAMPLE_S after a read. Hold
+        the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
         if watched.probing:
