@@ -190,7 +190,7 @@ class Listener:
             self._refused_on_pool(self._redirect, "CLIENT CACHING refused")
 
     def forget(self, queue: str) -> None:
-        """The queue is no longer swept here: no read, no wake from here."""
+        """Stop hearing a queue no longer swept here: no read, no wake from here."""
         key = active_key(queue, self._root)
         with self._lock:
             self._watched.pop(key, None)
@@ -203,10 +203,10 @@ class Listener:
 
     # The sweeps' connections.
     def _tracked(self, connection: Link) -> None:
-        """A connection of the primary's pool just made: its handshake, then its reads tracked
-        to the subscriber on request (OPTIN: a command behind CLIENT CACHING yes) with NOLOOP
-        (the sweep's own writes are not told back). A sweep sent so tracks its queue again at no
-        cost. A refusal never fails the connection: every changed queue is read (said once)."""
+        """Set up a connection of the primary's pool just made: its handshake, then its reads
+        tracked to the subscriber on request (OPTIN: a command behind CLIENT CACHING yes) with
+        NOLOOP (the sweep's own writes are not told back). A sweep sent so tracks its queue again at
+        no cost. A refusal never fails the connection: every changed queue is read (said once)."""
         connection.on_connect()
         redirect = self._redirect
         if redirect is not None:
@@ -226,9 +226,9 @@ class Listener:
                 self._sweeps_tracked = False
 
     def _refused_on_pool(self, redirect: int, error: str) -> None:
-        """A pool connection refused tracking to the subscriber: unless that subscriber is gone
-        meanwhile, changed queues are read, no longer left to the sweeps, until it is made
-        again; said once."""
+        """Note that a pool connection refused tracking to the subscriber (or a sweep its CLIENT
+        CACHING yes): unless that subscriber is gone meanwhile, changed queues are read, no
+        longer left to the sweeps, until it is made again; said once."""
         with self._lock:
             if redirect != self._redirect:
                 return
@@ -245,7 +245,7 @@ class Listener:
             )
 
     def _check_pool(self, now: float) -> None:
-        """Whether every connected connection of the pool tracks to the subscriber; while one
+        """Check whether every connected connection of the pool tracks to the subscriber; while one
         does not (made before it, or in use when it was made), the pool's idle connections are
         dropped every CHECK_S: they connect again, tracked, when next used."""
         with self._lock:
@@ -309,7 +309,7 @@ class Listener:
         self.source, self.why = source, why
 
     def _listen(self) -> None:
-        """One life of the two connections: made, every queue read, the pool's connections
+        """Live one life of the two connections: made, every queue read, the pool's connections
         tracked to the new subscriber, then changes heard."""
         subscriber, reader = self._connection(), self._connection()
         try:
@@ -330,7 +330,7 @@ class Listener:
             reader.disconnect()
 
     def _connection(self) -> Link:
-        """A connection of the node's with its credentials, TLS and db, speaking RESP2, made."""
+        """Make a connection to the node with its credentials, TLS and db, speaking RESP2."""
         pool = self._client.connection_pool
         options = {**pool.connection_kwargs, "protocol": 2, "redis_connect_func": None}
         connection: Link = pool.connection_class(**options)
@@ -338,7 +338,7 @@ class Listener:
         return connection
 
     def _subscribe(self, subscriber: Link, reader: Link) -> int:
-        """The subscriber on the invalidation channel, the reader's keys tracked to it; its id."""
+        """Subscribe to the invalidation channel, track the reader's keys to it; return its id."""
         try:
             subscriber.send_command("CLIENT", "ID")
             own_id = subscriber.read_response()
@@ -379,7 +379,7 @@ class Listener:
         reader.read_response()
 
     def _take(self, subscriber: Link) -> None:
-        """Every message waiting: the keys changed (all of them when the server flushed)."""
+        """Take every message waiting: the keys changed (all of them when the server flushed)."""
         while True:
             message = subscriber.read_response()
             if isinstance(message, list) and message[:2] == [b"message", CHANNEL]:
@@ -392,7 +392,7 @@ class Listener:
                 return
 
     def _gap(self) -> float:
-        """How long after its last read a changed queue is read again: at once until enough
+        """Return how long after its last read a changed queue is read again: at once until enough
         leases were seen, then a share of the shortest (the queues of one primary usually take
         leases alike): a lease is learned well before its deadline, and a busy queue of long
         leases is read every few seconds, not at each claim."""
@@ -401,13 +401,13 @@ class Listener:
         return SHARE * self._shortest_s
 
     def _batch_s(self) -> float:
-        """How long messages are left to gather after a batch was taken."""
+        """Return how long messages are left to gather after a batch was taken."""
         if self._observed < OBSERVED:
             return 0.0
         return min(HEARD_SHARE * self._shortest_s, HEARD_MAX_S)
 
     def _due(self, now: float) -> list[bytes]:
-        """The changed queues whose gap since their last read has passed (or probed after a
+        """Return the changed queues whose gap since their last read has passed (or probed after a
         sample); those whose next sweep comes first are left to it."""
         gap = self._gap()
         with self._lock:
@@ -418,13 +418,12 @@ class Listener:
             return [key for key, w in watched if w.probing or now - w.read_s >= gap]
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
-        """The queue's next sweep that starts after the change (its wake still to come, or two
-        intervals after the end of its last sweep: a sweep in flight now may have read before
-        the change) comes before a lease taken now could fall due, with SHARE of the shortest
-        lease (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and,
-        sent behind CLIENT CACHING yes, tracks the queue again. Only while every connection of
-        the pool tracks, once the shortest lease is known, and for SAMPLE_S after a read. Hold
-        the lock."""
+        """Tell whether the queue's next sweep that starts after the change (its wake still to come,
+        or two intervals after the end of its last sweep: a sweep in flight now may have read before
+        the change) comes before a lease taken now could fall due, with SHARE of the shortest lease
+        (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and, sent behind
+        CLIENT CACHING yes, tracks the queue again. Only while every connection of the pool tracks,
+        once the shortest lease is known, and for SAMPLE_S after a read. Hold the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
         if watched.probing:
@@ -439,7 +438,7 @@ class Listener:
         return sweep <= now + self._shortest_s - max(SHARE * self._shortest_s, SPARE_S)
 
     def _next_read(self, now: float, last_round: float) -> float:
-        """How long to wait for messages before the next round may read a changed queue."""
+        """Return how long to wait for messages before the next round may read a changed queue."""
         gap = self._gap()
         with self._lock:
             waiting = [self._watched[k] for k in self._changed]
@@ -449,8 +448,8 @@ class Listener:
         return min(POLL_S, max(soonest - now, last_round + ROUND_S - now, 0.0))
 
     def _read(self, reader: Link, keys: list[bytes]) -> None:
-        """One pipelined round of the queues' earliest lease (which tracks each key again), their
-        wakes re-armed, the primary's next wake told."""
+        """Read the queues' earliest lease in one pipelined round (which tracks each key again),
+        their wakes re-armed, the primary's next wake told."""
         with self._lock:
             self._changed.difference_update(keys)
         reader.send_packed_command(
@@ -483,10 +482,10 @@ class Listener:
             self._armed(self._deadlines.next_wake())
 
     def _learn(self, watched: Watched, head: tuple[bytes, float] | None, now: float) -> None:
-        """A new earliest lease (another id, due sooner than the last one read) was taken since
-        the last read, and has at least this long left: the shortest such time on the primary
-        is how soon a queue is read again. Only where the last read is more recent than that
-        time (a read after a long while, a queue left to its sweeps, finds an old lease there,
+        """Learn from a read how long a new earliest lease (another id, due sooner than the last
+        one read) taken since the last read has left: the shortest such time on the primary is
+        how soon a queue is read again. Only where the last read is more recent than that time
+        (a read after a long while, of a queue left to its sweeps, finds an old lease there,
         taken when nobody read: its time left says nothing of its length)."""
         before, last = watched.head, watched.read_s
         watched.head, watched.read_s = head, now
@@ -503,7 +502,7 @@ class Listener:
 
 
 def _connected(connection: Link) -> bool:
-    """The connection has a socket (redis-py drops it on disconnect)."""
+    """Tell whether the connection has a socket (redis-py drops it on disconnect)."""
     return getattr(connection, "_sock", None) is not None
 
 

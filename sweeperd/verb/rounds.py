@@ -60,7 +60,7 @@ class Packed:
 
 
 def _shape(executor: Executor, call: Call, length: int) -> list[bytes] | None:
-    """The call's command cut where its queue's name goes (six times: five keys and the
+    """Return the call's command cut where its queue's name goes (six times: five keys and the
     prefix); None where the placeholder is found elsewhere too (a root holding it)."""
     placeholder = NAME_IN_A_SHAPE * length
     keys = QueueKeys(placeholder, call.keys.root)
