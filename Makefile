@@ -52,7 +52,7 @@ format:
 	$(VENV)/bin/ruff format sweeperd tests bench
 	$(VENV)/bin/ruff check --fix sweeperd tests bench
 
-bench: system module venv  ## the verb, the executors, the fan-out, a mass stall, the epoch reads, the recovery latency, 100,000 queues (and three replicas sharing them), the audit and the live fleet, measured
+bench: system module venv  ## the verb, the executors, the fan-out, a mass stall, the epoch reads, the recovery latency, 100,000 queues (and three replicas sharing them), the audit, the live fleet and what tracking costs an idle server, measured
 	$(PY) bench/bench_verb.py
 	$(PY) bench/bench_executors.py
 	$(PY) bench/bench_fanout.py
@@ -63,6 +63,7 @@ bench: system module venv  ## the verb, the executors, the fan-out, a mass stall
 	$(PY) bench/bench_latency.py
 	$(PY) bench/bench_audit.py
 	$(PY) bench/bench_live.py
+	$(PY) bench/bench_tracking.py
 
 clean:
 	$(MAKE) -C module clean

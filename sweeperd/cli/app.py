@@ -38,7 +38,6 @@ from sweeperd.constants import (
     TOP,
     TopologyMode,
 )
-from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import configure_logging
 from sweeperd.reasons import SweepError
 from sweeperd.server.topology import check_standalone
@@ -140,11 +139,7 @@ def inspect_command(ctx: typer.Context, **_given: object) -> None:
         seen = inspect_queue(settings, queue)
     except (redis.RedisError, SweepError) as exc:
         reply.fail(failure_of(exc, settings.connection))
-    reply.print(
-        report.census_json(seen)
-        if reply.json
-        else report.census_text(seen, QueueKeys(queue.name, settings.prefix_root))
-    )
+    reply.print(report.census_json(seen) if reply.json else report.census_text(seen, queue.keys))
 
 
 @app.command("top")

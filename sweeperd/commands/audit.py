@@ -61,7 +61,7 @@ class AuditResult:
 
 
 def layout_of(settings: Settings) -> Layout:
-    """The primaries now, as `once` finds them; a lone server must be no Cluster node."""
+    """Return the primaries now, as `once` finds them; a lone server must be no Cluster node."""
     connection = settings.connection
     source = source_of(connection)
     try:
@@ -76,9 +76,9 @@ def layout_of(settings: Settings) -> Layout:
 def run_audit(
     settings: Settings, queues: list[str] | None, pace: Pace, clocks: Clocks | None = None
 ) -> AuditResult:
-    """The audit of `queues` (None: every queue each primary holds), each on the primary that
-    owns its slot now; a node that cannot be read is said, and the others are read. Ctrl-C
-    stops the reading; what was found so far is read again after the grace and reported."""
+    """Audit `queues` (None: every queue each primary holds), each on the primary that owns its
+    slot now; a node that cannot be read is said, and the others are read. Ctrl-C stops the
+    reading; what was found so far is read again after the grace and reported."""
     layout = layout_of(settings)
     connection, root = settings.connection, settings.prefix_root
     result = AuditResult()
@@ -114,14 +114,14 @@ def run_audit(
 
 
 def failed_node(exc: redis.RedisError | SweepError) -> SweepError:
-    """Why a node could not be read, as one reason and line."""
+    """Say why a node could not be read, as one reason and line."""
     if isinstance(exc, SweepError):
         return exc
     return SweepError(reason_of(exc), " ".join(str(exc).split()))
 
 
 def said_moving(client: redis.Redis, audit: QueueAudit, root: str) -> QueueAudit:
-    """A queue whose slot migrates says where to, and that nothing is reported of it."""
+    """Say where a queue whose slot migrates goes, and that nothing is reported of it."""
     error = audit.error
     if error is None or error.reason not in (Reason.MIGRATING, Reason.MOVED):
         return audit
@@ -137,8 +137,8 @@ def said_moving(client: redis.Redis, audit: QueueAudit, root: str) -> QueueAudit
 
 
 def repair(settings: Settings, result: AuditResult) -> None:
-    """Each queue's stranded rows put back in active as expired leases (re-checked in the same
-    atomic call), then the queue swept by the counted verb as `once --drain` sweeps it, so that
+    """Put each queue's stranded rows back in active as expired leases (re-checked in the same
+    atomic call), then sweep the queue with the counted verb as `once --drain` sweeps it, so that
     each is counted, or exempt by its lease_epoch, as any other expired lease."""
     root, connection = settings.prefix_root, settings.connection
     layout = layout_of(settings)

@@ -69,7 +69,8 @@ def audit_json(result: AuditResult, pace: Pace) -> str:
 
 
 def _row(audit: QueueAudit) -> list[list[str]]:
-    """One line per class found in the queue; one saying it is clean, or why it was not read."""
+    """Return one line per class found in the queue; one saying it is clean, or why it was not
+    read."""
     if audit.error is not None:
         return [[audit.queue, "error", "-", f"{audit.error.reason}: {audit.error.message}"]]
     if not audit.found:
@@ -93,8 +94,8 @@ def table(rows: list[list[str]]) -> list[str]:
 
 
 def repair_text(done: Repair) -> str:
-    """The closing line of one queue's repair: what was put back, and what the sweep did with
-    it; a refused sweep leaves them in active, expired, for the next sweep to judge."""
+    """Return the closing line of one queue's repair: what was put back, and what the sweep did
+    with it; a refused sweep leaves them in active, expired, for the next sweep to judge."""
     put = f"{len(done.put):,} stranded put back in active as expired leases"
     swept = done.sweep
     if swept is None:

@@ -92,8 +92,8 @@ def auth_refused(text: str, connection: Connection) -> str:
 
 
 def _no_seed(exc: NoSeedAnswered, connection: Connection) -> Failure:
-    """No seed of the Cluster answered: each one and its error; a refused authentication is the
-    user's to fix (exit 1), anything else a Cluster out of reach (exit 3)."""
+    """Say that no seed of the Cluster answered, each one with its error: a refused
+    authentication is the user's to fix (exit 1), anything else a Cluster out of reach (exit 3)."""
     refused = exc.refused_auth
     if refused and connection.has_password:
         why = auth_refused("invalid username-password pair", connection)

@@ -84,7 +84,7 @@ def due_in_s(upcoming: list[tuple[bytes, float]], now_ms: int) -> float | None:
 def inspect_queue(settings: Settings, queue: QueueSettings) -> Census:
     """Return the census of the queue, read on the primary that holds it now; a Cluster that is down
     is said as `once` says it, naming the primaries whose failure took it down."""
-    keys = QueueKeys(queue.name, settings.prefix_root)
+    keys = queue.keys
     connection = settings.connection
     return census_on(connection, primary_client(connection, keys.active), keys)
 

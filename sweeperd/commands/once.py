@@ -37,11 +37,11 @@ def recover(
     adaptive: bool,
     progress: OnProgress | None = None,
 ) -> OnceResult:
-    """The whole of `once`: the queue's primary found, its executor chosen, the sweep (or its dry
-    run) made, and a refusal that ended it said as the operator needs it. A server that cannot
+    """Run the whole of `once`: find the queue's primary, choose its executor, make the sweep (or
+    its dry run), and say a refusal that ended it as the operator needs it. A server that cannot
     be reached, or refuses before the first call, raises (redis.RedisError, SweepError)."""
     connection = settings.connection
-    keys = QueueKeys(queue.name, settings.prefix_root)
+    keys = queue.keys
     client = primary_client(connection, keys.active)
     with at_node(client):  # a failure from here on is the primary's, named so
         chosen = choose(client, settings.executor)
@@ -69,12 +69,12 @@ def counted_sweep(
     adaptive: bool,
     progress: OnProgress | None = None,
 ) -> OnceResult:
-    """The queue's counted sweep on `client`, as its settings say: its max_stalled and limit,
-    the call target; `once` and `audit --repair` sweep so."""
+    """Sweep the queue on `client`, counted, as its settings say: its max_stalled and limit, the
+    call target; `once` and `audit --repair` sweep so."""
     return sweep(
         client,
         executor,
-        QueueKeys(queue.name, settings.prefix_root),
+        queue.keys,
         max_stalled=queue.max_stalled,
         limit=queue.limit,
         drain=drain,
@@ -130,9 +130,9 @@ def sweep(
 
 @contextmanager
 def interrupts_deferred() -> Iterator[Callable[[], bool]]:
-    """A first Ctrl-C in the block is noted, not raised, so that the call in flight is read
-    and counted (a call interrupted mid-read ran on the server, and its ids would be missing
-    from the result); the block asks whether one came. A second Ctrl-C raises as usual."""
+    """Note a first Ctrl-C in the block instead of raising it, so that the call in flight is read
+    and counted (a call interrupted mid-read ran on the server, and its ids would be missing from
+    the result); the block asks whether one came. A second Ctrl-C raises as usual."""
     noted = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield noted.is_set
@@ -153,7 +153,7 @@ def interrupts_deferred() -> Iterator[Callable[[], bool]]:
 def refused(
     result: OnceResult, client: redis.Redis, connection: Connection, keys: QueueKeys
 ) -> SweepError:
-    """The refusal that ended `result`, as the operator needs it: what refused (the failed
+    """Say the refusal that ended `result` as the operator needs it: what refused (the failed
     nodes of a Cluster that is down, where a migrating slot goes), that the refused call wrote
     nothing, and how many leases are still due."""
     error = result.error

@@ -59,8 +59,8 @@ class OnceResult:
         max_stalled: int,
         limit: int,
     ) -> OnceResult:
-        """Nothing done yet, on the server `info` was read from: `left` counts what is due by
-        its clock now."""
+        """Return the result of a sweep with nothing done yet, on the server `info` was read
+        from: `left` counts what is due by its clock now."""
         return cls(
             keys.queue,
             executor.name,
@@ -102,8 +102,8 @@ OnProgress = Callable[[OnceResult], None]
 
 
 def said_absent(result: OnceResult, client: redis.Redis, keys: QueueKeys) -> OnceResult:
-    """Nothing was due, nothing refused or interrupted: whether the queue has a key at all is
-    said too (a typo of its name or of --prefix-root looks like nothing due)."""
+    """Say whether the queue has a key at all when nothing was due, refused or interrupted (a
+    typo of its name or of --prefix-root looks like nothing due)."""
     quiet = result.error is None and not result.interrupted and not result.taken
     if quiet and not has_keys(client, keys):
         result.absent = keys.absent()

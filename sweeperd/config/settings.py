@@ -21,6 +21,7 @@ from sweeperd.config.connsettings import connection_of
 from sweeperd.config.options import OPTIONS, SETTING_KEYS
 from sweeperd.config.webconfig import BadWebConfig, WebConfig, load_web_config
 from sweeperd.constants import (
+    DEFAULT_PREFIX_ROOT,
     DeadlineSource,
     ExecutorChoice,
     LogFormat,
@@ -28,6 +29,7 @@ from sweeperd.constants import (
     Shard,
     SweepAt,
 )
+from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import NAMES_CAP, cap_ids
 from sweeperd.server.connection import Connection
 
@@ -49,14 +51,20 @@ KNOWN_KEYS = (*DEFAULTS, "queues")
 
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
-    """One queue's sweep: its interval in seconds, budget and limit. `budget_given` is False
-    when max_stalled is the default, which no flag, env var, file or table set."""
+    """One queue's sweep: its interval in seconds, budget and limit, and its keys under
+    `prefix_root` (built once, here). `budget_given` is False when max_stalled is the default,
+    which no flag, env var, file or table set."""
 
     name: str
     interval: float
     max_stalled: int
     limit: int
     budget_given: bool = field(default=True, compare=False, repr=False)
+    prefix_root: str = DEFAULT_PREFIX_ROOT
+    keys: QueueKeys = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", QueueKeys(self.name, self.prefix_root))
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,12 @@ class Settings:
             if queue.name == name:
                 return queue
         return QueueSettings(
-            name, self.interval, self.max_stalled, self.limit, budget_given=self.budget_given
+            name,
+            self.interval,
+            self.max_stalled,
+            self.limit,
+            budget_given=self.budget_given,
+            prefix_root=self.prefix_root,
         )
 
     def describe(self) -> dict[str, object]:
@@ -216,6 +229,7 @@ def _queues(
             own.get("max_stalled", defaults.max_stalled),
             own.get("limit", defaults.limit),
             budget_given="max_stalled" in own or defaults.budget_given,
+            prefix_root=defaults.prefix_root,
         )
     for name in flag_names:
         built.setdefault(name, replace(defaults, name=name))
@@ -258,7 +272,12 @@ def build_settings(
     )
     budget_given = overrides.get("max_stalled") is not None or "max_stalled" in data
     defaults = QueueSettings(
-        "", typed["interval"], typed["max_stalled"], typed["limit"], budget_given=budget_given
+        "",
+        typed["interval"],
+        typed["max_stalled"],
+        typed["limit"],
+        budget_given=budget_given,
+        prefix_root=typed["prefix_root"],
     )
     queues = _queues(file.queues, flag_names, defaults)
     if needs_queue and not queues and typed["discover"] == 0:

@@ -14,7 +14,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from sweeperd.audit.reader import Clocks, NodeAudit, Pace, QueueAudit
-from sweeperd.fleet.node import Node
+from sweeperd.fleet.primary import Primary
 from sweeperd.metrics.families import FAMILIES
 from sweeperd.reasons import SweepError
 from sweeperd.server.calls import close_detached, detached
@@ -35,7 +35,7 @@ class BackgroundAudit(Collector):
         self,
         root: str,
         owned: Callable[[], Collection[str]],
-        holder: Callable[[str], Sequence[Node] | None],
+        holder: Callable[[str], Sequence[Primary] | None],
         stopping: threading.Event,
         pace: Pace | None = None,
         wall: Callable[[], float] = time.time,
@@ -50,10 +50,10 @@ class BackgroundAudit(Collector):
         self.completed_at: float | None = None
 
     def run(self) -> None:
-        """One audit of the queues owned now, node by node; a node that fails is logged and the
-        others audited. The findings replace the last audit's once it is done."""
+        """Audit the queues owned now, node by node; a node that fails is logged and the others
+        audited. The findings replace the last audit's once it is done."""
         started = time.monotonic()
-        groups: dict[str, tuple[Node, list[str]]] = {}
+        groups: dict[str, tuple[Primary, list[str]]] = {}
         for queue in sorted(self.owned()):
             nodes = self.holder(queue)
             if nodes:
@@ -99,7 +99,7 @@ class BackgroundAudit(Collector):
         )
 
     def progress_logger(self, node: str, queues: int) -> Callable[[int], None]:
-        """What a long audit of a node says: the keys read so far, every PROGRESS_LOG_S."""
+        """Return what a long audit of a node says: the keys read so far, every PROGRESS_LOG_S."""
         logged = [time.monotonic()]
 
         def told(read: int) -> None:

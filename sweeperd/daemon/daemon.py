@@ -111,7 +111,7 @@ class Daemon:
             clock=self.clock,
         )
         self._discovery = Discovery(
-            self.fleet.nodes,
+            self.fleet.primaries,
             s.prefix_root,
             refresh_layout=self.fleet.refresh_soon,
             clock=self.clock,
@@ -132,7 +132,7 @@ class Daemon:
             )
         )
         self._stop_requested = threading.Event()
-        self.eviction = EvictionWatch(self.fleet.nodes)
+        self.eviction = EvictionWatch(self.fleet.primaries)
         self.audit = BackgroundAudit(
             s.prefix_root,
             self.queues.sweeping,

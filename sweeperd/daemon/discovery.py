@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import redis
 import structlog
 
-from sweeperd.fleet.node import Node
+from sweeperd.fleet.primary import Primary
 from sweeperd.server.connection import UNREACHABLE
 from sweeperd.server.denied import denial, user_of
 from sweeperd.server.scan import find_queues
@@ -22,7 +22,7 @@ class Discovery:
 
     def __init__(
         self,
-        nodes: Callable[[], Sequence[Node]],
+        nodes: Callable[[], Sequence[Primary]],
         root: str,
         *,
         refresh_layout: Callable[[], None],
@@ -35,7 +35,7 @@ class Discovery:
         self._found_on: dict[str, set[str]] = {}
 
     def scan(self) -> set[str]:
-        """The queues every primary holds, as far as their last scans tell."""
+        """Return the queues every primary holds, as far as their last scans tell."""
         nodes = self._nodes()
         for node in nodes:
             self.scan_on(node)
@@ -43,7 +43,7 @@ class Discovery:
         self._found_on = {name: found for name, found in self._found_on.items() if name in names}
         return set().union(*self._found_on.values())
 
-    def scan_on(self, node: Node) -> None:
+    def scan_on(self, node: Primary) -> None:
         try:
             self._found_on[node.name] = find_queues(node.client, self._root)
         except UNREACHABLE as exc:

@@ -10,7 +10,7 @@ import structlog
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from sweeperd.fleet.node import Node
+from sweeperd.fleet.primary import Primary
 from sweeperd.metrics.families import FAMILIES
 from sweeperd.server.eviction import may_evict, read_eviction
 
@@ -25,7 +25,7 @@ class EvictionWatch(Collector):
     logged as a warning when first seen on a node, and again whenever it changes; `seen` maps a
     node to its (policy, evicted keys)."""
 
-    def __init__(self, nodes: Callable[[], Sequence[Node]]) -> None:
+    def __init__(self, nodes: Callable[[], Sequence[Primary]]) -> None:
         self.nodes = nodes
         self.seen: dict[str, tuple[str, int]] = {}
 

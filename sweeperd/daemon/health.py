@@ -39,23 +39,24 @@ class Health:
         self._heartbeat = clock()
 
     def beat(self) -> None:
-        """The heartbeat job: the scheduler runs jobs."""
+        """Record the heartbeat job's run: the scheduler runs jobs."""
         self._heartbeat = self._clock()
 
     def healthy(self) -> bool:
-        """The scheduler is alive: its heartbeat job ran lately."""
+        """Tell whether the scheduler is alive: its heartbeat job ran lately."""
         return self._scheduler.running and self._clock() - self._heartbeat <= 5 * HEARTBEAT_S
 
     def _window(self) -> float:
-        """How lately a primary must have answered: three of the shortest interval."""
+        """Return how lately a primary must have answered: three of the shortest interval."""
         s = self._settings()
         interval = self._schedule.shortest_interval() or max(s.interval, s.daemon.discover)
         return READY_INTERVALS * interval
 
     def ready(self) -> bool:
-        """Every primary that owns a swept queue (every primary, while none is swept) answered
-        within the last three intervals and does not refuse every sweep (no verb, a command the
-        user lacks), and the servers are the topology the options name."""
+        """Tell whether the daemon is ready: every primary that owns a swept queue (every
+        primary, while none is swept) answered within the last three intervals and does not
+        refuse every sweep (no verb, a command the user lacks), and the servers are the topology
+        the options name."""
         now, nodes = self._clock(), self._fleet.primaries_of(self._schedule.queue_names())
         window = self._window()
         return bool(nodes) and all(
@@ -63,16 +64,16 @@ class Health:
         )
 
     def status_text(self, ready: bool) -> str:
-        """What systemctl status shows: what the daemon sweeps, or what it waits for."""
+        """Return what systemctl status shows: what the daemon sweeps, or what it waits for."""
         if ready:
             return f"sweeping {len(self._schedule.queue_names())} queues on {self.node_names()}"
         return self.waiting()
 
     def waiting(self) -> str:
-        """What readiness waits for: servers that are the topology named; the layout (each seed
-        and its error); the primaries of the swept queues that have not answered lately, each
-        with its error, and those that have."""
-        wrong, known = self._fleet.wrong, self._fleet.nodes()
+        """Say what readiness waits for: servers that are the topology named; the layout (each
+        seed and its error); the primaries of the swept queues that have not answered lately,
+        each with its error, and those that have."""
+        wrong, known = self._fleet.wrong, self._fleet.primaries()
         if wrong is not None:
             return wrong.message
         if not known:
@@ -92,8 +93,8 @@ class Health:
         return f"waiting for {said} to answer" + (f"; {', '.join(answer)} answer" if answer else "")
 
     def sources(self) -> str:
-        """Where each primary's deadlines come from, for the landing page: a lease taken since
-        its queue's last sweep is back at its deadline only where the server tells of it."""
+        """Say where each primary's deadlines come from, for the landing page: a lease taken
+        since its queue's last sweep is back at its deadline only where the server tells of it."""
         lines = [
             f"deadline source on {name}: {source}"
             + ("" if source is SourceState.TRACKING else f" (the interval alone: {why})")
@@ -102,8 +103,8 @@ class Health:
         return "\n".join(lines)
 
     def node_names(self) -> str:
-        """The primaries swept now, or where they are asked for while none is known."""
-        names = [n.name for n in self._fleet.nodes()]
+        """Name the primaries swept now, or where they are asked for while none is known."""
+        names = [n.name for n in self._fleet.primaries()]
         if names:
             return ", ".join(names)
         return self._settings().connection.node

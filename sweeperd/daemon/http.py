@@ -75,7 +75,7 @@ class _QuietHandler(WSGIRequestHandler):
     timeout = REQUEST_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:
-        """No line on stderr per request."""
+        """Write no line on stderr per request."""
 
 
 class MetricsServer:
@@ -112,7 +112,7 @@ def _checked(check: Callable[[], bool], name: str) -> bool:
 
 
 def _said(waiting: Callable[[], str]) -> str:
-    """What readiness waits for; nothing when saying it fails (logged)."""
+    """Say what readiness waits for; nothing when saying it fails (logged)."""
     try:
         return waiting()
     except Exception:
@@ -126,7 +126,7 @@ def _plain(start_response: StartResponse, ok: bool, text: str) -> list[bytes]:
 
 
 def _metrics_app(registry: CollectorRegistry, exposition: Exposition | None) -> WSGIApplication:
-    """/metrics: a plain GET is rendered by `exposition`; the rest (OPTIONS, other methods,
+    """Serve /metrics: a plain GET is rendered by `exposition`; the rest (OPTIONS, other methods,
     ?name[]= selections) by prometheus_client's own app on the registry."""
     generic: WSGIApplication = make_wsgi_app(registry)
     if exposition is None:
@@ -183,7 +183,7 @@ def _app(
 
 
 def _bindable(host: str) -> tuple[type[_Server], str]:
-    """The server class and address for `host`: "" is every interface, IPv6 too if it can."""
+    """Return the server class and address for `host`: "" is every interface, IPv6 too if it can."""
     if host == "":
         return (_DualStack, "::") if socket.has_dualstack_ipv6() else (_Server, "0.0.0.0")
     family = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][0]

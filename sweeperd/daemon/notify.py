@@ -14,14 +14,14 @@ log = structlog.get_logger("sweeperd.notify")
 
 
 def _address(notify_socket: str) -> str | bytes:
-    """The socket's address: a path, or an abstract name given as "@name"."""
+    """Return the socket's address: a path, or an abstract name given as "@name"."""
     if notify_socket.startswith("@"):
         return b"\0" + notify_socket[1:].encode()
     return notify_socket
 
 
 def _watchdog_interval(environ: Mapping[str, str]) -> float | None:
-    """Half the watchdog timeout in seconds, if systemd set one for this process."""
+    """Return half the watchdog timeout in seconds, if systemd set one for this process."""
     usec, pid = environ.get("WATCHDOG_USEC"), environ.get("WATCHDOG_PID")
     if not usec or (pid and pid.strip() != str(os.getpid())):
         return None
@@ -65,9 +65,10 @@ class Notifier:
         return self.send("READY=1")
 
     def reloading(self) -> bool:
-        """RELOADING=1 with the CLOCK_MONOTONIC microseconds at which the reload began: systemd
-        stays `reloading` until the READY=1 that ends it. 252 reads RELOADING=1 alone; from 253,
-        Type=notify-reload takes only a reload whose MONOTONIC_USEC is after its signal."""
+        """Send RELOADING=1 with the CLOCK_MONOTONIC microseconds at which the reload began:
+        systemd stays `reloading` until the READY=1 that ends it. 252 reads RELOADING=1 alone;
+        from 253, Type=notify-reload takes only a reload whose MONOTONIC_USEC is after its
+        signal."""
         now_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
         return self.send(f"RELOADING=1\nMONOTONIC_USEC={now_us}")
 
@@ -78,7 +79,7 @@ class Notifier:
         return self.send("STOPPING=1")
 
     def status(self, text: str) -> bool:
-        """STATUS=…, on one line as the protocol wants."""
+        """Send STATUS=…, on one line as the protocol wants."""
         return self.send("STATUS=" + " ".join(text.splitlines()))
 
     def close(self) -> None:

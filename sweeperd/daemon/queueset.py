@@ -57,28 +57,28 @@ class QueueSet:
             self._settings = settings
 
     def known(self) -> list[QueueSettings]:
-        """Every queue this replica knows: the configured, then those a scan found within the
-        last DISCOVERED_TTL_S. Call with the lock held."""
+        """Return every queue this replica knows: the configured, then those a scan found within
+        the last DISCOVERED_TTL_S. Call with the lock held."""
         settings = self._settings
         named = {q.name for q in settings.queues}
         found = sorted(self._discovered.keys() - named)
         return [*settings.queues, *(settings.for_queue(n) for n in found)]
 
     def known_count(self) -> int:
-        """How many queues this replica knows, for the series that says it (counted, not
-        listed: a scrape need not build and sort them)."""
+        """Count the queues this replica knows, for the series that says it (counted, not listed:
+        a scrape need not build and sort them)."""
         with self._lock:
             named = {q.name for q in self._settings.queues}
             return len(named) + len(self._discovered.keys() - named)
 
     def owned(self) -> list[QueueSettings]:
-        """The known queues this replica owns now: the ones it sweeps."""
+        """Return the known queues this replica owns now: the ones it sweeps."""
         with self._lock:
             return self._sharing.owned(self.known())
 
     def sweeping(self) -> frozenset[str]:
-        """The queues this replica sweeps now (no lock: apply() replaces the set, never changes
-        it, and a scrape reads it)."""
+        """Return the queues this replica sweeps now (no lock: apply() replaces the set, never
+        changes it, and a scrape reads it)."""
         return frozenset(self._swept)
 
     def apply(self) -> tuple[list[QueueSettings], set[str]]:

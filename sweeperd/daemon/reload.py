@@ -13,27 +13,31 @@ log = structlog.get_logger("sweeperd.daemon")
 
 
 def in_effect(running: Settings, wanted: Settings) -> Settings:
-    """What a SIGHUP puts in place: the file's settings, but the servers and their clients, the
-    root of every key (the membership's too) and the executor as they run; of the daemon's own,
-    only the schedule's spread, discovery's and the audit's periods change (not the HTTP side,
-    the replicas or the series exported). restart_only() names each kept one as the options
-    do."""
+    """Return what a SIGHUP puts in place: the file's settings, but the servers and their
+    clients, the root of every key (the membership's and the queues' too) and the executor as
+    they run; of the daemon's own, only the schedule's spread, discovery's and the audit's
+    periods change (not the HTTP side, the replicas or the series exported). restart_only() names
+    each kept one as the options do."""
     w = wanted.daemon
     daemon = replace(
         running.daemon, jitter=w.jitter, discover=w.discover, audit_every=w.audit_every
     )
+    root = running.prefix_root
     return replace(
         wanted,
         connection=running.connection,
-        prefix_root=running.prefix_root,
+        prefix_root=root,
+        queues=tuple(
+            q if q.prefix_root == root else replace(q, prefix_root=root) for q in wanted.queues
+        ),
         executor=running.executor,
         daemon=daemon,
     )
 
 
 def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
-    """The restart-only settings as the options name them: each one's value, and how the log
-    shows it (no credential, no password, a web config by its path)."""
+    """Return the restart-only settings as the options name them: each one's value, and how the
+    log shows it (no credential, no password, a web config by its path)."""
     c, t, d = s.connection, s.connection.topology, s.daemon
     web, bound = d.web_config, d.metrics_host
 
@@ -66,8 +70,8 @@ def restart_only(s: Settings) -> dict[str, tuple[object, object]]:
 
 
 def restart_changes(running: Settings, wanted: Settings) -> dict[str, dict[str, object]]:
-    """The restart-only settings the file changes: each with the value that runs and the one
-    wanted, marked changed where both show alike (a password, a web config's content)."""
+    """Return the restart-only settings the file changes: each with the value that runs and the
+    one wanted, marked changed where both show alike (a password, a web config's content)."""
     before, after = restart_only(running), restart_only(wanted)
     changes: dict[str, dict[str, object]] = {}
     for key, (value, shown) in after.items():
@@ -81,6 +85,6 @@ def restart_changes(running: Settings, wanted: Settings) -> dict[str, dict[str, 
 
 
 def log_notes(s: Settings) -> None:
-    """The config file's notes, once per read: it works as written, but should be rewritten."""
+    """Log the config file's notes, once per read: it works as written, but should be rewritten."""
     for note in s.notes:
         log.warning("config_deprecated", note=note)

@@ -16,7 +16,7 @@ SETTLE_INTERVALS = 2.0
 
 
 def settle() -> None:
-    """What is garbage now collected, every object left kept out of the collections to come."""
+    """Collect what is garbage now, and keep every object left out of the collections to come."""
     collected = gc.collect()
     gc.freeze()
     log.debug("settled", collected=collected, frozen=gc.get_freeze_count())

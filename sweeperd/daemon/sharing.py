@@ -12,7 +12,7 @@ import structlog
 from sweeperd.config.settings import QueueSettings, Settings
 from sweeperd.constants import DEFAULT_PREFIX_ROOT, Shard
 from sweeperd.daemon.membership import MembershipStore, View
-from sweeperd.fleet.node import Node
+from sweeperd.fleet.primary import Primary
 from sweeperd.logs import cap_ids
 from sweeperd.ownership import owner
 from sweeperd.reasons import Reason, reason_of
@@ -63,12 +63,12 @@ class Sharing:
     next answer says membership_restored.
     """
 
-    node: Node | None
+    node: Primary | None
     member_id: str
     ttl_s: float
     store: MembershipStore | None
     on: bool = True
-    home: Callable[[], Node | None] | None = None
+    home: Callable[[], Primary | None] | None = None
     relocate: Callable[[], object] | None = None
     root: str = DEFAULT_PREFIX_ROOT
     members: frozenset[str] | None = frozenset()
@@ -88,7 +88,7 @@ class Sharing:
     def of(
         cls,
         settings: Settings,
-        home: Callable[[], Node | None],
+        home: Callable[[], Primary | None],
         relocate: Callable[[], object] | None = None,
     ) -> Sharing:
         """The replica's sharing; its heartbeat goes to whatever node `home` names at the time
@@ -137,7 +137,9 @@ class Sharing:
                 self.beat(store, node, now)
             return self.members != before
 
-    def beat(self, store: MembershipStore, node: Node, now: float, *, again: bool = True) -> None:
+    def beat(
+        self, store: MembershipStore, node: Primary, now: float, *, again: bool = True
+    ) -> None:
         """Send the heartbeat to `store` on `node`: sent again where the key lives now when its
         primary failed over or its slot moved; refused for an ACL without the key or a key of
         the wrong type."""
@@ -160,7 +162,9 @@ class Sharing:
             node.answered(now)
             self.joined(view, now)
 
-    def moved_to(self, store: MembershipStore, again: bool) -> tuple[MembershipStore, Node] | None:
+    def moved_to(
+        self, store: MembershipStore, again: bool
+    ) -> tuple[MembershipStore, Primary] | None:
         """The heartbeat's new place, once the layout is read again; None when it is not known
         yet (or this beat was already sent on)."""
         if not again or self.relocate is None:

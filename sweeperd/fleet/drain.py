@@ -97,7 +97,7 @@ class Drainer:
         log.info("drain_started", queue=queue.name, left=left)
 
     def is_draining(self, name: str) -> bool:
-        """Whether the queue is being drained (its scheduled tick has nothing to add)."""
+        """Tell whether the queue is being drained (its scheduled tick has nothing to add)."""
         with self._wake:
             return name in self._backlogs
 

@@ -21,6 +21,7 @@ from sweeperd.fleet.listener import SourceState
 from sweeperd.fleet.member import Member
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import RESTARTED, Outcome
+from sweeperd.fleet.primary import Primary
 from sweeperd.fleet.routes import Routes, Slots
 from sweeperd.keyspace import members_key
 from sweeperd.metrics.registry import Metrics
@@ -115,7 +116,7 @@ class Fleet:
         metrics.add_collector(self._holds)
         self._nowhere = Ledger(metrics.numbers, UNROUTED, self._holds)
         self._retired: dict[str, Retired] = {}
-        self._holders: tuple[Routes, Collection[str], list[Node] | None] | None = None
+        self._holders: tuple[Routes, Collection[str], list[Primary] | None] | None = None
         self._owned: dict[str, QueueSettings] = {}
 
     @property
@@ -223,7 +224,7 @@ class Fleet:
                 del self._retired[name]
                 self._metrics.numbers.forget_node(name)
 
-    def home(self) -> Node | None:
+    def home(self) -> Primary | None:
         """Return the primary that holds sweeperd's members key now (in a cluster, its slot's
         owner); None while no primary is known."""
         with self._lock:
@@ -231,11 +232,12 @@ class Fleet:
             key = members_key(self._tuning.prefix_root)
             owner = layout.owner(slot_of(key)) if layout is not None else None
             member = self._members.get(owner) if owner is not None else None
-            return member.node if member is not None else None
+            return member.primary if member is not None else None
 
-    def nodes(self) -> list[Node]:
+    def primaries(self) -> list[Primary]:
+        """Return every primary, as the daemon's jobs may use it (see Primary)."""
         with self._lock:
-            return [m.node for m in self._members.values()]
+            return [m.primary for m in self._members.values()]
 
     def states(self) -> list[NodeState]:
         """Return every primary's state now, and the restarts of those no longer primaries."""
@@ -271,7 +273,7 @@ class Fleet:
             self._holds.forget(queue)
 
     # The sweep.
-    def primaries_of(self, queues: Collection[str]) -> list[Node] | None:
+    def primaries_of(self, queues: Collection[str]) -> list[Primary] | None:
         """Return the primaries that own some of the queues (every primary when there are none);
         None when a queue has no owner or the servers are not the topology named. The answer
         for the same collection under the same layout is kept: readiness asks twice a second,
@@ -286,14 +288,14 @@ class Fleet:
             self._holders = (self._routes, queues, nodes)
             return nodes
 
-    def _primaries_of(self, queues: Collection[str]) -> list[Node] | None:
+    def _primaries_of(self, queues: Collection[str]) -> list[Primary] | None:
         """Hold the lock."""
         if not queues:
-            return [m.node for m in self._members.values()]
+            return [m.primary for m in self._members.values()]
         owners = self._routes.owners(queues)
         if None in owners:
             return None
-        return [self._members[name].node for name in owners if name is not None]
+        return [self._members[name].primary for name in owners if name is not None]
 
     def sweep(self, batch: Sequence[QueueSettings]) -> None:
         """Tick the batch on every primary that owns some of it; count the queues no primary

@@ -47,8 +47,8 @@ class Holds(Collector):
         self.lock = threading.Lock()
 
     def hold(self, queue: str, node: str, reason: Reason) -> None:
-        """A call of `queue` that `node` held or sent elsewhere, unrun: counted; logged when
-        the queue's hold begins or changes node or reason."""
+        """Count a call of `queue` that `node` held or sent elsewhere, unrun; log it when the
+        queue's hold begins or changes node or reason."""
         now = self.clock()
         with self.lock:
             key = (node, str(reason))
@@ -60,7 +60,7 @@ class Holds(Collector):
         log.warning("sweep_held", queue=queue, node=node, reason=str(reason), hint=HINTS[reason])
 
     def release(self, queue: str, node: str) -> None:
-        """The queue's call ran on `node`: a hold ends, logged with how long (a failure ends
+        """End the queue's hold: its call ran on `node`; log how long it was held (a failure ends
         none: the queue is still unswept, and its failure is counted as well)."""
         if queue not in self.held:
             return
@@ -81,7 +81,7 @@ class Holds(Collector):
             self.held.pop(queue, None)
 
     def oldest_s(self) -> float:
-        """How long the queue held the longest has been held; 0 when none is."""
+        """Return how long the queue held the longest has been held; 0 when none is."""
         with self.lock:
             since = min((h.since for h in self.held.values()), default=None)
         return 0.0 if since is None else self.clock() - since

@@ -121,9 +121,9 @@ class LayoutWatch:
             self.thread.start()
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> None:
-        """No read from now; the one in flight finishes before the source is closed under it
-        (waited for `wait_s` at most: a read hung on a dead node is left to end with the
-        process, its source open), and the watch thread ends."""
+        """Stop reading: the read in flight finishes before the source is closed under it (waited
+        for `wait_s` at most: a read hung on a dead node is left to end with the process, its
+        source open), and the watch thread ends."""
         self.stopped.set()
         self.soon.set()
         if not self.reading.acquire(timeout=wait_s):
@@ -137,8 +137,8 @@ class LayoutWatch:
 
 
 def slot_moves(old: Layout, new: Layout) -> dict[str, int]:
-    """The slots that changed hands between two layouts, counted by "from to to" ("none" for
-    no primary: a slot uncovered mid-failover), for the log to say what changed."""
+    """Count the slots that changed hands between two layouts by "from to to" ("none" for no
+    primary: a slot uncovered mid-failover), for the log to say what changed."""
     moves: Counter[str] = Counter()
     for slot in range(REDIS_CLUSTER_HASH_SLOTS):
         before, after = old.owner(slot), new.owner(slot)

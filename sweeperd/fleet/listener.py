@@ -2,17 +2,20 @@
 (CLIENT TRACKING, redirected to a connection subscribed to `__redis__:invalidate`), and a changed
 queue's earliest deadline is read and its wake re-armed, unless its next sweep comes first.
 
-The sweeps' own connections track what they read too (each sends CLIENT TRACKING with NOLOOP
-when it connects), so a sweep leaves its queue tracked without a read of the listener's.
+The sweeps' own connections track to the same subscriber, but only on request (each sends
+CLIENT TRACKING with NOLOOP and OPTIN when it connects): an idle sweep tracks nothing, and the
+sweep of a queue left to it after a change is sent behind CLIENT CACHING yes, so that it tracks
+the queue again without a read of the listener's.
 redis-py 8 speaks RESP3 by default, where an invalidation is a push its parser keeps for its
 own cache: the listener's two connections speak RESP2, where it is a pub/sub message.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -133,6 +136,8 @@ class Listener:
         self._clock = clock
         self._watched: dict[bytes, Watched] = {}
         self._changed: set[bytes] = set()
+        self._left: dict[bytes, int] = {}
+        self._leaving = itertools.count()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,7 +153,8 @@ class Listener:
 
     # What the fleet tells it.
     def track(self, queues: Sequence[QueueSettings]) -> None:
-        """Queues a tick just swept here: each new one is read (and so tracked) within POLL_S."""
+        """Queues a tick just swept here: each new one is read (and so tracked) within POLL_S, and
+        one left to this sweep that it did not track again (see `retracked`) is changed again."""
         now = self._clock()
         with self._lock:
             for q in queues:
@@ -157,14 +163,39 @@ class Listener:
                 if found is None:
                     self._watched[key] = found = Watched(q)
                     self._changed.add(key)
+                elif self._left.pop(key, None) is not None:
+                    self._changed.add(key)
                 found.queue, found.swept_s = q, now
 
+    def to_retrack(self, queues: Sequence[QueueSettings]) -> dict[str, int]:
+        """Return the queues among `queues` left to their next sweep since a change, each with
+        the token `retracked` takes back: their sweeps go out behind CLIENT CACHING yes."""
+        if not self._left:
+            return {}
+        with self._lock:
+            tokens = ((q.name, self._left.get(active_key(q.name, self._root))) for q in queues)
+            return {name: token for name, token in tokens if token is not None}
+
+    def retracked(self, tokens: Mapping[str, int], refused: Collection[str] = ()) -> None:
+        """Sweeps sent behind CLIENT CACHING yes came back: each queue whose token is still its
+        own (left again since: its later sweep tracks it) is tracked again. A CACHING refused
+        (`refused`: an ACL without +client|caching) leaves those queues to be read, and no queue
+        is left to its sweep any more until the connections are made again (said once)."""
+        with self._lock:
+            for name, token in tokens.items():
+                key = active_key(name, self._root)
+                if name not in refused and self._left.get(key) == token:
+                    del self._left[key]
+        if refused and self._redirect is not None:
+            self._refused_on_pool(self._redirect, "CLIENT CACHING refused")
+
     def forget(self, queue: str) -> None:
-        """The queue is no longer swept here: no read, no wake from here."""
+        """Stop hearing a queue no longer swept here: no read, no wake from here."""
         key = active_key(queue, self._root)
         with self._lock:
             self._watched.pop(key, None)
             self._changed.discard(key)
+            self._left.pop(key, None)
 
     def tracked(self) -> int:
         with self._lock:
@@ -172,15 +203,17 @@ class Listener:
 
     # The sweeps' connections.
     def _tracked(self, connection: Link) -> None:
-        """A connection of the primary's pool just made: its handshake, then its reads tracked
-        to the subscriber with NOLOOP (the sweep's own writes are not told back). A sweep's read
-        of its queue's active set then tracks it again at no cost. A refusal never fails the
-        connection: its reads stay untracked and every changed queue is read (said once)."""
+        """Set up a connection of the primary's pool just made: its handshake, then its reads
+        tracked to the subscriber on request (OPTIN: a command behind CLIENT CACHING yes) with
+        NOLOOP (the sweep's own writes are not told back). A sweep sent so tracks its queue again at
+        no cost. A refusal never fails the connection: every changed queue is read (said once)."""
         connection.on_connect()
         redirect = self._redirect
         if redirect is not None:
             try:
-                connection.send_command("CLIENT", "TRACKING", "on", "REDIRECT", redirect, "NOLOOP")
+                connection.send_command(
+                    "CLIENT", "TRACKING", "on", "REDIRECT", redirect, "NOLOOP", "OPTIN"
+                )
                 connection.read_response()
             except ReplyLost as exc:
                 raise redis.ConnectionError(str(exc.__cause__ or exc)) from None
@@ -193,13 +226,15 @@ class Listener:
                 self._sweeps_tracked = False
 
     def _refused_on_pool(self, redirect: int, error: str) -> None:
-        """A pool connection refused tracking to the subscriber: unless that subscriber is gone
-        meanwhile, changed queues are read, no longer left to the sweeps, until it is made
-        again; said once."""
+        """Note that a pool connection refused tracking to the subscriber (or a sweep its CLIENT
+        CACHING yes): unless that subscriber is gone meanwhile, changed queues are read, no
+        longer left to the sweeps, until it is made again; said once."""
         with self._lock:
             if redirect != self._redirect:
                 return
             self._pool_refused, self._sweeps_tracked = True, False
+            self._changed.update(self._left)
+            self._left.clear()
         if not self._said_untracked:
             self._said_untracked = True
             log.warning(
@@ -210,7 +245,7 @@ class Listener:
             )
 
     def _check_pool(self, now: float) -> None:
-        """Whether every connected connection of the pool tracks to the subscriber; while one
+        """Check whether every connected connection of the pool tracks to the subscriber; while one
         does not (made before it, or in use when it was made), the pool's idle connections are
         dropped every CHECK_S: they connect again, tracked, when next used."""
         with self._lock:
@@ -220,6 +255,9 @@ class Listener:
             redirect = self._redirect
             stale = any(to != redirect and _connected(c) for c, to in self._pool.items())
             self._sweeps_tracked = not stale
+            if stale:
+                self._changed.update(self._left)
+                self._left.clear()
         if stale:
             self._client.connection_pool.disconnect(inuse_connections=False)
 
@@ -249,8 +287,8 @@ class Listener:
                         node=self.name,
                         error=str(exc),
                         hint="leases taken since a queue's last sweep wait for its interval: "
-                        "grant +client|id +client|tracking +subscribe &__redis__:invalidate "
-                        "(sweeperd acl prints the line)",
+                        "grant +client|id +client|tracking +client|caching +subscribe "
+                        "&__redis__:invalidate (sweeperd acl prints the line)",
                     )
                 self._stop.wait(REFUSED_RETRY_S)
                 continue
@@ -271,7 +309,7 @@ class Listener:
         self.source, self.why = source, why
 
     def _listen(self) -> None:
-        """One life of the two connections: made, every queue read, the pool's connections
+        """Live one life of the two connections: made, every queue read, the pool's connections
         tracked to the new subscriber, then changes heard."""
         subscriber, reader = self._connection(), self._connection()
         try:
@@ -280,6 +318,7 @@ class Listener:
                 self._redirect, self._checked_s = redirect, float("-inf")
                 self._sweeps_tracked = self._pool_refused = False
                 self._changed.update(self._watched)
+                self._left.clear()
             self._set(SourceState.TRACKING, "the server says when a queue changes")
             self._said_refused = False
             log.info("deadline_source_tracking", node=self.name)
@@ -291,7 +330,7 @@ class Listener:
             reader.disconnect()
 
     def _connection(self) -> Link:
-        """A connection of the node's with its credentials, TLS and db, speaking RESP2, made."""
+        """Make a connection to the node with its credentials, TLS and db, speaking RESP2."""
         pool = self._client.connection_pool
         options = {**pool.connection_kwargs, "protocol": 2, "redis_connect_func": None}
         connection: Link = pool.connection_class(**options)
@@ -299,7 +338,7 @@ class Listener:
         return connection
 
     def _subscribe(self, subscriber: Link, reader: Link) -> int:
-        """The subscriber on the invalidation channel, the reader's keys tracked to it; its id."""
+        """Subscribe to the invalidation channel, track the reader's keys to it; return its id."""
         try:
             subscriber.send_command("CLIENT", "ID")
             own_id = subscriber.read_response()
@@ -340,7 +379,7 @@ class Listener:
         reader.read_response()
 
     def _take(self, subscriber: Link) -> None:
-        """Every message waiting: the keys changed (all of them when the server flushed)."""
+        """Take every message waiting: the keys changed (all of them when the server flushed)."""
         while True:
             message = subscriber.read_response()
             if isinstance(message, list) and message[:2] == [b"message", CHANNEL]:
@@ -353,7 +392,7 @@ class Listener:
                 return
 
     def _gap(self) -> float:
-        """How long after its last read a changed queue is read again: at once until enough
+        """Return how long after its last read a changed queue is read again: at once until enough
         leases were seen, then a share of the shortest (the queues of one primary usually take
         leases alike): a lease is learned well before its deadline, and a busy queue of long
         leases is read every few seconds, not at each claim."""
@@ -362,28 +401,29 @@ class Listener:
         return SHARE * self._shortest_s
 
     def _batch_s(self) -> float:
-        """How long messages are left to gather after a batch was taken."""
+        """Return how long messages are left to gather after a batch was taken."""
         if self._observed < OBSERVED:
             return 0.0
         return min(HEARD_SHARE * self._shortest_s, HEARD_MAX_S)
 
     def _due(self, now: float) -> list[bytes]:
-        """The changed queues whose gap since their last read has passed (or probed after a
+        """Return the changed queues whose gap since their last read has passed (or probed after a
         sample); those whose next sweep comes first are left to it."""
         gap = self._gap()
         with self._lock:
             left = [key for key in self._changed if self._swept_first(self._watched[key], now)]
             self._changed.difference_update(left)
+            self._left.update((key, next(self._leaving)) for key in left)
             watched = [(key, self._watched[key]) for key in self._changed]
             return [key for key, w in watched if w.probing or now - w.read_s >= gap]
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
-        """The queue's next sweep that starts after the change (its wake still to come, or two
-        intervals after the end of its last sweep: a sweep in flight now may have read before
-        the change) comes before a lease taken now could fall due, with SHARE of the shortest
-        lease (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and
-        tracks the queue again. Only while every connection of the pool tracks, once the
-        shortest lease is known, and for SAMPLE_S after a read. Hold the lock."""
+        """Tell whether the queue's next sweep that starts after the change (its wake still to come,
+        or two intervals after the end of its last sweep: a sweep in flight now may have read before
+        the change) comes before a lease taken now could fall due, with SHARE of the shortest lease
+        (and SPARE_S at least) to spare: that sweep reads the new earliest deadline and, sent behind
+        CLIENT CACHING yes, tracks the queue again. Only while every connection of the pool tracks,
+        once the shortest lease is known, and for SAMPLE_S after a read. Hold the lock."""
         if not self._sweeps_tracked or self._observed < OBSERVED:
             return False
         if watched.probing:
@@ -398,7 +438,7 @@ class Listener:
         return sweep <= now + self._shortest_s - max(SHARE * self._shortest_s, SPARE_S)
 
     def _next_read(self, now: float, last_round: float) -> float:
-        """How long to wait for messages before the next round may read a changed queue."""
+        """Return how long to wait for messages before the next round may read a changed queue."""
         gap = self._gap()
         with self._lock:
             waiting = [self._watched[k] for k in self._changed]
@@ -408,8 +448,8 @@ class Listener:
         return min(POLL_S, max(soonest - now, last_round + ROUND_S - now, 0.0))
 
     def _read(self, reader: Link, keys: list[bytes]) -> None:
-        """One pipelined round of the queues' earliest lease (which tracks each key again), their
-        wakes re-armed, the primary's next wake told."""
+        """Read the queues' earliest lease in one pipelined round (which tracks each key again),
+        their wakes re-armed, the primary's next wake told."""
         with self._lock:
             self._changed.difference_update(keys)
         reader.send_packed_command(
@@ -442,10 +482,10 @@ class Listener:
             self._armed(self._deadlines.next_wake())
 
     def _learn(self, watched: Watched, head: tuple[bytes, float] | None, now: float) -> None:
-        """A new earliest lease (another id, due sooner than the last one read) was taken since
-        the last read, and has at least this long left: the shortest such time on the primary
-        is how soon a queue is read again. Only where the last read is more recent than that
-        time (a read after a long while, a queue left to its sweeps, finds an old lease there,
+        """Learn from a read how long a new earliest lease (another id, due sooner than the last
+        one read) taken since the last read has left: the shortest such time on the primary is
+        how soon a queue is read again. Only where the last read is more recent than that time
+        (a read after a long while, of a queue left to its sweeps, finds an old lease there,
         taken when nobody read: its time left says nothing of its length)."""
         before, last = watched.head, watched.read_s
         watched.head, watched.read_s = head, now
@@ -462,7 +502,7 @@ class Listener:
 
 
 def _connected(connection: Link) -> bool:
-    """The connection has a socket (redis-py drops it on disconnect)."""
+    """Tell whether the connection has a socket (redis-py drops it on disconnect)."""
     return getattr(connection, "_sock", None) is not None
 
 

@@ -16,6 +16,7 @@ from sweeperd.fleet.ledger import Ledger
 from sweeperd.fleet.listener import Listener, SourceState
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.outcome import Outcome
+from sweeperd.fleet.primary import Primary
 from sweeperd.fleet.routes import Routes
 from sweeperd.fleet.tick import Tick
 from sweeperd.metrics.state import NodeState
@@ -49,7 +50,6 @@ class Member:
     ) -> None:
         self.node = node
         self.ledger = ledger
-        self.prefix_root = prefix_root
         self.report = report
         self.clock = clock
         self.wall_clock = wall_clock
@@ -79,6 +79,11 @@ class Member:
     @property
     def name(self) -> str:
         return self.node.name
+
+    @property
+    def primary(self) -> Primary:
+        """Its primary, as the daemon's jobs may use it: name, client, how it answers."""
+        return self.node
 
     @property
     def restarts(self) -> int:
@@ -118,7 +123,8 @@ class Member:
             self._submit(due, look=look, woken=True)
 
     def next_wake(self) -> float | None:
-        """When its next queue falls due at its deadline (monotonic); None when none waits."""
+        """Return when its next queue falls due at its deadline (monotonic); None when none
+        waits."""
         return None if self.deadlines is None else self.deadlines.next_wake()
 
     def forget(self, queue: str) -> None:

@@ -181,8 +181,8 @@ class Node:
         return self.up is not False or now >= self.retry_at
 
     def inherit(self, previous: Node) -> None:
-        """This new primary took over `previous`'s slots (a failover): its epoch is the one to
-        compare with, so that the first look counts the change here."""
+        """Take over the epoch of `previous`, whose slots this new primary took over (a
+        failover): the first look compares with it, so that the change is counted here."""
         with self._lock:
             self.run_id, self.replid = previous.run_id, previous.replid
             self._predecessor = previous.name
@@ -233,8 +233,8 @@ class Node:
             return Epoch(info, self._executor, restarted)
 
     def _changed(self, info: ServerInfo) -> None:
-        """Another server process, or the same one after a change of role: counted and logged
-        once. Hold the lock."""
+        """Count and log, once, another server process, or the same one after a change of role.
+        Hold the lock."""
         failover = self._predecessor is not None or info.run_id == self.run_id
         self.restarts += 1
         log.warning(
@@ -272,9 +272,9 @@ class Node:
         self.up, self.error = True, None
 
     def failed(self, now: float, error: BaseException) -> None:
-        """A sweep's connection failure: down, retried after a doubling backoff; logged once per
-        change. A server loading its dataset is up, not down: no backoff (its callers retry
-        soon)."""
+        """Mark the server down after a sweep's connection failure, retried after a doubling
+        backoff; logged once per change. A server loading its dataset is up, not down: no backoff
+        (its callers retry soon)."""
         if isinstance(error, redis.exceptions.BusyLoadingError):
             return
         with self._lock:
@@ -283,8 +283,8 @@ class Node:
             self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
 
     def unreachable(self, error: BaseException) -> None:
-        """Another call (the heartbeat, discovery) could not reach the server: down, logged
-        once, but the sweeps' backoff untouched: the next sweep is tried, and its failure
+        """Mark the server down when another call (the heartbeat, discovery) could not reach it,
+        logged once, but the sweeps' backoff untouched: the next sweep is tried, and its failure
         counted, when it is due (a heartbeat failing every beat held every sweep back)."""
         if isinstance(error, redis.exceptions.BusyLoadingError):
             return
@@ -292,8 +292,8 @@ class Node:
             self._down(error)
 
     def _down(self, error: BaseException) -> None:
-        """Down, logged when it goes down and again when the error changes (a refused
-        connection, then a refused authentication). Hold the lock."""
+        """Mark the server down, logged when it goes down and again when the error changes (a
+        refused connection, then a refused authentication). Hold the lock."""
         said = str(error) or type(error).__name__
         hint = mismatch(scheme_of(self.client), error)
         said += f"; {hint}" if hint else ""
@@ -302,9 +302,9 @@ class Node:
         self.up, self.error = False, said
 
     def refusing(self, error: SweepError | None) -> None:
-        """A tick's every call was refused for a reason that will not pass by itself (the verb
-        unknown to the server, a command the ACL user lacks): not ready until a call goes
-        through (None)."""
+        """Mark the server as refusing every sweep (a tick's every call was refused for a reason
+        that will not pass by itself: the verb unknown to the server, a command the ACL user
+        lacks): not ready until a call goes through (None)."""
         if error is not None and error.reason not in STANDING:
             return
         self.refusal = error
@@ -324,8 +324,8 @@ class Node:
         return judged
 
     def state(self) -> NodeState:
-        """What the series say of it now: up, the run_id and executor it is swept with, the
-        restarts seen."""
+        """Return what the series say of it now: up, the run_id and executor it is swept with,
+        the restarts seen."""
         executor = self._executor
         return NodeState(
             self.name,
@@ -336,14 +336,14 @@ class Node:
         )
 
     def answered_within(self, now: float, seconds: float) -> bool:
-        """It answered lately, and not as a Cluster node its sweeps refuse (a heartbeat it
-        answers does not make it one to sweep)."""
+        """Tell whether it answered lately, and not as a Cluster node its sweeps refuse (a
+        heartbeat it answers does not make it one to sweep)."""
         if self.clustered or self.last_answer is None:
             return False
         return now - self.last_answer <= seconds
 
 
 def _timed(result: CallResult) -> bool:
-    """A call that says how long it ran: not a brief reply, which found nothing due and is
-    timed by nothing but its round trip (no measure of what a call of that size costs)."""
+    """Tell whether a call says how long it ran: not a brief reply, which found nothing due and
+    is timed by nothing but its round trip (no measure of what a call of that size costs)."""
     return result.depths is None or result.depths.run_id is not None

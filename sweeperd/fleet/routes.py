@@ -35,7 +35,7 @@ class Routes:
     members: Collection[str]
 
     def owner(self, queue: str) -> str | None:
-        """The member that owns the queue's slot now; None when none does."""
+        """Return the member that owns the queue's slot now; None when none does."""
         if self.layout is None:
             return None
         found = self.layout.owner(self.slots(queue))
@@ -44,7 +44,8 @@ class Routes:
     def split(
         self, queues: Sequence[QueueSettings]
     ) -> tuple[dict[str, list[QueueSettings]], list[QueueSettings]]:
-        """The queues by the member that owns their slot, in their order, and those none owns."""
+        """Split the queues by the member that owns their slot, in their order, and return those
+        none owns apart."""
         routed: dict[str, list[QueueSettings]] = {}
         unrouted: list[QueueSettings] = []
         for q in queues:
@@ -56,5 +57,5 @@ class Routes:
         return routed, unrouted
 
     def owners(self, queues: Collection[str]) -> set[str | None]:
-        """The owners of the queues (None among them when one has none)."""
+        """Return the owners of the queues (None among them when one has none)."""
         return {self.owner(q) for q in queues}

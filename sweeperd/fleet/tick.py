@@ -3,7 +3,7 @@ looks at the epoch first), each counted, the backlogs left to the drainer."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,6 @@ import structlog
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.node import NotPrimary, Swept
 from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
-from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
@@ -52,8 +51,9 @@ class Tick:
         queues = [q for q in batch if not m.drainer.is_draining(q.name)]
         if m.deadlines is not None and not woken:
             queues = m.deadlines.unwoken(queues, now)
+        retrack = m.listener.to_retrack(queues) if m.listener is not None else {}
         try:
-            swept = m.node.sweep(self.calls(queues), now, look=look)
+            swept = m.node.sweep(self.calls(queues, retrack), now, look=look)
         except NotPrimary:
             # Demoted: its queues' calls are held, to go to the new primary.
             for q in queues:
@@ -77,6 +77,8 @@ class Tick:
             if isinstance(result.reply, SweepReply) and result.expired_left:
                 m.drainer.add(q, result.call.keys, result.expired_left)
         self.update_refusal(done)
+        if retrack:
+            self.retracked(retrack, done)
         moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
         loading = any(_loading(r) for _, r in done)
         wake = self.arm(swept, done, [q for q, _ in held], now)
@@ -92,6 +94,17 @@ class Tick:
             first = replies[0]
             assert isinstance(first, SweepError)
             self.member.node.refusing(first)
+
+    def retracked(
+        self, tokens: dict[str, int], done: Sequence[tuple[QueueSettings, CallResult]]
+    ) -> None:
+        """Tell the listener which queues left to this tick's sweeps were tracked again: those
+        whose call ran behind its CLIENT CACHING yes."""
+        listener = self.member.listener
+        assert listener is not None
+        ran = {q.name for q, r in done if isinstance(r.reply, SweepReply) and q.name in tokens}
+        refused = {q.name for q, r in done if r.untracked}
+        listener.retracked({name: tokens[name] for name in ran | refused}, refused)
 
     def arm(
         self,
@@ -114,17 +127,18 @@ class Tick:
             deadlines.forget(q.name)
         return deadlines.next_wake()
 
-    def calls(self, queues: Sequence[QueueSettings]) -> list[Call]:
+    def calls(self, queues: Sequence[QueueSettings], retrack: Collection[str] = ()) -> list[Call]:
         """Build the queues' calls, the node's call size shared out between them: the round
-        stays about one call's target long."""
+        stays about one call's target long; those of `retrack` track what they read."""
         share = self.member.node.share(len(queues))
         return [
             Call(
-                QueueKeys(q.name, self.member.prefix_root),
+                q.keys,
                 q.max_stalled,
                 min(q.limit, share),
                 listed=ID_CAP,
                 brief=self.brief,
+                tracked=q.name in retrack,
             )
             for q in queues
         ]

@@ -47,7 +47,7 @@ class Durations:
         self.total = 0.0
 
     def observe(self, bucket: int, seconds: float, times: int = 1) -> None:
-        """`times` observations of `seconds`, which fall in bucket number `bucket`."""
+        """Count `times` observations of `seconds`, which fall in bucket number `bucket`."""
         self.buckets[bucket] += times
         self.total += seconds * times
 
@@ -164,7 +164,8 @@ class QueueSeries:
         return found
 
     def disown(self) -> None:
-        """Not this replica's queue now: the numbers of its state are unknown here."""
+        """Forget the numbers of the queue's state: not this replica's queue now, they are
+        unknown here."""
         self.owned = False
         self.expired = self.oldest_expired_age = self.jobs = self.failed = None
 

@@ -112,7 +112,7 @@ class Standalone:
         return Layout({self.connection.node: None})
 
     def close(self) -> None:
-        """Nothing held open."""
+        """Close nothing: it holds nothing open."""
 
 
 class NoSeedAnswered(redis.ConnectionError):
@@ -272,10 +272,10 @@ class SlotMap:
         return list(dict.fromkeys([*primaries, *replicas]))
 
     def nodes_from(self, answered: Address) -> list[Address]:
-        """The nodes to ask next time: the one that `answered` first when the map names it,
-        then every node named. A node the map no longer names (forgotten, removed) is dropped:
-        one removed but still running answers an empty map, and kept, it was asked first at
-        every read; the seeds named are asked after these anyway."""
+        """Return the nodes to ask next time: the one that `answered` first when the map names
+        it, then every node named. A node the map no longer names (forgotten, removed) is
+        dropped: one removed but still running answers an empty map, and kept, it was asked first
+        at every read; the seeds named are asked after these anyway."""
         named = self.nodes
         return [answered, *(n for n in named if n != answered)] if answered in named else named
 

@@ -272,7 +272,7 @@ class Top:
         return NodeRead(server, stale, failure=exc)
 
     def _unreadable(self, error: str) -> None:
-        """No layout to read by: the URL's server (or each one known) says why."""
+        """Say why there is no layout to read by: the URL's server (or each one known) says why."""
         if not self._readers:
             for node in self._servers or [self._connection.node]:
                 self._servers[node] = ServerRow(node, error=error)

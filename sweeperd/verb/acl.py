@@ -33,9 +33,10 @@ PORT = ("type", "zrangebyscore", "hmget", "exists", "zremrangebyrank", "hset", "
 # <root>:sweeperd:{members}, and leaving it on SIGTERM.
 SHARING = ("time", "zremrangebyscore", "zadd", "zrange", "pexpireat", "zrem")
 # run --deadline-source tracking (the default): the listener's own id, its subscription to the
-# invalidation channel (granted with INVALIDATION_CHANNEL) and the other connection's tracking
-# redirected to it; its reads of a changed queue's earliest lease are zrange.
-TRACKING = ("client|id", "subscribe", "client|tracking", "zrange")
+# invalidation channel (granted with INVALIDATION_CHANNEL) and the other connections' tracking
+# redirected to it (the sweeps' on request: client|caching); its reads of a changed queue's
+# earliest lease are zrange.
+TRACKING = ("client|id", "subscribe", "client|tracking", "client|caching", "zrange")
 INVALIDATION_CHANNEL = "__redis__:invalidate"
 # run --discover, and top without a queue: SCAN for <root>:{*}:<set>.
 DISCOVER = ("scan",)

@@ -18,7 +18,8 @@ class Call:
     """One sweep of one queue; `bound_ms` (server clock, 0 = the call's now) bounds `expired`;
     `listed` caps the ids the reply lists (0 = every id; the counts stay whole); `brief` lets
     a call that finds nothing due reply with its clock and earliest deadline alone (no run_id,
-    no counts: see Depths)."""
+    no counts: see Depths); `tracked` sends it behind CLIENT CACHING yes (the keys it reads are
+    tracked, on a connection that tracks on request: see fleet/listener.py)."""
 
     keys: QueueKeys
     max_stalled: int
@@ -26,6 +27,7 @@ class Call:
     bound_ms: int = 0
     listed: int = 0
     brief: bool = False
+    tracked: bool = False
 
     def args(self, executor: Executor) -> list[object]:
         """Return the call as `executor` sends it."""
@@ -163,11 +165,13 @@ def _score(raw: object) -> float | None:
 
 @dataclass(slots=True)  # not frozen, as Depths: one is made per call
 class CallResult:
-    """A call's reply or its error, and the queue's numbers after it; never changed once made."""
+    """A call's reply or its error, and the queue's numbers after it; `untracked`: the server
+    refused the CLIENT CACHING yes the call was sent behind. Never changed once made."""
 
     call: Call
     reply: SweepReply | SweepError
     depths: Depths | None = None
+    untracked: bool = False
 
     @property
     def redirect(self) -> Reason | None:

@@ -20,6 +20,8 @@ from sweeperd.verb.replies import Call, CallResult, named, result_of
 SHAPES_MAX = 4096
 # A placeholder's character: no root, number or script has it.
 NAME_IN_A_SHAPE = "\x00"
+# Sent before a call that tracks the keys it reads (Call.tracked).
+CACHING = resp((b"CLIENT", b"CACHING", b"yes"))
 
 
 class Packed:
@@ -58,7 +60,7 @@ class Packed:
 
 
 def _shape(executor: Executor, call: Call, length: int) -> list[bytes] | None:
-    """The call's command cut where its queue's name goes (six times: five keys and the
+    """Return the call's command cut where its queue's name goes (six times: five keys and the
     prefix); None where the placeholder is found elsewhere too (a root holding it)."""
     placeholder = NAME_IN_A_SHAPE * length
     keys = QueueKeys(placeholder, call.keys.root)
@@ -69,8 +71,9 @@ def _shape(executor: Executor, call: Call, length: int) -> list[bytes] | None:
 
 def _send(
     client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed
-) -> list[object]:
-    """Return each call's reply, or the error it got, in call order; one round trip.
+) -> tuple[list[object], set[int]]:
+    """Return each call's reply, or the error it got, in call order, and the indexes of the
+    tracked calls whose CLIENT CACHING yes was refused; one round trip.
 
     A round is what redis-py's pipeline does (one write, the replies read in order, the
     connection's retry policy on a connection failure: none, as connection.connect sets it, so
@@ -78,8 +81,19 @@ def _send(
     tick's time: each queue's command is packed once (a call on its own too: a queue woken at
     its deadline, round after round, costs a fifth less than redis-py packing it anew).
     """
-    commands = b"".join([packed(executor, call) for call in calls])
-    return round_trip(client, commands, len(calls))
+    commands = b"".join([CACHING * call.tracked + packed(executor, call) for call in calls])
+    tracked = sum(call.tracked for call in calls)
+    replies = round_trip(client, commands, len(calls) + tracked)
+    if not tracked:
+        return replies, set()
+    answers: list[object] = []
+    untracked: set[int] = set()
+    read = iter(replies)
+    for i, call in enumerate(calls):
+        if call.tracked and isinstance(next(read), BaseException):
+            untracked.add(i)
+        answers.append(next(read))
+    return answers, untracked
 
 
 def _lost(reply: object) -> bool:
@@ -96,18 +110,22 @@ def sweep_round(
     if not calls:
         return []
     packed = packed or Packed()
-    replies = _send(client, executor, calls, packed)
+    replies, untracked = _send(client, executor, calls, packed)
     again = [i for i, reply in enumerate(replies) if _lost(reply)]
     if again:
         executor.prepare(client)
-        resent = _send(client, executor, [calls[i] for i in again], packed)
+        resent, still = _send(client, executor, [calls[i] for i in again], packed)
         for i, reply in zip(again, resent, strict=True):
             replies[i] = reply
+        untracked.update(again[i] for i in still)
     user = user_of(client)
-    return [
+    results = [
         named(result_of(call, reply), executor, user)
         for call, reply in zip(calls, replies, strict=True)
     ]
+    for i in untracked:
+        results[i] = replace(results[i], untracked=True)
+    return results
 
 
 class InFlight:

@@ -34,7 +34,8 @@
 --            deadline the call took its oldest lease: ms as text (from 1970 for a deadline
 --            before it, -inf too), false when the call took none
 -- A brief reply (ARGV[6], nothing due) is {now, earliest deadline} alone, in place of
--- {verdict, stats}: the verdict is the verb's empty one, the server time and counts unread.
+-- {verdict, stats}: the verdict is the verb's empty one, the server time and counts unread;
+-- for an empty active set {0, false}: no deadline to compare, the clock unread.
 -- Reads only, but for what the verb writes: the verb's refusal writes nothing.
 -- Exempt is judged by each recovered id's lease_epoch, which the verb never writes. Where a call
 -- may recover most of what it takes (max_stalled above 1), one SORT_RO reads the epochs of
@@ -61,6 +62,7 @@ end
 -- goes the whole way below.
 if ARGV[6] == '1' and ARGV[4] == '0' and positive_limit(ARGV[2]) and positive_limit(ARGV[3]) then
   local first_lease = redis.pcall('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if not first_lease['err'] and #first_lease == 0 then return {0, false} end
   if not first_lease['err'] then
     local t = redis.call('TIME')
     local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -41,5 +41,5 @@ def stopped(daemon: Daemon) -> None:
     """The fleet's threads ended and its primaries' connections closed (left to the garbage
     collector, an unclosed socket is a ResourceWarning in whichever test comes next)."""
     daemon.fleet.stop(1.0)
-    for node in daemon.fleet.nodes():
+    for node in daemon.fleet.primaries():
         node.client.close()

@@ -18,7 +18,7 @@ SWEEP = "+script|load +evalsha +time +zcard +zcount +zrange +zrangebyscore +hget
 PORT = "+type +hmget +exists +zremrangebyrank +hset +zadd +hincrby"
 READS = "+command|info +zcount +zcard +zrange +hget"  # a queue's counts
 INSPECT = f"{READS} +zrangebyscore"  # and the first lease not yet due
-HEARS = "+client|id +subscribe +client|tracking"  # run hearing its queues change
+HEARS = "+client|id +subscribe +client|tracking +client|caching"  # run hearing its queues change
 CHANNEL = "&__redis__:invalidate"
 # (the options given, the line printed): read as a table
 LINES = [

@@ -89,6 +89,17 @@ class TestPrecedence:
         assert s.daemon.queue_metrics is QueueMetrics.FULL
         assert s.queues == ()
 
+    def test_a_queues_keys_are_under_the_root(self, tmp_path: Path) -> None:
+        """A queue's keys are built with its settings, under the root: a listed queue's, a
+        table's and a discovered one's."""
+        s = build(tmp_path, 'prefix_root = "jobs"\n[queue.billing]\nlimit = 5\n', queues="a")
+        found = s.for_queue("found")
+        assert [q.keys.active for q in (*s.queues, found)] == [
+            "jobs:{billing}:active",
+            "jobs:{a}:active",
+            "jobs:{found}:active",
+        ]
+
 
 class TestDefaultsTable:
     def test_one_table(self, tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ def sweep_owned(daemon: Daemon) -> None:
 
 
 def node_of(daemon: Daemon) -> Node:
-    [node] = daemon.fleet.nodes()
+    [node] = daemon.fleet.primaries()
+    assert isinstance(node, Node)
     return node
 
 

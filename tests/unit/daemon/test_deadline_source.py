@@ -1,15 +1,17 @@
 """`sweeperd run` hearing its queues change (`--deadline-source tracking`, the default): a lease
 taken after a queue's last sweep, due long before its next, is back at its deadline; the same
 after the server is restarted and after the listener's subscriber is made again (the sweeps' own
-connections then track to the new one); a renewed one is neither swept nor counted; a server or
-ACL that refuses tracking leaves the interval alone, and the log, the gauge and `/` say so; one
-that refuses it on the sweeps' connections only leaves the sweeps going on, said once."""
+connections then track to the new one); an idle sweep tracks nothing; a renewed one is neither
+swept nor counted; a server or ACL that refuses tracking leaves the interval alone, and the log,
+the gauge and `/` say so; one that refuses it (or CLIENT CACHING) on the sweeps' connections only
+leaves the sweeps going on, said once."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import redis
@@ -26,6 +28,9 @@ INTERVAL_S = 60.0  # nothing here waits for it: only a heard change brings a lea
 LEASE_S = 0.5  # a lease taken once the queue is tracked falls due this long after
 BACK_S = 20.0  # it comes back within this of its deadline (a round trip, on a quiet machine)
 BEFORE_INTERVAL_S = 0.8 * INTERVAL_S  # sooner than this after the start, only a wake explains it
+# The keys a whole sweep (a round's first call is sent whole) tracks behind CLIENT CACHING yes,
+# nothing due: Redis 7.0 the five the script declares, Valkey 9 the four sets it reads.
+SWEEP_TRACKS = {"redis": 5, "valkey": 4}
 
 
 def daemon(workdir: Path, url: str, executor: str, *args: str) -> DaemonProcess:
@@ -92,6 +97,24 @@ def swept_more(d: DaemonProcess) -> None:
     """Two sweeps more than now."""
     swept = d.total("sweeperd_sweeps_total")
     wait_until(lambda: d.total("sweeperd_sweeps_total") >= swept + 2, what="two sweeps more")
+
+
+def user_url(r: redis.Redis, server: RedisServer, name: str, *commands: str) -> str:
+    """The server's URL as a user `name` may every key and channel, and `commands`."""
+    r.acl_setuser(
+        name, enabled=True, passwords=["+pw"], keys=["*"], channels=["*"], commands=list(commands)
+    )
+    return server.url.replace("redis://", f"redis://{name}:pw@")
+
+
+def learn_long_leases(d: DaemonProcess, c: redis.Redis) -> None:
+    """OBSERVED new earliest leases of 30 s, each read: the primary's leases are known to be
+    long, and a change of a queue swept every second is left to its sweep from now on."""
+    wait_until(lambda: reads(d) >= 1, what="the queue read once, empty")
+    for n in range(OBSERVED):
+        read_after(d, lambda: lease(c, Q, b"long", server_ms(c) + 30_000, attempts="1"))
+        if n < OBSERVED - 1:
+            read_after(d, lambda: c.zrem(Q.active, b"long"))
 
 
 def back(c: redis.Redis, job: bytes) -> bool:
@@ -178,23 +201,35 @@ class TestHeard:
             back_at_its_deadline(d, c, b"j", deadline, started)
             assert d.stop() == 0
 
+    def test_an_idle_sweep_tracks_nothing(self, on: Target, workdir: Path) -> None:
+        """Swept every second with nothing due: the server tracks the queue's active set (the
+        listener's read) and nothing more, sweep after sweep (tracked on every sweep, Redis 7.0
+        held the sweep script's five keys, and entered them anew at each call)."""
+        c = on.client
+        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, _):
+            wait_until(lambda: reads(d) >= 1, what="the queue read once, empty")
+            for _ in range(3):
+                swept_more(d)
+                assert tracked_keys(c) == 1
+            assert d.stop() == 0
+
     def test_a_queue_of_long_leases_is_left_to_its_sweeps(self, on: Target, workdir: Path) -> None:
         """Once the primary's leases are known to be long (30 s, the interval 1 s), a change is
-        not read: the queue's next sweep reads the new earliest deadline and tracks it again.
-        The reads stay where they were while the queue keeps changing, and a lease taken then
-        is still back, by its next sweep."""
+        not read: the queue's next sweep, sent behind CLIENT CACHING yes, reads the new earliest
+        deadline and tracks it again. The reads stay where they were while the queue keeps
+        changing, and a lease taken then is still back, by its next sweep."""
         c = on.client
         with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, started):
-            wait_until(lambda: reads(d) >= 1, what="the queue read once, empty")
-            for n in range(OBSERVED):
-                read_after(d, lambda: lease(c, Q, b"long", server_ms(c) + 30_000, attempts="1"))
-                if n < OBSERVED - 1:
-                    read_after(d, lambda: c.zrem(Q.active, b"long"))
+            learn_long_leases(d, c)
             read = reads(d)
             c.zrem(Q.active, b"long")
             for n in range(6):
                 lease(c, Q, b"more%d" % n, server_ms(c) + 60_000, attempts="1")
                 swept_more(d)
+                wait_until(
+                    lambda: tracked_keys(c) == SWEEP_TRACKS[on.server.kind],
+                    what="the queue tracked again by the sweep the change was left to",
+                )
             assert reads(d) == read, "a change of a queue of long leases read"
             deadline = take(c, b"j")
             back_at_its_deadline(d, c, b"j", deadline, started)
@@ -208,15 +243,7 @@ class TestRefused:
     ) -> None:
         """A user who may not turn tracking on: said once in the log, 0 in the gauge, `refused`
         on `/`; the interval (2 s here) still brings a lease back."""
-        r.acl_setuser(
-            "notrack",
-            enabled=True,
-            passwords=["+pw"],
-            keys=["*"],
-            channels=["*"],
-            commands=["+@all", "-client|tracking"],
-        )
-        url = redis_server.url.replace("redis://", "redis://notrack:pw@")
+        url = user_url(r, redis_server, "notrack", "+@all", "-client|tracking")
         with daemon(workdir, url, "native", "--interval", "2") as d:
             d.wait_swept(Q.queue)
             wait_until(lambda: d.events("deadline_source_refused"), what="the refusal logged")
@@ -234,15 +261,7 @@ class TestRefused:
         """Tracking taken from the user once the listener tracks: the sweeps' connections made
         again are refused it, said once in the log, and the sweeps go on, uncounted as failures;
         a lease still comes back."""
-        r.acl_setuser(
-            "late",
-            enabled=True,
-            passwords=["+pw"],
-            keys=["*"],
-            channels=["*"],
-            commands=["+@all"],
-        )
-        url = redis_server.url.replace("redis://", "redis://late:pw@")
+        url = user_url(r, redis_server, "late", "+@all")
         with daemon(workdir, url, "native", "--interval", "1") as d:
             d.wait_swept(Q.queue)
             hearing(d, r, redis_server.node)
@@ -259,6 +278,30 @@ class TestRefused:
             assert d.total("sweeperd_sweep_failures_total") <= 2, "a killed round at most"
             lease(r, Q, b"j", server_ms(r) + 200, attempts="1")
             wait_until(lambda: back(r, b"j"), BACK_S, "the lease back")
+            assert d.stop() == 0
+
+    def test_sweeps_refused_caching_leave_changes_to_the_listener(
+        self, r: redis.Redis, redis_server: RedisServer, workdir: Path
+    ) -> None:
+        """A user without +client|caching (an ACL made for an older sweeperd): the listener
+        tracks, but the sweep of a queue left to it is refused its CLIENT CACHING yes; said once,
+        the sweep goes on uncounted as a failure, and every change is read from then on."""
+        url = user_url(r, redis_server, "nocache", "+@all", "-client|caching")
+        with daemon(workdir, url, "native", "--interval", "1") as d:
+            d.wait_swept(Q.queue)
+            hearing(d, r, redis_server.node)
+            learn_long_leases(d, r)
+            read = reads(d)
+            lease(r, Q, b"more", server_ms(r) + 60_000, attempts="1")
+            wait_until(
+                lambda: d.events("deadline_source_sweeps_untracked"), what="the refusal said"
+            )
+            wait_until(lambda: reads(d) > read, what="the change read by the listener")
+            for job in (b"again1", b"again2", b"again3"):
+                read_after(d, partial(lease, r, Q, job, server_ms(r) + 60_000, attempts="1"))
+            assert len(d.events("deadline_source_sweeps_untracked")) == 1
+            assert d.total("sweeperd_sweep_failures_total") == 0
+            assert d.value("sweeperd_deadline_source", node=redis_server.node) == 1
             assert d.stop() == 0
 
     def test_off_is_said_too(

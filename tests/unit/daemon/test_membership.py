@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 from sweeperd.config.settings import QueueSettings, build_settings
 from sweeperd.daemon.membership import MembershipStore
 from sweeperd.daemon.sharing import Sharing
-from sweeperd.fleet.node import BACKOFF_FIRST_S
+from sweeperd.fleet.node import BACKOFF_FIRST_S, Node
 from sweeperd.keyspace import members_key
 from sweeperd.server.connection import connect
 from tests.support.helpers import owned_by, server_ms
@@ -145,7 +145,7 @@ class TestSharing:
         dead = connect(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
         sharing.store = MembershipStore(dead, "emq", "r1", TTL_S)
         node = sharing.node
-        assert node is not None
+        assert isinstance(node, Node)
         for beat in range(1, 10):
             sharing.refresh(beat / 10)
             assert (node.up, node.may_try(beat / 10)) == (False, True), beat

@@ -154,6 +154,7 @@ class TestInEffect:
         )
         assert (fresh.call_target_ms, fresh.drain_share) == (3, 0.5)
         assert [q.name for q in fresh.queues] == ["other"]
+        assert [q.keys.active for q in fresh.queues] == [f"{running.prefix_root}:{{other}}:active"]
         assert (fresh.daemon.jitter, fresh.daemon.discover, fresh.daemon.audit_every) == (
             0.5,
             7,

@@ -1,18 +1,33 @@
-"""One pipelined round: replies with their accounting, counts, and scripts the server lost."""
+"""One pipelined round: replies with their accounting, counts, scripts the server lost, and the
+calls sent behind CLIENT CACHING yes, which alone track what they read."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
+from sweeperd.server.calls import command, disconnect, send, typed
+from sweeperd.server.calls import connect as connect_to
 from sweeperd.server.connection import connect
 from sweeperd.server.packed import resp
 from sweeperd.verb.executors import NATIVE, SCRIPT
 from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply, keeps_draining
 from sweeperd.verb.rounds import Packed, sweep_round
-from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, dump_all, lease, now_ms, run_id
+from tests.support.helpers import (
+    FUTURE_OFFSET_MS,
+    PAST_MS,
+    dump_all,
+    lease,
+    now_ms,
+    run_id,
+    tracked_keys,
+)
+from tests.support.servers import RedisServer
 from tests.support.targets import Target
 
 A, B = QueueKeys("a"), QueueKeys("b")
@@ -159,6 +174,103 @@ def due(r: redis.Redis, keys: QueueKeys, count: int) -> None:
         lease(r, keys, f"j{n}".encode(), attempts="1")
 
 
+@contextmanager
+def subscribed(port: int) -> Iterator[tuple[redis.Connection, int]]:
+    """A RESP2 connection subscribed to the invalidation channel, and its id."""
+    sub: redis.Connection = typed(redis.Connection)(port=port, protocol=2)
+    connect_to(sub)
+    try:
+        send(sub, "CLIENT", "ID")
+        own_id = sub.read_response()
+        send(sub, "SUBSCRIBE", "__redis__:invalidate")
+        sub.read_response()
+        assert isinstance(own_id, int)
+        yield sub, own_id
+    finally:
+        disconnect(sub)
+
+
+def tracking_on_request(port: int, redirect: int) -> redis.Redis:
+    """A client of one connection that tracks on request (OPTIN) to `redirect`, as the
+    listener makes the sweeps' connections track."""
+    client = redis.Redis(port=port, protocol=2, max_connections=1)
+    command(client, "CLIENT", "TRACKING", "on", "REDIRECT", redirect, "NOLOOP", "OPTIN")
+    return client
+
+
+def first_invalidated(sub: redis.Connection) -> list[bytes]:
+    """The keys of the next invalidation message."""
+    message = sub.read_response()
+    assert isinstance(message, list) and message[:2] == [b"message", b"__redis__:invalidate"]
+    keys = message[2]
+    assert isinstance(keys, list)
+    return keys
+
+
+class TestTrackedCalls:
+    def test_only_a_call_sent_tracked_tracks_its_queue(self, on: Target) -> None:
+        """A round of an untracked call and a tracked one, on a connection that tracks on
+        request: the same replies as ever, and only the tracked queue's write is told."""
+        c = on.client
+        lease(c, A, b"a1", attempts="1")
+        lease(c, B, b"b1", attempts="1")
+        with subscribed(on.server.port) as (sub, own_id):
+            client = tracking_on_request(on.server.port, own_id)
+            b, a = sweep_round(
+                client, on.executor, [Call(B, 5, 100), Call(A, 5, 100, tracked=True)]
+            )
+            assert (a.reply, b.reply) == (SweepReply((b"a1",), ()), SweepReply((b"b1",), ()))
+            assert not (a.untracked or b.untracked)
+            assert numbers(a.depths) == numbers(b.depths) == (0, 0, 1, 0, 0)
+            c.zadd(B.active, {b"b2": 1})
+            c.zadd(A.active, {b"a2": 1})
+            # Told in the order written: B's write, had it been tracked, would come first.
+            assert first_invalidated(sub) == [A.active.encode()]
+
+    def test_an_idle_brief_round_tracks_nothing(self, on: Target) -> None:
+        """Brief calls that find nothing due, untracked: the server's tracking table stays
+        empty (Redis 7.0 entered a script's five keys in it at each call of a tracking
+        connection)."""
+        lease(on.client, A, b"a1", deadline_ms=now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        with subscribed(on.server.port) as (_, own_id):
+            client = tracking_on_request(on.server.port, own_id)
+            calls = [Call(A, 5, 100, brief=True), Call(B, 5, 100, brief=True)]
+            for _ in range(3):
+                assert [
+                    r.due_next_ms is not None for r in sweep_round(client, on.executor, calls)
+                ] == [
+                    True,
+                    False,
+                ]
+            assert tracked_keys(on.client) == 0
+            sweep_round(client, on.executor, [Call(A, 5, 100, brief=True, tracked=True)])
+            assert tracked_keys(on.client) >= 1
+
+    def test_a_refused_caching_is_that_call_untracked(self, on: Target) -> None:
+        """CLIENT CACHING refused (a connection that does not track on request): the call runs
+        as ever, marked untracked; the call beside it is untouched."""
+        c = on.client
+        lease(c, A, b"a1", attempts="1")
+        lease(c, B, b"b1", attempts="1")
+        a, b = sweep_round(c, on.executor, [Call(A, 5, 100, tracked=True), Call(B, 5, 100)])
+        assert (a.reply, b.reply) == (SweepReply((b"a1",), ()), SweepReply((b"b1",), ()))
+        assert (a.untracked, b.untracked) == (True, False)
+
+    def test_a_lost_script_is_sent_again_tracked(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """NOSCRIPT on a tracked call: loaded, sent again behind its CLIENT CACHING yes, and the
+        queue tracked."""
+        lease(r, A, b"a1", attempts="1")
+        r.script_flush()
+        with subscribed(redis_server.port) as (sub, own_id):
+            client = tracking_on_request(redis_server.port, own_id)
+            [a] = sweep_round(client, NATIVE, [Call(A, 5, 100, tracked=True)])
+            assert (a.reply, a.untracked) == (SweepReply((b"a1",), ()), False)
+            r.zadd(A.active, {b"a2": 1})
+            assert A.active.encode() in first_invalidated(sub)
+
+
 class TestPackedRound:
     def test_resp_is_the_wire_format(self) -> None:
         """A command packs as RESP's array of bulk strings; numbers as text, bytes as they are."""
@@ -249,8 +361,9 @@ class TestBriefCalls:
     nothing, writes nothing); any other brief call is the whole call."""
 
     def test_an_idle_brief_call_reads_one_lease_and_writes_nothing(self, on: Target) -> None:
-        """Nothing due: the verb's empty verdict, the server's clock and the earliest deadline;
-        no INFO, no verb, no count, the keyspace byte for byte as it was."""
+        """Nothing due: the verb's empty verdict, the server's clock and the earliest deadline
+        (an empty active set: neither, the clock unread); no INFO, no verb, no count, the
+        keyspace byte for byte as it was."""
         c = on.client
         deadline = now_ms() + FUTURE_OFFSET_MS
         lease(c, A, b"later", deadline, attempts="1")
@@ -263,11 +376,12 @@ class TestBriefCalls:
         assert idle.depths is not None and empty.depths is not None
         assert (idle.depths.run_id, idle.depths.jobs, idle.depths.failed) == (None, None, None)
         assert (idle.depths.expired, idle.depths.earliest_ms) == (0, float(deadline))
-        assert empty.depths.earliest_ms is None
+        assert (empty.depths.earliest_ms, empty.depths.now_ms) == (None, 0)
         assert abs(idle.depths.now_ms - now_ms()) < 60_000
         assert idle.due_next_ms == deadline and not keeps_draining(idle)
-        called = ("info", "zcard", "zcount", "hget", "emq.stalled.check", "zrange")
-        assert [commands_called(c, name) for name in called] == [0, 0, 0, 0, 0, 2]
+        assert empty.due_next_ms is None and not keeps_draining(empty)
+        called = ("info", "zcard", "zcount", "hget", "emq.stalled.check", "zrange", "time")
+        assert [commands_called(c, name) for name in called] == [0, 0, 0, 0, 0, 2, 1]
         assert dump_all(c) == before
 
     def test_a_brief_call_with_a_lease_due_is_the_whole_call(self, on: Target) -> None:
