@@ -151,9 +151,13 @@ class Schedule:
 
     def overran(self, event: JobSubmissionEvent) -> None:
         """Count a batch skipped because it was still sweeping when it fell due again (no other
-        job counts)."""
+        job counts), and, as `submitted` does, the run times before the last missed: a process
+        stopped in the middle of a sweep finds that sweep still running when it goes on."""
+        times = event.scheduled_run_times
         if event.job_id.startswith(JOB_PREFIX):
             self._overruns.inc()
+            if len(times) > 1:
+                self._missed.inc(len(times) - 1)
             self._on_overrun()
 
     def retune(self, jitter: float) -> None:

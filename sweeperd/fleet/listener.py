@@ -72,7 +72,7 @@ class SourceState(StrEnum):
     OFF = "off"
 
 
-@dataclass
+@dataclass(slots=True)
 class Watched:
     """A queue the listener tracks: its settings, the earliest lease last read (id, deadline ms),
     when it was last read and last swept (monotonic), whether its read to come is a sample, and
@@ -191,11 +191,14 @@ class Listener:
 
     def forget(self, queue: str) -> None:
         """Stop hearing a queue no longer swept here: no read, no wake from here."""
-        key = active_key(queue, self._root)
         with self._lock:
-            self._watched.pop(key, None)
-            self._changed.discard(key)
-            self._left.pop(key, None)
+            self._drop(active_key(queue, self._root))
+
+    def _drop(self, key: bytes) -> None:
+        """Drop a queue's key from every set of the listener's. Hold the lock."""
+        self._watched.pop(key, None)
+        self._changed.discard(key)
+        self._left.pop(key, None)
 
     def tracked(self) -> int:
         with self._lock:
@@ -470,7 +473,7 @@ class Listener:
                     continue
                 if isinstance(reply, redis.ResponseError):
                     if str(reply).startswith(("MOVED", "ASK")):
-                        del self._watched[key]
+                        self._drop(key)
                     continue
                 head = _head(reply)
                 self._learn(watched, head, now)

@@ -240,7 +240,8 @@ FAMILIES = _table(
         "sweeperd_schedule_missed_runs",
         COUNTER,
         "Scheduled sweeps of a batch that never ran: the scheduler woke too late for them (the "
-        "process stopped, a VM paused) and swept the batch once for all of them.",
+        "process stopped, a VM paused) and swept the batch once for all of them, or found it "
+        "still sweeping (an overrun).",
     ),
     Described(
         "sweeperd_schedule_overruns",

@@ -111,14 +111,28 @@ class DaemonProcess:
         """Wait until the series reads `expected`; a timeout says the value last read (the
         value when the wait began says nothing of where it went: 599 of 800 at the start of a
         wait that failed said neither that it stopped there nor that it overshot)."""
+        self._wait(name, labels, lambda seen: seen == expected, f"== {expected}")
+
+    def wait_at_least(self, name: str, least: float, **labels: str) -> None:
+        """Wait until the series reads `least` or more: a counter that keeps growing, which a
+        poll on a loaded machine may step over."""
+        self._wait(name, labels, lambda seen: seen is not None and seen >= least, f">= {least}")
+
+    def _wait(
+        self,
+        name: str,
+        labels: dict[str, str],
+        good: Callable[[float | None], bool],
+        wanted: str,
+    ) -> None:
         seen: list[float | None] = [None]
 
         def reached() -> bool:
             seen[0] = self.value(name, **labels)
-            return seen[0] == expected
+            return good(seen[0])
 
         try:
-            wait_until(reached, what=f"{name}{labels} == {expected}")
+            wait_until(reached, what=f"{name}{labels} {wanted}")
         except AssertionError as exc:
             raise AssertionError(f"{exc} (last read {seen[0]})") from None
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_SUBMITTED, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 
@@ -269,19 +269,34 @@ class TestSchedule:
         assert swept == [[queue("gained", 60.0)]]
 
 
+def ten_runs_late() -> tuple[Schedule, CollectorRegistry, str, list[datetime]]:
+    """A schedule of one batch every 0.1 s, its clock stopped at noon; the batch's job id, and
+    the ten run times of the second before noon."""
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    schedule, scheduler, _, registry = make(clock=lambda: now)
+    schedule.sync([QueueSettings("q", 0.1, 1, 100)])
+    [job] = scheduler.get_jobs()
+    times = [now - timedelta(seconds=1.0) + n * timedelta(seconds=0.1) for n in range(10)]
+    return schedule, registry, job.id, times
+
+
 class TestMissedRuns:
     def test_a_late_batch_counts_the_runs_it_missed(self) -> None:
         """A batch submitted for ten run times at once (the scheduler woke a second late): nine
         runs missed, and one lag observed, exactly the first run time's distance from now."""
-        now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-        schedule, scheduler, _, registry = make(clock=lambda: now)
-        schedule.sync([QueueSettings("q", 0.1, 1, 100)])
-        [job] = scheduler.get_jobs()
-        times = [now - timedelta(seconds=1.0) + n * timedelta(seconds=0.1) for n in range(10)]
-        schedule.submitted(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job.id, "default", times))
+        schedule, registry, job_id, times = ten_runs_late()
+        schedule.submitted(JobSubmissionEvent(EVENT_JOB_SUBMITTED, job_id, "default", times))
         assert registry.get_sample_value("sweeperd_schedule_missed_runs_total") == 9
         assert registry.get_sample_value("sweeperd_schedule_lag_seconds_count") == 1
         assert registry.get_sample_value("sweeperd_schedule_lag_seconds_sum") == 1.0
+
+    def test_a_late_batch_still_sweeping_counts_them_too(self) -> None:
+        """A batch still sweeping when the scheduler wakes with ten run times (the process was
+        stopped in the middle of its sweep): one overrun, and the nine before the last missed."""
+        schedule, registry, job_id, times = ten_runs_late()
+        schedule.overran(JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, job_id, "default", times))
+        assert registry.get_sample_value("sweeperd_schedule_missed_runs_total") == 9
+        assert registry.get_sample_value("sweeperd_schedule_overruns_total") == 1
 
     def test_a_late_batch_runs_once(self) -> None:
         """The batches' pool, handed ten run times, sweeps the batch once."""
