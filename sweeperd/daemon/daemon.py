@@ -221,9 +221,9 @@ class Daemon:
         *,
         executor: str = "default",
     ) -> None:
-        """Run `func` every `seconds` from `first`, missed runs coalesced into one, a late run
-        run all the same: APScheduler's default drops a run started over a second late, and a
-        heartbeat sent late keeps a member that one never sent loses."""
+        """Run `func` every `seconds` from `first`, missed runs coalesced into one, and a late
+        run run all the same: APScheduler's default drops a run started over a second late, and
+        a heartbeat sent late keeps the member in where one never sent lets it lapse."""
         self.scheduler.add_job(
             func,
             "interval",
