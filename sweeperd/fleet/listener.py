@@ -153,8 +153,9 @@ class Listener:
 
     # What the fleet tells it.
     def track(self, queues: Sequence[QueueSettings]) -> None:
-        """Queues a tick just swept here: each new one is read (and so tracked) within POLL_S, and
-        one left to this sweep that it did not track again (see `retracked`) is changed again."""
+        """Note the queues a tick just swept here: each new one is read (and so tracked) within
+        POLL_S, and one left to this sweep that it did not track again (see `retracked`) is
+        changed again."""
         now = self._clock()
         with self._lock:
             for q in queues:
@@ -177,10 +178,11 @@ class Listener:
             return {name: token for name, token in tokens if token is not None}
 
     def retracked(self, tokens: Mapping[str, int], refused: Collection[str] = ()) -> None:
-        """Sweeps sent behind CLIENT CACHING yes came back: each queue whose token is still its
-        own (left again since: its later sweep tracks it) is tracked again. A CACHING refused
-        (`refused`: an ACL without +client|caching) leaves those queues to be read, and no queue
-        is left to its sweep any more until the connections are made again (said once)."""
+        """Take back the tokens of sweeps sent behind CLIENT CACHING yes: each queue whose token
+        is still its own (not left again since: its later sweep tracks it) is tracked again. A
+        CACHING refused (`refused`: an ACL without +client|caching) leaves those queues to be
+        read, and no queue is left to its sweep any more until the connections are made again
+        (said once)."""
         with self._lock:
             for name, token in tokens.items():
                 key = active_key(name, self._root)
