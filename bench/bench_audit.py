@@ -28,11 +28,11 @@ import redis
 
 try:
     from bench.bench_mass import OVER_US, involuntary_switches, pinger, server_pid
-    from tests.support.servers import SERVER_KINDS, RedisServer
+    from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from bench.bench_mass import OVER_US, involuntary_switches, pinger, server_pid
-    from tests.support.servers import SERVER_KINDS, RedisServer
+    from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 from sweeperd.audit.classes import AuditClass
 from sweeperd.audit.reader import Clocks, NodeAudit, Pace
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1_000_000.0)
     parser.add_argument("--server", choices=(*SERVER_KINDS, "both"), default="redis")
     args = parser.parse_args()
-    kinds = SERVER_KINDS if args.server == "both" else (args.server,)
+    kinds = selected_kinds(args.server)
     pace = Pace(grace_s=1.0, rate=args.rate)
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         for kind in kinds:

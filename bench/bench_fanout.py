@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.servers import SERVER_KINDS, RedisServer
+from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 SCRAPE_TIMEOUT_S = 60.0  # a full scrape of tens of thousands of queues may take seconds
@@ -241,7 +241,7 @@ def main() -> None:
     parser.add_argument("--queue-metrics", choices=["basic", "full"], default=None)
     parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     opts = parser.parse_args()
-    kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
+    kinds = selected_kinds(opts.server)
     level = opts.queue_metrics or "the default"
     print(
         f"fan-out at a 1 s interval, {opts.seconds:g} s measured, a scrape every "

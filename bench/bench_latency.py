@@ -33,7 +33,7 @@ from bench.sampler import Sampler
 from sweeperd.constants import DEFAULT_INTERVAL_S
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.servers import MODULE_PATH, SERVER_KINDS, RedisServer
+from tests.support.servers import MODULE_PATH, SERVER_KINDS, RedisServer, selected_kinds
 
 # The daemon's arguments for each design: sweeps at the interval only (today's), and at each
 # queue's deadline; each other design's figures are compared with the baseline's.
@@ -278,7 +278,7 @@ def main() -> None:
     )
     parser.add_argument("--designs", nargs="+", choices=sorted(DESIGNS), default=sorted(DESIGNS))
     opts = parser.parse_args()
-    kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
+    kinds = selected_kinds(opts.server)
     print(
         f"{opts.queues} queues x {opts.leases} leases due over {opts.spread:g} s, "
         f"{opts.idle_queues} idle queues; designs {', '.join(opts.designs)}"

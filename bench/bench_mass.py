@@ -36,10 +36,10 @@ from pathlib import Path
 import redis
 
 try:
-    from tests.support.servers import SERVER_KINDS, RedisServer, free_port
+    from tests.support.servers import SERVER_KINDS, RedisServer, free_port, selected_kinds
 except ModuleNotFoundError:  # run as a script: bench/ is on sys.path, the repo root is not
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.support.servers import SERVER_KINDS, RedisServer, free_port
+    from tests.support.servers import SERVER_KINDS, RedisServer, free_port, selected_kinds
 
 QUEUE = "mass"
 PREFIX = f"emq:{{{QUEUE}}}:"
@@ -338,7 +338,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="turns of every way; best counts")
     parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     args = parser.parse_args()
-    kinds = SERVER_KINDS if args.server == "both" else (args.server,)
+    kinds = selected_kinds(args.server)
     seeded_in = Path(tempfile.mkdtemp(prefix="bench-mass-seed-"))
     metrics = f"127.0.0.1:{free_port()}"
     ways: list[Way] = [

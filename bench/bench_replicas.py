@@ -24,7 +24,7 @@ from bench.bench_scale import READY_TIMEOUT_S, calls_of, config_file, names
 from sweeperd.keyspace import QueueKeys
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import lease, now_ms, owned_by
-from tests.support.servers import SERVER_KINDS, RedisServer
+from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 IDS = ("r1", "r2", "r3")
 KILLED = "r3"
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=5.0)
     parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="redis")
     opts = parser.parse_args()
-    kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
+    kinds = selected_kinds(opts.server)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for kind in kinds:

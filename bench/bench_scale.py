@@ -27,7 +27,7 @@ from sweeperd.verb.replies import Call
 from sweeperd.verb.rounds import sweep_round
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import PAST_MS, lease
-from tests.support.servers import SERVER_KINDS, RedisServer
+from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 READY_TIMEOUT_S = 300.0
 FULL_UP_TO = 30_000  # full's scrape above this many queues takes minutes and a gigabyte
@@ -197,7 +197,7 @@ def main() -> None:
     parser.add_argument("--levels", nargs="+", default=["auto", "sparse", "basic", "full"])
     parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     opts = parser.parse_args()
-    kinds = SERVER_KINDS if opts.server == "both" else (opts.server,)
+    kinds = selected_kinds(opts.server)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for queues in SETTINGS_QUEUES:

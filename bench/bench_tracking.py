@@ -24,7 +24,7 @@ from sweeperd.verb.executors import NATIVE
 from sweeperd.verb.replies import Call
 from sweeperd.verb.rounds import Packed, sweep_round
 from tests.support.helpers import tracked_keys
-from tests.support.servers import SERVER_KINDS, RedisServer
+from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 ROUND = 1_000  # calls per round trip, as a tick of 1,000 queues sends them
 WAYS = {
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=3, help="the least of them is kept")
     parser.add_argument("--server", choices=[*SERVER_KINDS, "both"], default="both")
     args = parser.parse_args()
-    kinds = SERVER_KINDS if args.server == "both" else (args.server,)
+    kinds = selected_kinds(args.server)
     print(
         f"idle brief sweeps in rounds of {ROUND:,}, the server's CPU per call, the least of "
         f"{args.turns} turns of {args.seconds:g} s each"

@@ -91,7 +91,8 @@ PROMETHEUS_ONLY = (
 
 
 def selected_kinds(value: str | None = None) -> tuple[str, ...]:
-    """The server kinds $SWEEPERD_TEST_SERVERS asks for; a bad value is a ValueError."""
+    """The server kinds `value` asks for (redis, valkey or both), $SWEEPERD_TEST_SERVERS by
+    default; a bad value is a ValueError."""
     value = os.environ.get(SERVERS_ENV, "both") if value is None else value
     if value == "both":
         return SERVER_KINDS
