@@ -18,12 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_fanout import cpu_seconds
 from sweeperd.keyspace import QueueKeys
-from sweeperd.server.calls import command, connect, disconnect, send, typed
+from sweeperd.server.calls import command
 from sweeperd.server.connection import connect as client_of
 from sweeperd.verb.executors import NATIVE
 from sweeperd.verb.replies import Call
 from sweeperd.verb.rounds import Packed, sweep_round
-from tests.support.helpers import tracked_keys
+from tests.support.helpers import invalidations, tracked_keys
 from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 ROUND = 1_000  # calls per round trip, as a tick of 1,000 queues sends them
@@ -43,18 +43,6 @@ def seed(client: redis.Redis, queues: int) -> list[Call]:
         pipe.zadd(k.active, {"live": far})
     pipe.execute()
     return [Call(k, 1, 100, brief=True) for k in keys]
-
-
-def subscriber(server: RedisServer) -> tuple[redis.Connection, int]:
-    """A RESP2 connection subscribed to the invalidation channel, and its id."""
-    sub: redis.Connection = typed(redis.Connection)(port=server.port, protocol=2)
-    connect(sub)
-    send(sub, "CLIENT", "ID")
-    own_id = sub.read_response()
-    send(sub, "SUBSCRIBE", "__redis__:invalidate")
-    sub.read_response()
-    assert isinstance(own_id, int)
-    return sub, own_id
 
 
 def sweeper(server: RedisServer, way: tuple[str, ...], redirect: int) -> redis.Redis:
@@ -80,21 +68,29 @@ def server_us_per_call(
     return 1e6 * (cpu_seconds(pid) - cpu0) / sent, tracked_keys(server.client())
 
 
+def each_way(
+    server: RedisServer, plain: redis.Redis, redirect: int, queues: int, seconds: float, turns: int
+) -> dict[str, tuple[float, int]]:
+    """Each way's least µs per call over `turns` turns (the ways taking turns), and the keys
+    tracked after it; the tracking table emptied with the keys before each."""
+    best: dict[str, tuple[float, int]] = {}
+    for _ in range(turns):
+        for name, way in WAYS.items():
+            plain.flushall()
+            calls = seed(plain, queues)
+            client = sweeper(server, way, redirect)
+            NATIVE.prepare(client)
+            found = server_us_per_call(server, client, calls, seconds)
+            client.close()
+            best[name] = min(best.get(name, found), found)
+    return best
+
+
 def measure(kind: str, queues: int, seconds: float, turns: int, say: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp), kind=kind) as server:
         plain = server.client()
-        sub, redirect = subscriber(server)
-        best: dict[str, tuple[float, int]] = {}
-        for _ in range(turns):
-            for name, way in WAYS.items():
-                plain.flushall()  # the tracking table emptied with the keys
-                calls = seed(plain, queues)
-                client = sweeper(server, way, redirect)
-                NATIVE.prepare(client)
-                found = server_us_per_call(server, client, calls, seconds)
-                client.close()
-                best[name] = min(best.get(name, found), found)
-        disconnect(sub)
+        with invalidations(server.port) as (_, redirect):
+            best = each_way(server, plain, redirect, queues, seconds, turns)
         base = best["untracked"][0]
         for name, (us, keys) in best.items():
             say(f"{kind:>6} {queues:>7} {name:>11} {us:9.2f} {us / base:7.2f} {keys:>9}")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 from typing import cast
 
 import redis
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.ownership import owner
+from sweeperd.server.calls import connect, disconnect, send, typed
+from sweeperd.verb.acl import INVALIDATION_CHANNEL
 from tests.support.invoke import sweeperd
 
 PAST_MS = 1_000_000  # a deadline long gone: 1970, a thousand seconds in
@@ -34,6 +37,23 @@ def server_ms(r: redis.Redis) -> int:
 def tracked_keys(r: redis.Redis) -> int:
     """The keys the server tracks for some client now (INFO stats)."""
     return int(r.info("stats").get("tracking_total_keys", 0))
+
+
+@contextmanager
+def invalidations(port: int) -> Iterator[tuple[redis.Connection, int]]:
+    """A RESP2 connection subscribed to the invalidation channel, and its id: the REDIRECT of
+    a connection that tracks (a push in RESP3 is kept by redis-py's parser, never seen)."""
+    sub: redis.Connection = typed(redis.Connection)(port=port, protocol=2)
+    connect(sub)
+    try:
+        send(sub, "CLIENT", "ID")
+        own_id = sub.read_response()
+        send(sub, "SUBSCRIBE", INVALIDATION_CHANNEL)
+        sub.read_response()
+        assert isinstance(own_id, int)
+        yield sub, own_id
+    finally:
+        disconnect(sub)
 
 
 def run_id(r: redis.Redis) -> bytes:

@@ -3,16 +3,12 @@ calls sent behind CLIENT CACHING yes, which alone track what they read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import pytest
 import redis
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.server.calls import command, disconnect, send, typed
-from sweeperd.server.calls import connect as connect_to
+from sweeperd.server.calls import command
 from sweeperd.server.connection import connect
 from sweeperd.server.packed import resp
 from sweeperd.verb.executors import NATIVE, SCRIPT
@@ -22,6 +18,7 @@ from tests.support.helpers import (
     FUTURE_OFFSET_MS,
     PAST_MS,
     dump_all,
+    invalidations,
     lease,
     now_ms,
     run_id,
@@ -174,22 +171,6 @@ def due(r: redis.Redis, keys: QueueKeys, count: int) -> None:
         lease(r, keys, f"j{n}".encode(), attempts="1")
 
 
-@contextmanager
-def subscribed(port: int) -> Iterator[tuple[redis.Connection, int]]:
-    """A RESP2 connection subscribed to the invalidation channel, and its id."""
-    sub: redis.Connection = typed(redis.Connection)(port=port, protocol=2)
-    connect_to(sub)
-    try:
-        send(sub, "CLIENT", "ID")
-        own_id = sub.read_response()
-        send(sub, "SUBSCRIBE", "__redis__:invalidate")
-        sub.read_response()
-        assert isinstance(own_id, int)
-        yield sub, own_id
-    finally:
-        disconnect(sub)
-
-
 def tracking_on_request(port: int, redirect: int) -> redis.Redis:
     """A client of one connection that tracks on request (OPTIN) to `redirect`, as the
     listener makes the sweeps' connections track."""
@@ -214,7 +195,7 @@ class TestTrackedCalls:
         c = on.client
         lease(c, A, b"a1", attempts="1")
         lease(c, B, b"b1", attempts="1")
-        with subscribed(on.server.port) as (sub, own_id):
+        with invalidations(on.server.port) as (sub, own_id):
             client = tracking_on_request(on.server.port, own_id)
             b, a = sweep_round(
                 client, on.executor, [Call(B, 5, 100), Call(A, 5, 100, tracked=True)]
@@ -232,7 +213,7 @@ class TestTrackedCalls:
         empty (Redis 7.0 entered a script's five keys in it at each call of a tracking
         connection)."""
         lease(on.client, A, b"a1", deadline_ms=now_ms() + FUTURE_OFFSET_MS, attempts="1")
-        with subscribed(on.server.port) as (_, own_id):
+        with invalidations(on.server.port) as (_, own_id):
             client = tracking_on_request(on.server.port, own_id)
             calls = [Call(A, 5, 100, brief=True), Call(B, 5, 100, brief=True)]
             for _ in range(3):
@@ -263,7 +244,7 @@ class TestTrackedCalls:
         queue tracked."""
         lease(r, A, b"a1", attempts="1")
         r.script_flush()
-        with subscribed(redis_server.port) as (sub, own_id):
+        with invalidations(redis_server.port) as (sub, own_id):
             client = tracking_on_request(redis_server.port, own_id)
             [a] = sweep_round(client, NATIVE, [Call(A, 5, 100, tracked=True)])
             assert (a.reply, a.untracked) == (SweepReply((b"a1",), ()), False)
