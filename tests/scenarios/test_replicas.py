@@ -7,6 +7,7 @@ import signal
 import statistics
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +89,23 @@ def settle(daemons: list[DaemonProcess], members: int) -> None:
     )
 
 
+@contextmanager
+def replicas(workdir: Path, *args: str) -> Iterator[list[DaemonProcess]]:
+    """IDS as `sweeperd run` processes sharing QUEUES, settled (three members owning every
+    queue once); those still running stopped at the end."""
+    env = {"SWEEPERD_QUEUES": ",".join(QUEUES)}
+    daemons = [DaemonProcess(workdir, *args, "--instance-id", i, env=env) for i in IDS]
+    try:
+        for daemon in daemons:
+            daemon.start()
+        settle(daemons, 3)
+        yield daemons
+    finally:
+        for daemon in daemons:
+            if not daemon.exited():
+                daemon.stop()
+
+
 def first_sweeps_after(
     daemons: list[DaemonProcess], queues: list[str], after: float
 ) -> dict[str, float]:
@@ -146,12 +164,7 @@ def scenario(client: redis.Redis, url: str, workdir: Path) -> Iterator[Run]:
         "--max-stalled",
         str(MAX_STALLED),
     ]
-    env = {"SWEEPERD_QUEUES": ",".join(QUEUES)}
-    daemons = [DaemonProcess(workdir, *base, "--instance-id", i, env=env) for i in IDS]
-    try:
-        for daemon in daemons:
-            daemon.start()
-        settle(daemons, 3)
+    with replicas(workdir, *base) as daemons:
         wait_until(
             lambda: sum(len(per_queue(d, OWNED_ONLY)) for d in daemons) == len(QUEUES),
             what="each queue's state exported by one replica",
@@ -174,10 +187,6 @@ def scenario(client: redis.Redis, url: str, workdir: Path) -> Iterator[Run]:
             what="every lease recovered",
         )
         yield run
-    finally:
-        for daemon in daemons:
-            if not daemon.exited():
-                daemon.stop()
 
 
 @pytest.fixture(scope="module")
@@ -271,12 +280,7 @@ class TestKillCountsOnce:
                 *("--redis-url", redis_server.url, "--interval", "5", "--heartbeat", "1"),
                 *("--max-stalled", "5", "--prefix-root", ROOT),
             )
-            env = {"SWEEPERD_QUEUES": ",".join(QUEUES)}
-            daemons = [DaemonProcess(tmp_path, *args, "--instance-id", i, env=env) for i in IDS]
-            try:
-                for daemon in daemons:
-                    daemon.start()
-                settle(daemons, 3)
+            with replicas(tmp_path, *args) as daemons:
                 pipe = client.pipeline(transaction=False)
                 for queue in QUEUES:  # due in an hour: never the killed one's to take
                     later = now_ms() + 3_600_000
@@ -303,7 +307,3 @@ class TestKillCountsOnce:
                 assert all(
                     client.hget(QueueKeys(q, ROOT).job(b"j"), "stalled") == b"1" for q in QUEUES
                 )
-            finally:
-                for daemon in daemons:
-                    if not daemon.exited():
-                        daemon.stop()
