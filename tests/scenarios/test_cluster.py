@@ -23,7 +23,7 @@ from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import FUTURE_OFFSET_MS, PAST_MS, lease, now_ms, tracked_keys
 from tests.support.invoke import sweeperd
 from tests.support.servers import RedisServer
-from tests.support.topologies import Cluster, replicated, write_leases
+from tests.support.topologies import Cluster, write_leases
 
 EXECUTORS = ["native", "script"]
 FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket-timeout", "1")
@@ -448,7 +448,7 @@ def lease_over(
         for n in range(BULK):
             pipe.set(f"{keys.prefix}bulk:{n}", "x" * 100)
         pipe.execute()
-        replicated(c)
+        c.execute_command("WAIT", 1, 2000)
 
 
 def leases_over(

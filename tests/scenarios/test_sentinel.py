@@ -28,7 +28,6 @@ from tests.support.topologies import (
     DOWN_AFTER_MS,
     MASTER,
     SentinelGroup,
-    replicated,
     wait_for,
     write_leases,
 )
@@ -54,7 +53,7 @@ def fresh(group: SentinelGroup) -> SentinelGroup:
     with group.current().client() as c:
         c.flushall()
         c.script_flush()
-        replicated(c)
+        c.execute_command("WAIT", 1, 2000)
     with group.other().client() as c:
         c.script_flush()
     return group
@@ -354,7 +353,7 @@ class TestAudit:
         with primary.client() as c:
             planted_ids = plant(c, KEYS, planted())
             plant(c, QueueKeys("fine"), clean())
-            replicated(c)
+            c.execute_command("WAIT", 1, 2000)
         expected = {c: {"count": len(ids), "ids": ids} for c, ids in planted_ids.items()}
         assert_found_on(fresh, primary, expected)
         wait_for(lambda: listed_up(fresh, fresh.other()), "every Sentinel to list the replica up")

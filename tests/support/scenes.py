@@ -15,14 +15,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.server.clusternodes import cluster_nodes
 from tests.support.helpers import PAST_MS, acl_line, run_id
 from tests.support.servers import RedisServer
-from tests.support.topologies import (
-    MASTER,
-    Cluster,
-    SentinelGroup,
-    replicated,
-    wait_for,
-    write_leases,
-)
+from tests.support.topologies import MASTER, Cluster, SentinelGroup, wait_for, write_leases
 
 ACL_USER = "sweeperd"
 DEFAULT_USER = "default"
@@ -322,7 +315,7 @@ class SentinelScene(Scene):
     def flush(self) -> None:
         super().flush()
         with self.group.current().client() as c:
-            replicated(c)
+            c.execute_command("WAIT", 1, 2000)
 
     def down_after(self, ms: int) -> None:
         """How long every Sentinel waits before it calls the primary down."""
