@@ -353,7 +353,7 @@ class TestAudit:
         with primary.client() as c:
             planted_ids = plant(c, KEYS, planted())
             plant(c, QueueKeys("fine"), clean())
-            c.execute_command("WAIT", 1, 2000)
+        fresh.caught_up()
         expected = {c: {"count": len(ids), "ids": ids} for c, ids in planted_ids.items()}
         assert_found_on(fresh, primary, expected)
         wait_for(lambda: listed_up(fresh, fresh.other()), "every Sentinel to list the replica up")

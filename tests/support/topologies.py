@@ -348,6 +348,22 @@ class SentinelGroup(Started):
         with replica.client() as c:
             return info(c, "replication").get("master_link_status") == "up"
 
+    def caught_up(self) -> None:
+        """Wait until the replica holds every write the primary took so far: its link up and its
+        offset at the primary's (a WAIT gives up after its timeout on a loaded machine, and a
+        replica still resyncing acknowledges nothing)."""
+        with self.current().client() as c:
+            offset = int(info(c, "replication")["master_repl_offset"])
+
+        def holds() -> bool:
+            with self.other().client() as c:
+                repl = info(c, "replication")
+            return (
+                repl.get("master_link_status") == "up" and int(repl["slave_repl_offset"]) >= offset
+            )
+
+        wait_for(holds, "the replica to hold the primary's writes")
+
     def sentinel_client(self, n: int = 0) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.sentinel_ports[n], socket_timeout=5)
 
