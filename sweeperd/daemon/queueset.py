@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 
 import structlog
 
@@ -45,8 +46,8 @@ class QueueSet:
         self._own = own
         self._clock = clock
         self._discovered: dict[str, float] = {}
-        self._swept: set[str] = set()
-        self._exported: set[str] = set()
+        self._swept: frozenset[str] = frozenset()
+        self._exported: AbstractSet[str] = frozenset()
         self._unmatched: set[str] = set()
         self._lock = threading.Lock()
 
@@ -79,9 +80,9 @@ class QueueSet:
     def sweeping(self) -> frozenset[str]:
         """Return the queues this replica sweeps now (no lock: apply() replaces the set, never
         changes it, and a scrape reads it)."""
-        return frozenset(self._swept)
+        return self._swept
 
-    def apply(self) -> tuple[list[QueueSettings], set[str]]:
+    def apply(self) -> tuple[list[QueueSettings], frozenset[str]]:
         """Schedule the queues owned now. Every configured queue has its counters, at 0 from
         the start, owned or not (a replica that does not know yet what it owns, its server
         down, exports them too: summed across replicas they stay whole). A queue owned no
@@ -91,7 +92,7 @@ class QueueSet:
         with self._lock:
             known = self.known()
             wanted = self._sharing.owned(known)
-            names = {q.name for q in wanted}
+            names = frozenset(q.name for q in wanted)
             configured = {q.name for q in self._settings.queues}
             gained, lost = names - self._swept, self._swept - names
             for name in gained:
@@ -100,11 +101,14 @@ class QueueSet:
                 self._numbers.disown_queue(name)
             for name in configured - names:
                 self._numbers.add_queue(name, owned=False)
-            self._exported = (self._exported | names | configured) & {q.name for q in known}
+            exported = (self._exported | names | configured) & {q.name for q in known}
+            # One set of 100,000 names is 4 MiB: the swept, the exported and the scheduled are
+            # one while they are the same (one replica, every queue configured).
+            self._exported = names if exported == names else exported
             self._numbers.keep_queues(self._exported)
             self._swept = names
             self._own(wanted)
-            self._schedule.sync(wanted)
+            self._schedule.sync(wanted, names)
         return [q for q in wanted if q.name in gained], lost
 
     def add_found(self, found: set[str]) -> None:

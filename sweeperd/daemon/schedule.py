@@ -164,8 +164,9 @@ class Schedule:
         """Apply SIGHUP's spread: the batches added from now on move by up to this fraction."""
         self._jitter = jitter
 
-    def sync(self, queues: Sequence[QueueSettings]) -> None:
-        """Add the batches that are new, drop the vanished, let the rest keep their timers."""
+    def sync(self, queues: Sequence[QueueSettings], names: frozenset[str] | None = None) -> None:
+        """Add the batches that are new, drop the vanished, let the rest keep their timers.
+        `names`, the queues' names, is kept as queue_names() when given (one set, not two)."""
         planned = plan_batches(queues)
         spread = phases(planned)
         with self._lock:
@@ -175,7 +176,11 @@ class Schedule:
                 if job_id not in self._batches:
                     self._add(job_id, batch[0].interval, spread[job_id])
             self._batches = planned
-            self._names = frozenset(q.name for batch in planned.values() for q in batch)
+            self._names = (
+                names
+                if names is not None
+                else frozenset(q.name for batch in planned.values() for q in batch)
+            )
 
     def _add(self, job_id: str, interval: float, phase: float) -> None:
         """Add the batch's job: its first run at once, the next ones `phase` of an interval on."""

@@ -39,11 +39,12 @@ def _at(wake: tuple[float, str]) -> float:
 class Deadlines:
     """The next wake of each queue of one primary, and the server's clock against ours.
 
-    A queue has one wake at most: the one its last sweep armed. `offset_ms` is the server's
-    clock minus ours (monotonic) in ms, read or last held at `measured_s`; `wakes` maps a queue
-    to when it is woken (monotonic) and how long it may wait for others, `order` holds the same
-    (when, queue) soonest first, and `heard` when a read of a queue's change last armed it.
-    Safe to use from any thread.
+        A queue has one wake at most: the one its last sweep armed. `offset_ms` is the server's
+        clock minus ours (monotonic) in ms, read or last held at `measured_s`; `wakes` maps a queue
+        to when it is woken (monotonic) and how long it may wait for others, `order` holds the same
+        (when, queue) soonest first, and `heard` when a read of a queue's change last armed it
+    (until a sweep sent after that read arms it).
+        Safe to use from any thread.
     """
 
     def __init__(
@@ -94,11 +95,18 @@ class Deadlines:
         lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
             heard = self.heard
+            held = len(heard)
             for queue, earliest_ms, interval_s in swept:
-                if heard and heard.get(queue, swept_s) > swept_s:
+                read_s = heard.pop(queue, None) if heard else None
+                if read_s is not None and read_s > swept_s:
+                    # Kept for the sweeps still in flight since before the read.
+                    heard[queue] = read_s
                     self._keep_sooner(queue, earliest_ms, swept_s, interval_s)
                 else:
                     self._rearm(queue, earliest_ms, swept_s, interval_s)
+            if held and not heard:
+                # A dict keeps its table once emptied: the start-up's reads of every queue.
+                self.heard = {}
 
     def learn(self, read_s: float, read: Iterable[tuple[str, float | None, float]]) -> None:
         """Arm the queues whose change was heard, read at `read_s` (monotonic), as arm_round

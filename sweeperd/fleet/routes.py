@@ -36,9 +36,11 @@ class Routes:
 
     def owner(self, queue: str) -> str | None:
         """Return the member that owns the queue's slot now; None when none does."""
-        if self.layout is None:
+        layout = self.layout
+        if layout is None:
             return None
-        found = self.layout.owner(self.slots(queue))
+        # One primary owns every slot: no slot to compute (nor to keep, per queue).
+        found = layout.owner(0 if layout.owners is None else self.slots(queue))
         return found if found in self.members else None
 
     def split(
