@@ -28,6 +28,8 @@ from sweeperd.verb.sizing import CallSizer
 log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
+# A scheduled tick looks at the epoch at most once a LOOK_EVERY_S per node (see looked_lately).
+LOOK_EVERY_S = 1.0
 BACKOFF_MAX_S = 30.0
 # The refusals that last until an operator acts.
 STANDING = (Reason.NO_VERB, Reason.NOPERM)
@@ -97,6 +99,7 @@ class Node:
         self.refusal: SweepError | None = None
         self.restarts = restarts
         self.last_answer: float | None = None
+        self.looked_at = float("-inf")
         self.retry_at = 0.0
         self.backoff_s = BACKOFF_FIRST_S
         self._choice = choice
@@ -187,6 +190,14 @@ class Node:
             self.run_id, self.replid = previous.run_id, previous.replid
             self._predecessor = previous.name
 
+    def looked_lately(self, now: float) -> bool:
+        """Tell whether a tick at `now` may go without a look: the node, up, was looked at less
+        than LOOK_EVERY_S before. The replies' run_id still watch restarts (see sweep); a primary
+        demoted meanwhile is seen by the next look, within the second."""
+        return (
+            self.up is True and self._executor is not None and now - self.looked_at < LOOK_EVERY_S
+        )
+
     def is_new_run(self, run_id: bytes) -> bool:
         """Return whether the run_id a reply said is a new run of the server: another run than
         the last look saw is looked at (the restart counted there, the executor chosen again).
@@ -230,6 +241,7 @@ class Node:
             self._answered(now)
             if self._executor is None:
                 self._executor = self._choose()
+            self.looked_at = now
             return Epoch(info, self._executor, restarted)
 
     def _changed(self, info: ServerInfo) -> None:
