@@ -82,45 +82,31 @@ NO_FAILURES: dict[str, int] = {}
 NO_NODES: dict[str, Totals] = {}
 
 
-class QueueSeries:
-    """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
-    queues each byte here is 100 kB: the dicts a queue seldom fills are shared empty ones
-    until it does, and its labels are written when a scrape shows it."""
+class Said:
+    """What a queue seldom has a number for: its counts, failures, set sizes, totals by node and
+    when it last had something to say (see QueueSeries); made on the queue's first such number."""
 
     __slots__ = (
         "dead",
         "exempt",
-        "expired",
         "failed",
         "failures",
         "jobs",
-        "last_success",
-        "name",
-        "oldest_expired_age",
         "on",
-        "owned",
         "recovered",
         "said_at",
         "shown_at",
     )
 
-    def __init__(self, queue: str, *, owned: bool = True) -> None:
-        self.name = queue
+    def __init__(self) -> None:
         self.recovered = 0
         self.dead = 0
         self.exempt = 0
         # A reason appears when it happens.
         self.failures = NO_FAILURES
-        # Absent until a call succeeds: 0 reads as 1970.
-        self.last_success: float | None = None
-        # The gauges of its state: None (absent) until a call of this replica read them, as a
-        # 0 would say "nothing expired" of a server never read.
-        self.expired: int | None = None
-        self.oldest_expired_age: float | None = None
+        # Read by a whole call (see QueueSeries.expired).
         self.jobs: tuple[int, int, int] | None = None
         self.failed: int | None = None
-        # False: not this replica's (yet): its state's gauges stay absent.
-        self.owned = owned
         # With full: its totals on each node it was routed to or called on, by node; one
         # routed elsewhere since keeps its own (counters never go backwards).
         self.on = NO_NODES
@@ -128,6 +114,73 @@ class QueueSeries:
         # appeared in.
         self.said_at: float | None = None
         self.shown_at: float | None = None
+
+
+# Shared by every queue that has said nothing yet: never written (QueueSeries.said makes its own).
+NOTHING_SAID = Said()
+
+
+class QueueSeries:
+    """One queue's numbers: plain values, rendered as samples only when scraped. At 100,000
+    queues each byte here is 100 kB: what an idle queue has (its name, owner, last success and
+    the gauges every read sets) is here, the rest in a Said shared empty until the queue has a
+    number for it, and its labels are written when a scrape shows it."""
+
+    __slots__ = ("expired", "last_success", "name", "oldest_expired_age", "owned", "seldom")
+
+    def __init__(self, queue: str, *, owned: bool = True) -> None:
+        self.name = queue
+        # Absent until a call succeeds: 0 reads as 1970.
+        self.last_success: float | None = None
+        # The gauges of its state: None (absent) until a call of this replica read them, as a
+        # 0 would say "nothing expired" of a server never read.
+        self.expired: int | None = None
+        self.oldest_expired_age: float | None = None
+        # False: not this replica's (yet): its state's gauges stay absent.
+        self.owned = owned
+        self.seldom = NOTHING_SAID
+
+    def said(self) -> Said:
+        """Return the queue's own Said, to write; call with the lock held."""
+        if self.seldom is NOTHING_SAID:
+            self.seldom = Said()
+        return self.seldom
+
+    @property
+    def recovered(self) -> int:
+        return self.seldom.recovered
+
+    @property
+    def dead(self) -> int:
+        return self.seldom.dead
+
+    @property
+    def exempt(self) -> int:
+        return self.seldom.exempt
+
+    @property
+    def failures(self) -> dict[str, int]:
+        return self.seldom.failures
+
+    @property
+    def jobs(self) -> tuple[int, int, int] | None:
+        return self.seldom.jobs
+
+    @property
+    def failed(self) -> int | None:
+        return self.seldom.failed
+
+    @property
+    def on(self) -> dict[str, Totals]:
+        return self.seldom.on
+
+    @property
+    def said_at(self) -> float | None:
+        return self.seldom.said_at
+
+    @property
+    def shown_at(self) -> float | None:
+        return self.seldom.shown_at
 
     @property
     def label(self) -> str:
@@ -141,33 +194,47 @@ class QueueSeries:
 
     def speaks(self, now: float) -> bool:
         """Tell whether, with sparse, its series are exported at `now` (see SAID_FOR_S)."""
-        if self.said_at is not None and now - self.said_at < SAID_FOR_S:
+        said_at = self.seldom.said_at
+        if said_at is not None and now - said_at < SAID_FOR_S:
             return True
         return self.owned and self.last_success is not None and now - self.last_success > STALE_S
+
+    def show(self, at: float) -> None:
+        """Note the scrape its series appeared in; with the lock held. A queue that has said
+        nothing keeps none: its counters show 0 either way, and its first number makes its
+        Said, not yet shown (its counters show 0 first)."""
+        if self.seldom is not NOTHING_SAID:
+            self.seldom.shown_at = at
 
     def quiet(self) -> None:
         """Make its series go, with sparse: its counters restart at 0 (rates stay right across the
         gap: the next appearance shows 0 first, then what it counts from now)."""
-        self.recovered = self.dead = self.exempt = 0
-        self.failures = NO_FAILURES
-        self.shown_at = None
+        seldom = self.seldom
+        if seldom is NOTHING_SAID:
+            return
+        seldom.recovered = seldom.dead = seldom.exempt = 0
+        seldom.failures = NO_FAILURES
+        seldom.shown_at = None
 
     def at(self, node: str) -> Totals:
         """Return the queue's totals on the node (with full), at zero on first use; call with the
         lock held."""
-        found = self.on.get(node)
+        found = self.seldom.on.get(node)
         if found is None:
-            if self.on is NO_NODES:
-                self.on = {}
+            said = self.said()
+            if said.on is NO_NODES:
+                said.on = {}
             label = f'{self.label},node="{escaped(node)}"'
-            found = self.on[node] = Totals(label, (self.name, node))
+            found = said.on[node] = Totals(label, (self.name, node))
         return found
 
     def disown(self) -> None:
         """Forget the numbers of the queue's state: not this replica's queue now, they are
         unknown here."""
         self.owned = False
-        self.expired = self.oldest_expired_age = self.jobs = self.failed = None
+        self.expired = self.oldest_expired_age = None
+        if self.seldom is not NOTHING_SAID:
+            self.seldom.jobs = self.seldom.failed = None
 
     def count(self, totals: Sequence[Totals], result: CallResult, at: float) -> None:
         """Count one call into the queue's numbers and the totals it counts in (its node's, and with
@@ -190,26 +257,29 @@ class QueueSeries:
             self.oldest_expired_age = depths.oldest_expired_age_s
             # A brief reply read none: the last stand.
             if (jobs := depths.jobs) is not None:
-                self.jobs = jobs
-                self.failed = depths.failed or 0
+                said = self.said()
+                said.jobs = jobs
+                said.failed = depths.failed or 0
         if isinstance(reply, SweepReply):
             if took:
                 recovered, dead, exempt = reply.sizes
-                self.recovered += recovered
-                self.dead += dead
-                self.exempt += exempt
+                said = self.said()
+                said.recovered += recovered
+                said.dead += dead
+                said.exempt += exempt
             self.last_success = at
             if took or (depths is not None and depths.expired):
-                self.said_at = at
+                self.said().said_at = at
         else:
             self.failed_with(reply.reason)
-            self.said_at = at
+            self.said().said_at = at
 
     def failed_with(self, reason: Reason) -> None:
         label = Reason(reason).value
-        if self.failures is NO_FAILURES:
-            self.failures = {}
-        self.failures[label] = self.failures.get(label, 0) + 1
+        said = self.said()
+        if said.failures is NO_FAILURES:
+            said.failures = {}
+        said.failures[label] = said.failures.get(label, 0) + 1
 
 
 class SweepNumbers:
@@ -273,9 +343,10 @@ class SweepNumbers:
                     if q.shown_at is not None:
                         q.quiet()
                     continue
-                if q.shown_at is None:
-                    q.shown_at = now
-                if now - q.shown_at < ZERO_FIRST_S:
+                shown_at = q.shown_at
+                if shown_at is None:
+                    q.show(shown_at := now)
+                if now - shown_at < ZERO_FIRST_S:
                     zeroed.add(q.name)
                 shown.append(q)
             return shown, list(self.nodes.values()), zeroed
@@ -290,7 +361,7 @@ class SweepNumbers:
         with self.lock:
             for q in self.queues.values():
                 if sparse:
-                    q.shown_at = long_shown
+                    q.show(long_shown)
                 elif q.shown_at is None:
                     q.quiet()
             self.sparse = sparse
@@ -335,7 +406,7 @@ class SweepNumbers:
             for t in self.totals(node, q):
                 t.sweeps += 1
             q.failed_with(reason)
-            q.said_at = self.clock()
+            q.said().said_at = self.clock()
 
     def record_ticks(self, node: str, queues: Sequence[str], *, duration_s: float) -> None:
         """Record a tick of these queues that took `duration_s`, there and back."""
@@ -357,7 +428,8 @@ class SweepNumbers:
         with self.lock:
             self.nodes.pop(node, None)
             for q in self.queues.values():
-                q.on.pop(node, None)
+                if node in q.on:
+                    del q.said().on[node]
 
     def route_by(self, owner: Callable[[str], str | None]) -> None:
         """Say where each queue is swept from now (the fleet's routes: a queue's node, None while
