@@ -104,7 +104,7 @@ class Said:
         self.exempt = 0
         # A reason appears when it happens.
         self.failures = NO_FAILURES
-        # Read by a whole call (see QueueSeries.expired).
+        # Read by a whole call (see QueueSeries.expired), kept with full (which exports them).
         self.jobs: tuple[int, int, int] | None = None
         self.failed: int | None = None
         # With full: its totals on each node it was routed to or called on, by node; one
@@ -236,9 +236,12 @@ class QueueSeries:
         if self.seldom is not NOTHING_SAID:
             self.seldom.jobs = self.seldom.failed = None
 
-    def count(self, totals: Sequence[Totals], result: CallResult, at: float) -> None:
+    def count(
+        self, totals: Sequence[Totals], result: CallResult, at: float, *, sizes: bool = True
+    ) -> None:
         """Count one call into the queue's numbers and the totals it counts in (its node's, and with
-        full the queue's on that node); call with the lock held."""
+        full the queue's on that node), the set sizes it read with `sizes` (full exports them);
+        call with the lock held."""
         depths = result.depths
         delay_s = None if depths is None or depths.delay_ms is None else depths.delay_ms / 1000
         reply = result.reply
@@ -256,7 +259,7 @@ class QueueSeries:
             self.expired = depths.expired
             self.oldest_expired_age = depths.oldest_expired_age_s
             # A brief reply read none: the last stand.
-            if (jobs := depths.jobs) is not None:
+            if sizes and (jobs := depths.jobs) is not None:
                 said = self.said()
                 said.jobs = jobs
                 said.failed = depths.failed or 0
@@ -372,7 +375,7 @@ class SweepNumbers:
         as ghosts, or its failure, and the queue's numbers right after it."""
         with self.lock:
             q = self.series(queue)
-            q.count(self.totals(node, q), result, at)
+            q.count(self.totals(node, q), result, at, sizes=self.full)
 
     def record_round(
         self,
@@ -396,7 +399,7 @@ class SweepNumbers:
                     on.durations.observe(bucket, duration_s)
                     q.count((n, on), result, at)
                 else:
-                    q.count(alone, result, at)
+                    q.count(alone, result, at, sizes=False)
 
     def record_failure(self, node: str, queue: str, reason: Reason) -> None:
         """Record one verb call that failed without a reply (the node was down, or the tick

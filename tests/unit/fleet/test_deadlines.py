@@ -109,6 +109,20 @@ class TestArm:
         assert d.due(HOST_S + 2.002) == ["q"]
         assert d.due(HOST_S + 31) == []
 
+    def test_a_read_is_kept_until_a_sweep_sent_after_it_arms_the_queue(self) -> None:
+        """A read of a change arms the queue; a sweep sent before that read and ending after it
+        keeps the sooner wake (the read is kept for it), a sweep sent after it arms the queue
+        as any sweep does and the read is dropped: at the start every queue is read once, and
+        100,000 kept reads were 3.7 MiB."""
+        d = deadlines()
+        d.learn(HOST_S + 5, [("q", SERVER_MS + 2_000, INTERVAL_S)])
+        d.arm_round(HOST_S + 4, [("q", SERVER_MS + 30_000, INTERVAL_S)])
+        assert d.heard == {"q": HOST_S + 5}
+        assert d.next_wake() == pytest.approx(HOST_S + 5.01)  # the read's, the floor after it
+        d.arm_round(HOST_S + 6, [("q", SERVER_MS + 30_000, INTERVAL_S)])
+        assert d.heard == {}
+        assert d.next_wake() == pytest.approx(HOST_S + 30.002)
+
     def test_forget(self) -> None:
         """A forgotten queue (another replica's now, or another primary's) is never woken here;
         the others are."""
