@@ -29,7 +29,7 @@ from sweeperd.daemon.notify import Notifier
 from sweeperd.daemon.queueset import QueueSet
 from sweeperd.daemon.reload import in_effect, log_notes, restart_changes
 from sweeperd.daemon.schedule import Batch, Schedule
-from sweeperd.daemon.settle import SETTLE_INTERVALS, settle
+from sweeperd.daemon.settle import RELEASE_S, SETTLE_INTERVALS, release, settle
 from sweeperd.daemon.sharing import Sharing
 from sweeperd.daemon.wakes import Wakes
 from sweeperd.fleet.fleet import Fleet, Tuning
@@ -237,8 +237,8 @@ class Daemon:
 
     def add_jobs(self) -> None:
         """Add the scheduler's jobs: the heartbeat, the membership, the discovery scan, the
-        eviction watch, the audit, one job per batch of queues, and the settling of the objects
-        made (see settle) once every queue has been swept."""
+        eviction watch, the memory's release, the audit, one job per batch of queues, and the
+        settling of the objects made (see settle) once every queue has been swept."""
         now = datetime.now(UTC)
         # At once too: a reload adds every job anew, and reloads in a row must not starve it.
         self._every(self.health.beat, HEARTBEAT_S, "heartbeat", now, executor="beat")
@@ -249,6 +249,7 @@ class Daemon:
         self._every(
             self.eviction.look, self.settings.interval, "eviction", now, executor="eviction"
         )
+        self._every(release, RELEASE_S, "release", now + timedelta(seconds=RELEASE_S))
         every = self.settings.daemon.audit_every
         if every:
             # The first once the queues are owned: after a heartbeat, or the period if sooner.
