@@ -108,8 +108,8 @@ def daemon(workdir: Path, server: RedisServer, queues: int, *args: str) -> Itera
 def run_figures(
     workdir: Path, server: RedisServer, queues: int, interval: int, seconds: float
 ) -> dict[str, float]:
-    """Time to ready, then idle CPU over `seconds` once the start-up sweeps are done, RSS (and its
-    peak: the start's), and the server's µs per sweep call over that window."""
+    """Time to ready, then idle CPU over `seconds` once the start-up sweeps are done, RSS, and
+    the server's µs per sweep call over that window."""
     stats = server.client()
     started = time.monotonic()
     with daemon(workdir, server, queues, "--interval", str(interval)) as process:
@@ -126,7 +126,6 @@ def run_figures(
             "ready_s": ready_s,
             "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
             "rss_mib": memory_mib(pid, "VmRSS"),
-            "rss_peak_mib": memory_mib(pid, "VmHWM"),
             "call_us": evalsha_us(stats),
             "calls_per_s": calls_of(stats, "evalsha") / (t1 - t0),
         }
@@ -218,8 +217,7 @@ def main() -> None:
                         print(
                             f"{kind} {queues:>7,} queues --interval {interval:>2}: ready "
                             f"{f['ready_s']:.1f} s, idle CPU {f['cpu_percent']:.1f} %, RSS "
-                            f"{f['rss_mib']:.0f} MiB (peak {f['rss_peak_mib']:.0f}), "
-                            f"{f['calls_per_s']:.0f} calls/s at "
+                            f"{f['rss_mib']:.0f} MiB, {f['calls_per_s']:.0f} calls/s at "
                             f"{f['call_us']:.1f} µs each on the server"
                         )
                     for level in opts.levels:
