@@ -10,7 +10,9 @@ import redis
 from redis.connection import Connection
 
 from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import SweepError
 from sweeperd.server.calls import disconnect, send
+from sweeperd.server.connection import UNREACHABLE
 from sweeperd.server.denied import user_of
 from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
 from sweeperd.verb.executors import Executor
@@ -139,6 +141,8 @@ def sweep_round(
     that clock, is the whole answer, the brief reply's. A probe that cannot say (a lease due,
     no script in the round, an error reply) is sent again as its script, which judges it on
     the server's own clock (a probe that erred tracks nothing: that script tracks instead).
+    Where that second round trip cannot reach the server, its calls fail and the first's
+    results stand (their sweeps ran: they are counted).
     """
     if not calls:
         return []
@@ -164,7 +168,12 @@ def sweep_round(
         replace(calls[i], tracked=calls[i].tracked and isinstance(reply, BaseException))
         for i, reply in again
     ]
-    results.update(zip([i for i, _ in again], _scripts(client, executor, scripts), strict=True))
+    try:
+        resent = _scripts(client, executor, scripts)
+    except UNREACHABLE as exc:
+        # The first round trip's sweeps ran and are counted; the calls sent again failed.
+        resent = [CallResult(call, SweepError.of(exc)) for call in scripts]
+    results.update(zip([i for i, _ in again], resent, strict=True))
     for n in untracked:
         results[order[n]] = replace(results[order[n]], untracked=True)
     return [results[i] for i in range(len(calls))]

@@ -3,8 +3,11 @@ calls sent behind CLIENT CACHING yes, which alone track what they read."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import redis
+from redis.connection import Connection
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
@@ -420,6 +423,58 @@ class TestBriefCalls:
         assert due.depths is not None and due.depths.run_id == run_id(c)
         assert commands_called(c, "evalsha") == 2
         assert c.zscore(B.pending, b"due") is not None
+
+    def test_a_user_without_zrange_is_refused_by_the_script(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A user who may not ZRANGE: each probe refused, sent again as its script, which
+        refuses as the whole call does, naming the command; nothing written."""
+        lease(r, A, b"later", now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        lease(r, C, b"later", now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        before = dump_all(r)
+        r.acl_setuser(
+            "nozrange", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-zrange"]
+        )
+        url = redis_server.url.replace("redis://", "redis://nozrange:pw@")
+        client = connect(url, socket_timeout=10.0)
+        NATIVE.prepare(client)
+        results = sweep_round(
+            client,
+            NATIVE,
+            [Call(C, 1, 100), Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True)],
+        )
+        reasons = {refusal(x)[0] for x in results}
+        assert reasons == {Reason.NOPERM}
+        assert all("'zrange'" in str(x.reply) for x in results)
+        assert dump_all(r) == before
+
+    def test_a_server_gone_before_the_second_round_trip(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The server dies between the two round trips: the first's sweeps stand (counted), the
+        calls sent again fail as unreachable; nothing raises."""
+        with RedisServer(tmp_path) as server:
+            c = server.client()
+            lease(c, C, b"due", attempts="1")
+            lease(c, A, b"due", attempts="1")
+            client = connect(server.url, socket_timeout=5.0)
+            NATIVE.prepare(client)
+            lend, lent = client.connection_pool.get_connection, []
+
+            def lend_then_die() -> Connection:
+                lent.append(1)
+                if len(lent) == 2 and server.process is not None:
+                    server.process.kill()
+                    server.process.wait()
+                return lend()
+
+            monkeypatch.setattr(client.connection_pool, "get_connection", lend_then_die)
+            whole, probed_first = sweep_round(
+                client, NATIVE, [Call(C, 2, 100), Call(A, 2, 100, brief=True)]
+            )
+        assert whole.reply == SweepReply((b"due",), ())
+        assert isinstance(probed_first.reply, SweepError)
+        assert probed_first.reply.reason is Reason.CONNECTION
 
     @pytest.mark.parametrize(
         ("reply", "clock", "said"),
