@@ -1,6 +1,7 @@
 """Many queues on one replica: the settings of 200,000 queues; per server and queue count, the
-daemon's time to ready, idle CPU and RSS at --interval 60 and 5, the server's µs per idle sweep
-call (whole and brief, both executors), /metrics' size and time per --queue-metrics level, and
+daemon's time to ready, idle CPU and RSS at --interval 60 and 5 with the server's CPU, the
+server's CPU per idle sweep call (whole, the script's brief reply, the probe; both executors),
+/metrics' size and time per --queue-metrics level, and
 top's first view and the ZCOUNTs of each refresh after it; on Redis and on Valkey."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import redis
@@ -21,17 +23,20 @@ from bench.bench_fanout import cpu_seconds, memory_mib, scrape
 from sweeperd.config.settings import build_settings
 from sweeperd.keyspace import QueueKeys
 from sweeperd.server.connection import Connection, connect
+from sweeperd.server.packed import round_trip
 from sweeperd.top.refresh import READS_PER_REFRESH, Top, wall_clock
 from sweeperd.verb.executors import NATIVE, SCRIPT
 from sweeperd.verb.replies import Call
-from sweeperd.verb.rounds import sweep_round
+from sweeperd.verb.rounds import Packed, sweep_round
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.helpers import PAST_MS, lease
 from tests.support.servers import SERVER_KINDS, RedisServer, selected_kinds
 
 READY_TIMEOUT_S = 300.0
 FULL_UP_TO = 30_000  # full's scrape above this many queues takes minutes and a gigabyte
-IDLE_CALLS = 20_000  # idle calls timed per executor and form, in rounds of 1,000
+IDLE_QUEUES = 10_000
+IDLE_CALLS = 50_000  # idle calls timed per executor and form
+ROUND = 1_000
 SETTINGS_QUEUES = (100_000, 200_000)
 
 
@@ -67,33 +72,43 @@ def seed(server: RedisServer, queues: int) -> None:
     client.close()
 
 
-def evalsha_us(client: redis.Redis) -> float:
-    stats = client.info("commandstats").get("cmdstat_evalsha", {})
-    return float(stats.get("usec_per_call", "nan")) if isinstance(stats, dict) else float("nan")
-
-
 def calls_of(client: redis.Redis, command: str) -> int:
     stats = client.info("commandstats").get(f"cmdstat_{command}", {})
     return int(stats.get("calls", 0)) if isinstance(stats, dict) else 0
 
 
 def idle_call_us(server: RedisServer) -> dict[str, float]:
-    """The server's µs per idle sweep call (INFO commandstats), whole and brief, each executor;
-    the forms take turns and the least of three turns is kept."""
-    client, stats = connect(server.url, socket_timeout=30.0), server.client()
+    """The server's CPU µs per idle sweep call (its process's, reads and writes included), over
+    10,000 queues seeded as the daemon's (a lease far from due in every tenth), in rounds of
+    1,000 whose first call is whole, as the daemon sends them: every call whole; every other
+    call the script's brief reply; every other call a probe (the daemon's). The forms take
+    turns and the least of three turns is kept."""
+    assert server.process is not None
+    client = connect(server.url, socket_timeout=30.0)
+    server.client().flushall()
+    seed(server, IDLE_QUEUES)
     found: dict[str, float] = {}
     for _ in range(3):
         for executor in (NATIVE, SCRIPT):
             executor.prepare(client)
-            for brief in (False, True):
-                calls = [Call(QueueKeys(f"idle-{n}"), 1, 100, brief=brief) for n in range(1000)]
-                stats.config_resetstat()
-                for _ in range(IDLE_CALLS // len(calls)):
-                    sweep_round(client, executor, calls)
-                key = f"{executor.name} {'brief' if brief else 'whole'}"
-                found[key] = min(found.get(key, float("inf")), evalsha_us(stats))
+            for form in ("whole", "script brief", "probe"):
+                brief = form != "whole"
+                calls = [Call(QueueKeys(n), 1, 100, brief=brief) for n in names(IDLE_QUEUES)]
+                packed, sent = Packed(), 0
+                cpu0 = cpu_seconds(server.process.pid)
+                while sent < IDLE_CALLS:
+                    for i in range(0, len(calls), ROUND):
+                        done = [replace(calls[i], brief=False), *calls[i + 1 : i + ROUND]]
+                        if form == "script brief":
+                            wire = b"".join(packed.sweep(executor, call) for call in done)
+                            round_trip(client, wire, len(done))
+                        else:
+                            sweep_round(client, executor, done, packed)
+                        sent += len(done)
+                us = 1e6 * (cpu_seconds(server.process.pid) - cpu0) / sent
+                key = f"{executor.name} {form}"
+                found[key] = min(found.get(key, float("inf")), us)
     client.close()
-    stats.close()
     return found
 
 
@@ -109,28 +124,29 @@ def run_figures(
     workdir: Path, server: RedisServer, queues: int, interval: int, seconds: float
 ) -> dict[str, float]:
     """Time to ready, then idle CPU over `seconds` once the start-up sweeps are done, RSS, and
-    the server's µs per sweep call over that window."""
-    stats = server.client()
+    the server's CPU over that window (its process's, a share of a core and µs per call)."""
+    assert server.process is not None
     started = time.monotonic()
     with daemon(workdir, server, queues, "--interval", str(interval)) as process:
         assert process.process is not None
         wait_until(lambda: process.get("/readyz")[0] == 200, READY_TIMEOUT_S, "ready")
         ready_s = time.monotonic() - started
         time.sleep(min(interval, 10) + 2)  # the start-up round of every queue is done
-        pid = process.process.pid
-        stats.config_resetstat()
-        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        pid, server_pid = process.process.pid, server.process.pid
+        sweeps0 = process.total("sweeperd_sweeps_total")
+        cpu0, server0, t0 = cpu_seconds(pid), cpu_seconds(server_pid), time.monotonic()
         time.sleep(seconds)
-        cpu1, t1 = cpu_seconds(pid), time.monotonic()
+        cpu1, server1, t1 = cpu_seconds(pid), cpu_seconds(server_pid), time.monotonic()
+        calls = process.total("sweeperd_sweeps_total") - sweeps0
         figures = {
             "ready_s": ready_s,
             "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
             "rss_mib": memory_mib(pid, "VmRSS"),
-            "call_us": evalsha_us(stats),
-            "calls_per_s": calls_of(stats, "evalsha") / (t1 - t0),
+            "server_percent": 100 * (server1 - server0) / (t1 - t0),
+            "call_us": 1e6 * (server1 - server0) / max(calls, 1),
+            "calls_per_s": calls / (t1 - t0),
         }
         process.stop()
-    stats.close()
     return figures
 
 
@@ -208,7 +224,7 @@ def main() -> None:
             ) as server:
                 idle = idle_call_us(server)
                 said = ", ".join(f"{key} {us:.1f}" for key, us in idle.items())
-                print(f"{kind}: server µs per idle sweep call: {said}")
+                print(f"{kind}: the server's CPU µs per idle sweep call: {said}")
                 for queues in opts.queues:
                     server.client().flushall()
                     seed(server, queues)
@@ -217,8 +233,8 @@ def main() -> None:
                         print(
                             f"{kind} {queues:>7,} queues --interval {interval:>2}: ready "
                             f"{f['ready_s']:.1f} s, idle CPU {f['cpu_percent']:.1f} %, RSS "
-                            f"{f['rss_mib']:.0f} MiB, {f['calls_per_s']:.0f} calls/s at "
-                            f"{f['call_us']:.1f} µs each on the server"
+                            f"{f['rss_mib']:.0f} MiB, {f['calls_per_s']:.0f} calls/s; the "
+                            f"server {f['server_percent']:.1f} %, {f['call_us']:.1f} µs a call"
                         )
                     for level in opts.levels:
                         if level == "full" and queues > FULL_UP_TO:

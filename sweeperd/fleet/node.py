@@ -121,11 +121,11 @@ class Node:
 
         Without `look` (a queue woken at its deadline: one round trip, not two) the round goes out
         on the executor of the last look, and the epoch a reply carries is the watch: a reply from
-        another run of the server is looked at then (see is_new_run). A round of brief calls (those
-        that find nothing due reply without the run_id, or any ACL check) sends its first call
-        whole: it carries the run_id, and an ACL user without a command the sweep needs is refused
-        there every round, not only once a lease falls due. Where no whole reply came back (the
-        first call refused) the node is looked at.
+        another run of the server is looked at then (see is_new_run). A round of brief calls (an
+        idle queue's is a probe, a plain read: see sweep_round) sends its first call whole: it
+        carries the run_id, its clock judges the probes, and an ACL user without a command the
+        sweep needs is refused there every round, not only once a lease falls due. Where no
+        whole reply came back (the first call refused) the node is looked at.
         """
         epoch = self.look(now) if look or self._executor is None else None
         read = self._clock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sweeperd.constants import LLONG_MAX
 from sweeperd.keyspace import QueueKeys
 from sweeperd.model import string2ll
 from sweeperd.reasons import REDIRECTS, Reason, SweepError
@@ -34,6 +35,22 @@ class Call:
         return executor.args(
             self.keys, self.max_stalled, self.limit, self.bound_ms, self.listed, brief=self.brief
         )
+
+    @property
+    def probes(self) -> bool:
+        """Tell whether the call goes out as a probe first (see rounds.sweep_round): brief,
+        bounded by its own clock, and with a budget and a limit the verb takes (any other is
+        the script's to judge and refuse)."""
+        return (
+            self.brief
+            and self.bound_ms == 0
+            and 0 < self.max_stalled <= LLONG_MAX
+            and 0 < self.limit <= LLONG_MAX
+        )
+
+    def probe_args(self) -> list[object]:
+        """Return the call's probe: its active set's first lease and deadline."""
+        return ["ZRANGE", self.keys.active, 0, 0, "WITHSCORES"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +176,10 @@ class Depths:
 
 
 def _score(raw: object) -> float | None:
-    """Return a number the sweep writes as text (a score as the server gives it: -inf, inf too)."""
+    """Return a number the sweep writes as text (a score as the server gives it: -inf, inf too),
+    or a score RESP3 gives as a double."""
+    if isinstance(raw, float):
+        return raw
     return float(raw) if isinstance(raw, bytes) else None
 
 
@@ -227,6 +247,23 @@ def result_of(call: Call, raw: object) -> CallResult:
         return CallResult(call, SweepReply.parse(verdict), depths)
     except ValueError as exc:
         return CallResult(call, SweepError.of(exc), depths)
+
+
+def probed(call: Call, raw: object, clock_ms: int | None) -> CallResult | None:
+    """Return what a probe says of its call where that is the verb's whole answer: nothing due,
+    as a brief reply says it. An empty active set has nothing due on any clock; a first deadline
+    after `clock_ms` (the server's clock, read after the probe) was not due when probed. None
+    where the call must go as its script: a lease due, no clock to judge by, an error reply."""
+    if raw == []:
+        return CallResult(call, NOTHING, Depths.brief(0, None))
+    if not isinstance(raw, list) or clock_ms is None:
+        return None
+    if len(raw) == 1 and isinstance(raw[0], list):  # RESP3: [[id, score]]
+        raw = raw[0]
+    deadline = _score(raw[1]) if len(raw) == 2 else None
+    if deadline is None or deadline <= clock_ms:
+        return None
+    return CallResult(call, NOTHING, Depths.brief(clock_ms, deadline))
 
 
 def named(result: CallResult, executor: Executor, user: str) -> CallResult:

@@ -3,23 +3,27 @@ whose reply is read once the call before it has been counted."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import redis
 from redis.connection import Connection
 
 from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import SweepError
 from sweeperd.server.calls import disconnect, send
+from sweeperd.server.connection import UNREACHABLE
 from sweeperd.server.denied import user_of
 from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
 from sweeperd.verb.executors import Executor
-from sweeperd.verb.replies import Call, CallResult, named, result_of
+from sweeperd.verb.replies import Call, CallResult, named, probed, result_of
 
 # Command shapes kept: a name length and a call's numbers each.
 SHAPES_MAX = 4096
 # A placeholder's character: no root, number or script has it.
 NAME_IN_A_SHAPE = "\x00"
+# How often a queue's name is in a sweep script's command: five keys and the prefix.
+SWEEP_NAMES = 6
 # Sent before a call that tracks the keys it reads (Call.tracked).
 CACHING = resp((b"CLIENT", b"CACHING", b"yes"))
 
@@ -34,7 +38,8 @@ class Packed:
     def __init__(self) -> None:
         self._shapes: dict[tuple[object, ...], list[bytes] | None] = {}
 
-    def __call__(self, executor: Executor, call: Call) -> bytes:
+    def sweep(self, executor: Executor, call: Call) -> bytes:
+        """Return the call's EVALSHA of `executor`'s sweep script."""
         name = call.keys.queue.encode()
         shape = (
             executor.script.sha,
@@ -46,33 +51,52 @@ class Packed:
             call.listed,
             call.brief,
         )
+        return self._packed(shape, call, name, lambda c: c.args(executor), SWEEP_NAMES)
+
+    def probe(self, call: Call) -> bytes:
+        """Return the call's probe (Call.probe_args)."""
+        name = call.keys.queue.encode()
+        return self._packed(("probe", call.keys.root, len(name)), call, name, Call.probe_args, 1)
+
+    def _packed(
+        self,
+        shape: tuple[object, ...],
+        call: Call,
+        name: bytes,
+        args: Callable[[Call], list[object]],
+        names: int,
+    ) -> bytes:
+        """Return the command `args` makes of `call`, from the shape's chunks where kept: the
+        command cut where the queue's name goes, `names` times."""
         try:
             chunks = self._shapes[shape]
         except KeyError:
             if len(self._shapes) >= SHAPES_MAX:
                 self._shapes.clear()
-            chunks = self._shapes[shape] = _shape(executor, call, len(name))
-        return resp(call.args(executor)) if chunks is None else name.join(chunks)
+            chunks = self._shapes[shape] = _shape(args, call, len(name), names)
+        return resp(args(call)) if chunks is None else name.join(chunks)
 
     def __len__(self) -> int:
         """How many shapes are kept."""
         return len(self._shapes)
 
 
-def _shape(executor: Executor, call: Call, length: int) -> list[bytes] | None:
-    """Return the call's command cut where its queue's name goes (six times: five keys and the
-    prefix); None where the placeholder is found elsewhere too (a root holding it)."""
+def _shape(
+    args: Callable[[Call], list[object]], call: Call, length: int, names: int
+) -> list[bytes] | None:
+    """Return the call's command cut where its queue's name goes; None where the placeholder is
+    found elsewhere too (a root holding it)."""
     placeholder = NAME_IN_A_SHAPE * length
     keys = QueueKeys(placeholder, call.keys.root)
-    command = resp(replace(call, keys=keys).args(executor))
+    command = resp(args(replace(call, keys=keys)))
     chunks = command.split(placeholder.encode())
-    return chunks if len(chunks) == 7 else None
+    return chunks if len(chunks) == names + 1 else None
 
 
 def _send(
-    client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed
+    client: redis.Redis, calls: Sequence[Call], commands: Sequence[bytes]
 ) -> tuple[list[object], set[int]]:
-    """Return each call's reply, or the error it got, in call order, and the indexes of the
+    """Return each command's reply, or the error it got, in order, and the indexes of the
     tracked calls whose CLIENT CACHING yes was refused; one round trip.
 
     A round is what redis-py's pipeline does (one write, the replies read in order, the
@@ -81,9 +105,11 @@ def _send(
     tick's time: each queue's command is packed once (a call on its own too: a queue woken at
     its deadline, round after round, costs a fifth less than redis-py packing it anew).
     """
-    commands = b"".join([CACHING * call.tracked + packed(executor, call) for call in calls])
+    wire = b"".join(
+        [CACHING * call.tracked + command for call, command in zip(calls, commands, strict=True)]
+    )
     tracked = sum(call.tracked for call in calls)
-    replies = round_trip(client, commands, len(calls) + tracked)
+    replies = round_trip(client, wire, len(calls) + tracked)
     if not tracked:
         return replies, set()
     answers: list[object] = []
@@ -103,18 +129,77 @@ def _lost(reply: object) -> bool:
 def sweep_round(
     client: redis.Redis, executor: Executor, calls: Sequence[Call], packed: Packed | None = None
 ) -> list[CallResult]:
-    """Return every call in one round trip; a call the server refused with NOSCRIPT (it wrote
-    nothing) is sent again once the script is loaded. A connection failure raises (the node is
-    down); an error reply is one call's result. `packed` keeps the commands of the node's earlier
-    rounds."""
+    """Return every call's result, in call order: one round trip, and a second only for the
+    idle calls whose probe could not say that nothing is due. A connection failure raises (the
+    node is down); an error reply is one call's result. `packed` keeps the commands of the
+    node's earlier rounds.
+
+    A brief call that may (Call.probes) goes out as a probe: ZRANGE of its active set's first
+    lease, a plain read that costs the server a tenth of the script's shortest reply. The
+    probes go first and the scripts after them in the round, so that a script's clock, read
+    after every probe, judges them (replies.probed): an empty set, or a first deadline after
+    that clock, is the whole answer, the brief reply's. A probe that cannot say (a lease due,
+    no script in the round, an error reply) is sent again as its script, which judges it on
+    the server's own clock (a probe that erred tracks nothing: that script tracks instead).
+    Where that second round trip cannot reach the server, its calls fail and the first's
+    results stand (their sweeps ran: they are counted).
+    """
     if not calls:
         return []
     packed = packed or Packed()
-    replies, untracked = _send(client, executor, calls, packed)
+    probing = [i for i, call in enumerate(calls) if call.probes]
+    scripted = [i for i, call in enumerate(calls) if not call.probes]
+    commands = [packed.probe(calls[i]) for i in probing]
+    commands += [packed.sweep(executor, calls[i]) for i in scripted]
+    order = probing + scripted
+    replies, untracked = _send(client, [calls[i] for i in order], commands)
+    swept = _scripts(client, executor, [calls[i] for i in scripted], replies[len(probing) :])
+    results = dict(zip(scripted, swept, strict=True))
+    clocks = [r.depths.now_ms for r in swept if r.depths is not None and r.depths.now_ms > 0]
+    clock = max(clocks) if clocks else None
+    again: list[tuple[int, object]] = []
+    for i, reply in zip(probing, replies, strict=False):
+        said = probed(calls[i], reply, clock)
+        if said is None:
+            again.append((i, reply))
+        else:
+            results[i] = said
+    scripts = [
+        replace(calls[i], tracked=calls[i].tracked and isinstance(reply, BaseException))
+        for i, reply in again
+    ]
+    try:
+        resent = _scripts(client, executor, scripts)
+    except UNREACHABLE as exc:
+        # The first round trip's sweeps ran and are counted; the calls sent again failed.
+        resent = [CallResult(call, SweepError.of(exc)) for call in scripts]
+    results.update(zip([i for i, _ in again], resent, strict=True))
+    for n in untracked:
+        results[order[n]] = replace(results[order[n]], untracked=True)
+    return [results[i] for i in range(len(calls))]
+
+
+def _scripts(
+    client: redis.Redis,
+    executor: Executor,
+    calls: Sequence[Call],
+    replies: list[object] | None = None,
+    packed: Packed | None = None,
+) -> list[CallResult]:
+    """Return the results of the sweep scripts of `calls`: sent in one round trip, or read from
+    `replies`; a call the server refused with NOSCRIPT (it wrote nothing) is sent again once the
+    script is loaded."""
+    if not calls:
+        return []
+    packed = packed or Packed()
+    untracked: set[int] = set()
+    if replies is None:
+        replies, untracked = _send(client, calls, [packed.sweep(executor, c) for c in calls])
     again = [i for i, reply in enumerate(replies) if _lost(reply)]
     if again:
         executor.prepare(client)
-        resent, still = _send(client, executor, [calls[i] for i in again], packed)
+        lost = [calls[i] for i in again]
+        resent, still = _send(client, lost, [packed.sweep(executor, c) for c in lost])
         for i, reply in zip(again, resent, strict=True):
             replies[i] = reply
         untracked.update(again[i] for i in still)

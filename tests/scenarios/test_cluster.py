@@ -15,6 +15,7 @@ import redis
 
 from sweeperd.commands.inspect import census_on
 from sweeperd.keyspace import QueueKeys
+from sweeperd.reasons import Reason
 from sweeperd.server.connection import Connection, Topology
 from sweeperd.verb.executors import NATIVE
 from sweeperd.verb.replies import Call, SweepReply
@@ -546,6 +547,30 @@ class TestLeaseWriters:
                 ghosts += swept.reply.ghost_ids
         assert ghosts == []
         assert keyspace(fresh, queue)["pending"] == sorted(ids)
+
+
+class TestProbes:
+    def test_a_probe_sent_to_the_wrong_primary_is_moved(self, fresh: Cluster) -> None:
+        """A round on one primary holding an idle call for a queue another primary serves (the
+        map read before a reshard): the probe's MOVED sends it as its script, whose MOVED is
+        the call's redirect; the round's own queue is swept, nothing of the other written."""
+        by_primary = spread(fresh, 1)
+        [here_port, there_port, *_] = by_primary
+        [here], [there] = by_primary[here_port], by_primary[there_port]
+        seed(fresh, here, 1, PAST_MS)
+        seed(fresh, there, 1, now_ms() + FUTURE_OFFSET_MS)
+        before = keyspace(fresh, there)
+        here_node = next(s for s in fresh.servers if s.port == here_port)
+        with here_node.client() as c:
+            NATIVE.prepare(c)
+            swept, moved = sweep_round(
+                c,
+                NATIVE,
+                [Call(QueueKeys(here), 5, 100), Call(QueueKeys(there), 5, 100, brief=True)],
+            )
+        assert isinstance(swept.reply, SweepReply) and len(swept.reply.recovered) == 1
+        assert moved.redirect is Reason.MOVED
+        assert keyspace(fresh, there) == before
 
 
 class TestDiscovery:

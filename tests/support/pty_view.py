@@ -48,12 +48,14 @@ class LiveView:
         return ANSI.sub("", self.received.decode(errors="replace"))
 
     def read_until(self, wanted: Sequence[str]) -> str:
-        """The text received, read until every wanted text shows, the process ends, or the
-        time is up."""
+        """The text received, read until every wanted text shows; the test fails where the
+        process ends or the time is up first."""
         deadline = time.monotonic() + LIVE_TIMEOUT_S
-        while time.monotonic() < deadline and not all(w in self.text for w in wanted):
-            if not self._read(0.2) and self.process.poll() is not None:
-                break
+        while not all(w in self.text for w in wanted):
+            ended = not self._read(0.2) and self.process.poll() is not None
+            if ended or time.monotonic() > deadline:
+                missing = [w for w in wanted if w not in self.text]
+                raise AssertionError(f"the view never showed {missing}: {self.text[-2000:]!r}")
         return self.text
 
     def stop(self, signum: int) -> tuple[int, str]:

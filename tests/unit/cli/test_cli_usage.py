@@ -158,8 +158,11 @@ class TestEntryPoints:
         ]
 
     def test_completion(self, tmp_path: Path) -> None:
-        """--install-completion writes a bash script, and the script's protocol completes."""
-        installed = sweeperd("--install-completion", "bash", env={"HOME": str(tmp_path)})
+        """--install-completion writes a bash script, and the script's protocol completes. The
+        shell is named, not found among the test's parent processes (a run outside make has
+        none): typer takes the name where its detection is off."""
+        naming = {"HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+        installed = sweeperd("--install-completion", "bash", env=naming)
         assert installed.code == 0, installed.err
         script = (tmp_path / ".bash_completions" / "sweeperd.sh").read_text()
         assert "_SWEEPERD_COMPLETE" in script

@@ -137,8 +137,10 @@ class TestCounters:
         with DaemonProcess(workdir, *args) as daemon:
             daemon.wait_value("sweeperd_recovered_total", 30_000, queue="backlog")
             # One queue: the node's sweeps and tick durations (basic metrics) are the queue's.
+            # The drain's calls are no ticks: one tick, and a wake where the listener heard the
+            # drain's writes and the drain ended before the wake ran (a loaded machine).
             assert daemon.value("sweeperd_sweeps_total") >= 10  # type: ignore[operator]
-            assert daemon.value("sweeperd_sweep_duration_seconds_count") == 1
+            assert daemon.value("sweeperd_sweep_duration_seconds_count") in (1, 2)
             assert daemon.value("sweeperd_expired_leases", queue="backlog") == 0
             wait_until(lambda: daemon.events("drain_finished"), what="drain_finished")
             [started] = daemon.events("drain_started")
@@ -193,7 +195,7 @@ class TestRestart:
                 workdir, "--redis-url", server.url, "--queue", "restart", *FAST
             ) as daemon:
                 node = f"127.0.0.1:{server.port}"
-                daemon.wait_value("sweeperd_sweeps_total", 1, node=node)
+                daemon.wait_at_least("sweeperd_sweeps_total", 1, node=node)
                 for n in range(4):
                     lease(
                         client,

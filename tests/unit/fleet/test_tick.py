@@ -174,18 +174,20 @@ class TestTickWakes:
     def test_brief_rounds_read_the_epoch_once(
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
-        """Idle brief calls read no run_id nor INFO: a round sends its first call whole (the
-        run_id and the ACL checks), so a round reads INFO once beside its tick's look, whatever
-        its size."""
+        """Idle brief calls read no run_id nor INFO, and run no script: a round sends its first
+        call whole (the run_id, the ACL checks, the clock that judges the probes), so a round
+        reads INFO once beside its tick's look and runs one script, whatever its size; the
+        others are a ZRANGE each."""
         rig = Rig(redis_server.url, wakes=True, brief=True)
         lease(r, A, b"j", server_ms(r) + 60_000, attempts="1")
+        lease(r, B, b"j", server_ms(r) + 60_000, attempts="1")
         idle = [queue("a"), queue("b"), queue("c")]
         r.config_resetstat()
         outcome = rig.tick(*idle)
-        assert (calls(r, "info"), calls(r, "evalsha")) == (2, 3)
+        assert (calls(r, "info"), calls(r, "evalsha"), calls(r, "zrange")) == (2, 1, 3)
         r.config_resetstat()
         rig.member.ticks.run(idle, rig.clock(), look=False, woken=True)
-        assert (calls(r, "info"), calls(r, "evalsha")) == (1, 3)
+        assert (calls(r, "info"), calls(r, "evalsha"), calls(r, "zrange")) == (1, 1, 3)
         assert not outcome.restarted and rig.node.restarts == 0
 
     def test_a_brief_reply_does_not_size_the_calls(

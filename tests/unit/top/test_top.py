@@ -650,7 +650,7 @@ class TestTopLive:
         Ctrl-C does: the main screen back, the cursor shown, exit 0, nothing on stderr."""
         populate(r)
         with LiveView(["--redis-url", redis_server.url, "--interval", "0.2"]) as view:
-            view.read_until(["top 3 of 3 queues"])
+            view.read_until(["3 of 3 queues shown"])
             code, err = view.stop(signum)
         assert (code, err) == (0, "")
         assert restored(view.received), view.received[-200:]
@@ -660,7 +660,7 @@ class TestTopLive:
         with exit 0 and no traceback, though nothing can be written any more."""
         populate(r)
         with LiveView(["--redis-url", redis_server.url, "--interval", "0.2"]) as view:
-            view.read_until(["top 3 of 3 queues"])
+            view.read_until(["3 of 3 queues shown"])
             assert view.hang_up() == (0, "")
 
     def test_a_narrow_terminal_drops_columns(
@@ -672,7 +672,7 @@ class TestTopLive:
         fill(r, QueueKeys("reports").pending, 259_000, 0)
         args = ["--redis-url", redis_server.url, "--interval", "0.2"]
         with LiveView(args, lines=30, columns=50) as view:
-            text = view.read_until(["top 3 of 3 queues", "259.0k"])
+            text = view.read_until(["3 of 3 queues shown", "259.0k"])
             code, _ = view.stop(signal.SIGINT)
         assert code == 0
         lines = [line.strip() for line in text.splitlines()]

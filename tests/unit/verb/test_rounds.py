@@ -3,8 +3,11 @@ calls sent behind CLIENT CACHING yes, which alone track what they read."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import redis
+from redis.connection import Connection
 
 from sweeperd.keyspace import QueueKeys
 from sweeperd.reasons import Reason, SweepError
@@ -12,7 +15,15 @@ from sweeperd.server.calls import command
 from sweeperd.server.connection import connect
 from sweeperd.server.packed import resp
 from sweeperd.verb.executors import NATIVE, SCRIPT
-from sweeperd.verb.replies import Call, CallResult, Depths, SweepReply, keeps_draining
+from sweeperd.verb.replies import (
+    Call,
+    CallResult,
+    Depths,
+    SweepReply,
+    keeps_draining,
+    probed,
+    result_of,
+)
 from sweeperd.verb.rounds import Packed, sweep_round
 from tests.support.helpers import (
     FUTURE_OFFSET_MS,
@@ -27,7 +38,7 @@ from tests.support.helpers import (
 from tests.support.servers import RedisServer
 from tests.support.targets import Target
 
-A, B = QueueKeys("a"), QueueKeys("b")
+A, B, C = QueueKeys("a"), QueueKeys("b"), QueueKeys("c")
 
 
 def commands_called(r: redis.Redis, name: str) -> int:
@@ -265,11 +276,13 @@ class TestPackedRound:
         due(r, B, 5)
         packed = Packed()
         first = [Call(A, 2, 1), Call(B, 2, 1)]
-        assert [packed(NATIVE, call) for call in first] == [resp(c.args(NATIVE)) for c in first]
+        assert [packed.sweep(NATIVE, call) for call in first] == [
+            resp(c.args(NATIVE)) for c in first
+        ]
         assert len(packed) == 1
         assert [len(x.reply.recovered) for x in sweep_round(r, NATIVE, first, packed)] == [1, 1]  # type: ignore[union-attr]
         again = [Call(A, 2, 3), Call(B, 2, 3)]
-        assert packed(NATIVE, again[0]) != packed(NATIVE, first[0])
+        assert packed.sweep(NATIVE, again[0]) != packed.sweep(NATIVE, first[0])
         results = sweep_round(r, NATIVE, again, packed)
         assert [len(x.reply.recovered) for x in results] == [3, 3]  # type: ignore[union-attr]
         assert [x.expired_left for x in results] == [1, 1]
@@ -282,7 +295,7 @@ class TestPackedRound:
         for limit in (1000, 333, 1000, 333):
             for n in range(100):
                 call = Call(QueueKeys(f"q{n:03}"), 2, limit)
-                assert packed(NATIVE, call) == resp(call.args(NATIVE))
+                assert packed.sweep(NATIVE, call) == resp(call.args(NATIVE))
         assert len(packed) == 2
 
     @pytest.mark.parametrize(
@@ -295,7 +308,7 @@ class TestPackedRound:
         for executor in (NATIVE, SCRIPT):
             for brief in (False, True):
                 call = Call(QueueKeys(queue, root), 1, 7, 99, 10, brief=brief)
-                assert Packed()(executor, call) == resp(call.args(executor))
+                assert Packed().sweep(executor, call) == resp(call.args(executor))
 
     def test_a_lost_sweep_script_in_a_round(self, r: redis.Redis) -> None:
         """A round whose script the server lost is loaded and sent again: each verb runs once."""
@@ -341,17 +354,20 @@ class TestBriefCalls:
     """A brief call that finds nothing due replies after one read, as the verb would (it selects
     nothing, writes nothing); any other brief call is the whole call."""
 
-    def test_an_idle_brief_call_reads_one_lease_and_writes_nothing(self, on: Target) -> None:
-        """Nothing due: the verb's empty verdict, the server's clock and the earliest deadline
-        (an empty active set: neither, the clock unread); no INFO, no verb, no count, the
-        keyspace byte for byte as it was."""
+    def test_the_scripts_idle_reply_reads_one_lease_and_writes_nothing(self, on: Target) -> None:
+        """The script on its own (a probe that could not say, a call in flight), nothing due:
+        the verb's empty verdict, the server's clock and the earliest deadline (an empty active
+        set: neither, the clock unread); no INFO, no verb, no count, the keyspace byte for byte
+        as it was."""
         c = on.client
         deadline = now_ms() + FUTURE_OFFSET_MS
         lease(c, A, b"later", deadline, attempts="1")
         before = dump_all(c)
+        on.executor.prepare(c)
         c.config_resetstat()
-        [idle, empty] = sweep_round(
-            c, on.executor, [Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True)]
+        idle, empty = (
+            result_of(call, command(c, *call.args(on.executor)))
+            for call in (Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True))
         )
         assert (idle.reply, empty.reply) == (SweepReply(), SweepReply())
         assert idle.depths is not None and empty.depths is not None
@@ -364,6 +380,127 @@ class TestBriefCalls:
         called = ("info", "zcard", "zcount", "hget", "emq.stalled.check", "zrange", "time")
         assert [commands_called(c, name) for name in called] == [0, 0, 0, 0, 0, 2, 1]
         assert dump_all(c) == before
+
+    def test_an_idle_round_is_a_read_a_queue(self, on: Target) -> None:
+        """A round of a whole call and idle brief ones: each idle queue costs one ZRANGE, judged
+        by the whole call's clock (read after it); the replies are the script's brief ones, the
+        keyspace byte for byte as it was."""
+        c = on.client
+        deadline = now_ms() + FUTURE_OFFSET_MS
+        lease(c, A, b"later", deadline, attempts="1")
+        lease(c, C, b"later", deadline, attempts="1")
+        before = dump_all(c)
+        on.executor.prepare(c)
+        c.config_resetstat()
+        calls = [Call(C, 1, 100), Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True)]
+        whole, idle, empty = sweep_round(c, on.executor, calls)
+        assert whole.depths is not None and whole.depths.run_id == run_id(c)
+        clock = whole.depths.now_ms
+        assert (idle.reply, idle.depths) == (SweepReply(), Depths.brief(clock, b"%d" % deadline))
+        assert (empty.reply, empty.depths) == (SweepReply(), Depths.brief(0, None))
+        assert commands_called(c, "evalsha") == 1
+        assert dump_all(c) == before
+
+    def test_a_probe_that_cannot_say_goes_as_its_script(self, on: Target) -> None:
+        """No whole call in the round (no clock to judge a deadline by), or a lease due: the
+        call goes as its script, which sweeps what is due and replies whole; an empty active set
+        needs no clock."""
+        c = on.client
+        deadline = now_ms() + FUTURE_OFFSET_MS
+        lease(c, A, b"later", deadline, attempts="1")
+        on.executor.prepare(c)
+        c.config_resetstat()
+        idle, empty = sweep_round(
+            c, on.executor, [Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True)]
+        )
+        assert idle.depths is not None and idle.depths.earliest_ms == float(deadline)
+        assert idle.depths.now_ms > 0 and empty.depths == Depths.brief(0, None)
+        assert commands_called(c, "evalsha") == 1
+        lease(c, B, b"due", attempts="1")
+        c.config_resetstat()
+        _, due = sweep_round(c, on.executor, [Call(A, 1, 100), Call(B, 2, 100, brief=True)])
+        assert due.reply == SweepReply((b"due",), ())
+        assert due.depths is not None and due.depths.run_id == run_id(c)
+        assert commands_called(c, "evalsha") == 2
+        assert c.zscore(B.pending, b"due") is not None
+
+    def test_a_user_without_zrange_is_refused_by_the_script(
+        self, r: redis.Redis, redis_server: RedisServer
+    ) -> None:
+        """A user who may not ZRANGE: each probe refused, sent again as its script, which
+        refuses as the whole call does, naming the command; nothing written."""
+        lease(r, A, b"later", now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        lease(r, C, b"later", now_ms() + FUTURE_OFFSET_MS, attempts="1")
+        before = dump_all(r)
+        r.acl_setuser(
+            "nozrange", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-zrange"]
+        )
+        url = redis_server.url.replace("redis://", "redis://nozrange:pw@")
+        client = connect(url, socket_timeout=10.0)
+        NATIVE.prepare(client)
+        results = sweep_round(
+            client,
+            NATIVE,
+            [Call(C, 1, 100), Call(A, 1, 100, brief=True), Call(B, 1, 100, brief=True)],
+        )
+        reasons = {refusal(x)[0] for x in results}
+        assert reasons == {Reason.NOPERM}
+        assert all("'zrange'" in str(x.reply) for x in results)
+        assert dump_all(r) == before
+
+    def test_a_server_gone_before_the_second_round_trip(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The server dies between the two round trips: the first's sweeps stand (counted), the
+        calls sent again fail as unreachable; nothing raises."""
+        with RedisServer(tmp_path) as server:
+            c = server.client()
+            lease(c, C, b"due", attempts="1")
+            lease(c, A, b"due", attempts="1")
+            client = connect(server.url, socket_timeout=5.0)
+            NATIVE.prepare(client)
+            lend, lent = client.connection_pool.get_connection, []
+
+            def lend_then_die() -> Connection:
+                lent.append(1)
+                if len(lent) == 2 and server.process is not None:
+                    server.process.kill()
+                    server.process.wait()
+                return lend()
+
+            monkeypatch.setattr(client.connection_pool, "get_connection", lend_then_die)
+            whole, probed_first = sweep_round(
+                client, NATIVE, [Call(C, 2, 100), Call(A, 2, 100, brief=True)]
+            )
+        assert whole.reply == SweepReply((b"due",), ())
+        assert isinstance(probed_first.reply, SweepError)
+        assert probed_first.reply.reason is Reason.CONNECTION
+
+    @pytest.mark.parametrize(
+        ("reply", "clock", "said"),
+        [
+            ([], None, Depths.brief(0, None)),
+            ([], 5, Depths.brief(0, None)),
+            ([b"j", b"1001"], 1000, Depths.brief(1000, b"1001")),
+            ([[b"j", 1001.0]], 1000, Depths.brief(1000, b"1001")),
+            ([[b"j", 1000.0]], 1000, None),
+            ([b"j", b"inf"], 1000, Depths.brief(1000, b"inf")),
+            ([b"j", b"1000"], 1000, None),
+            ([b"j", b"-inf"], 1000, None),
+            ([b"j", b"1001"], None, None),
+            (redis.ResponseError("WRONGTYPE"), 1000, None),
+            ([b"j"], 1000, None),
+        ],
+    )
+    def test_a_probe_says_only_nothing_due(
+        self, reply: object, clock: int | None, said: Depths | None
+    ) -> None:
+        """A probe is the whole answer for an empty active set, or a first deadline after the
+        clock read after it; a deadline at the clock is due (the verb takes a deadline at or
+        before its now), and no clock or an odd reply leaves it to the script."""
+        result = probed(Call(A, 1, 100, brief=True), reply, clock)
+        assert (result and result.depths) == said
+        assert result is None or result.reply == SweepReply()
 
     def test_a_brief_call_with_a_lease_due_is_the_whole_call(self, on: Target) -> None:
         """A lease due: the brief call sweeps and replies as the whole call does, counts and
