@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,9 +98,16 @@ class Drainer:
         log.info("drain_started", queue=queue.name, left=left)
 
     def is_draining(self, name: str) -> bool:
-        """Tell whether the queue is being drained (its scheduled tick has nothing to add)."""
+        """Tell whether the queue is being drained."""
         with self._wake:
             return name in self._backlogs
+
+    def not_draining(self, queues: Sequence[QueueSettings]) -> list[QueueSettings]:
+        """Return the queues not being drained (a scheduled tick has nothing to add to a drain),
+        under one lock."""
+        with self._wake:
+            backlogs = self._backlogs
+            return [q for q in queues if q.name not in backlogs] if backlogs else list(queues)
 
     @property
     def sending(self) -> bool:

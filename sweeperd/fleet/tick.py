@@ -13,6 +13,7 @@ import structlog
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.node import NotPrimary, Swept
 from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
+from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
@@ -48,7 +49,7 @@ class Tick:
         m = self.member
         if not m.node.may_try(now):
             return NOTHING
-        queues = [q for q in batch if not m.drainer.is_draining(q.name)]
+        queues = m.drainer.not_draining(batch)
         if m.deadlines is not None and not woken:
             queues = m.deadlines.unwoken(queues, now)
         retrack = m.listener.to_retrack(queues) if m.listener is not None else {}
@@ -130,15 +131,16 @@ class Tick:
     def calls(self, queues: Sequence[QueueSettings], retrack: Collection[str] = ()) -> list[Call]:
         """Build the queues' calls, the node's call size shared out between them: the round
         stays about one call's target long; those of `retrack` track what they read."""
-        share = self.member.node.share(len(queues))
+        share, brief = self.member.node.share(len(queues)), self.brief
         return [
             Call(
-                q.keys,
+                QueueKeys(q.name, q.prefix_root),
                 q.max_stalled,
-                min(q.limit, share),
-                listed=ID_CAP,
-                brief=self.brief,
-                tracked=q.name in retrack,
+                q.limit if q.limit < share else share,
+                0,
+                ID_CAP,
+                brief,
+                bool(retrack) and q.name in retrack,
             )
             for q in queues
         ]

@@ -277,12 +277,32 @@ class QueueSeries:
             self.failed_with(reply.reason)
             self.said().said_at = at
 
+    def count_idle(self, at: float) -> None:
+        """Count a call that found nothing due, as count() counts it (its node's sweep aside):
+        nothing expired, a success; call with the lock held."""
+        if self.owned:
+            self.expired, self.oldest_expired_age = 0, 0.0
+        self.last_success = at
+
     def failed_with(self, reason: Reason) -> None:
         label = Reason(reason).value
         said = self.said()
         if said.failures is NO_FAILURES:
             said.failures = {}
         said.failures[label] = said.failures.get(label, 0) + 1
+
+
+def _idle(result: CallResult) -> bool:
+    """Tell whether a call found nothing due and took nothing: most calls, counted by
+    count_idle."""
+    depths = result.depths
+    return (
+        result.reply is NOTHING
+        and depths is not None
+        and depths.expired == 0
+        and depths.delay_ms is None
+        and depths.oldest_expired_ms is None
+    )
 
 
 class SweepNumbers:
@@ -398,6 +418,9 @@ class SweepNumbers:
                     on = q.at(node)
                     on.durations.observe(bucket, duration_s)
                     q.count((n, on), result, at)
+                elif _idle(result):
+                    n.sweeps += 1
+                    q.count_idle(at)
                 else:
                     q.count(alone, result, at, sizes=False)
 

@@ -183,6 +183,10 @@ def _score(raw: object) -> float | None:
     return float(raw) if isinstance(raw, bytes) else None
 
 
+# A brief reply's depths for an empty active set: nothing to compare, the clock unread.
+EMPTY = Depths.brief(0, None)
+
+
 @dataclass(slots=True)  # not frozen, as Depths: one is made per call
 class CallResult:
     """A call's reply or its error, and the queue's numbers after it; `untracked`: the server
@@ -255,7 +259,7 @@ def probed(call: Call, raw: object, clock_ms: int | None) -> CallResult | None:
     after `clock_ms` (the server's clock, read after the probe) was not due when probed. None
     where the call must go as its script: a lease due, no clock to judge by, an error reply."""
     if raw == []:
-        return CallResult(call, NOTHING, Depths.brief(0, None))
+        return CallResult(call, NOTHING, EMPTY)
     if not isinstance(raw, list) or clock_ms is None:
         return None
     if len(raw) == 1 and isinstance(raw[0], list):  # RESP3: [[id, score]]

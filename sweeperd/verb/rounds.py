@@ -147,8 +147,9 @@ def sweep_round(
     if not calls:
         return []
     packed = packed or Packed()
-    probing = [i for i, call in enumerate(calls) if call.probes]
-    scripted = [i for i, call in enumerate(calls) if not call.probes]
+    probes = [call.probes for call in calls]
+    probing = [i for i, probe in enumerate(probes) if probe]
+    scripted = [i for i, probe in enumerate(probes) if not probe]
     commands = [packed.probe(calls[i]) for i in probing]
     commands += [packed.sweep(executor, calls[i]) for i in scripted]
     order = probing + scripted

@@ -262,6 +262,32 @@ class TestRecord:
         assert value(m, "sweeperd_sweep_duration_seconds_sum", node=NODE) == pytest.approx(0.005)
         assert value(m, "sweeperd_sweep_duration_seconds_count", queue="a") is None
 
+    def test_an_idle_call_counts_as_any_call_that_took_nothing(self) -> None:
+        """A round's idle calls (a probe's brief reply: nothing due, the set empty or not) are
+        counted as a lone call that took nothing is: a sweep of the node, nothing expired, a
+        success, nothing said; the same exposition either way."""
+        m, lone = (
+            Metrics(CollectorRegistry(), version="9.9.9", level=QueueMetrics.BASIC)
+            for _ in range(2)
+        )
+        idle = [Depths.brief(0, None), Depths.brief(1_000, b"2000"), depths()]
+        for metrics in (m, lone):
+            for queue in ("i0", "i1", "i2"):
+                metrics.numbers.add_queue(queue)
+        m.numbers.record_round(
+            NODE, [(f"i{n}", result(NOTHING, d)) for n, d in enumerate(idle)], 5.0, duration_s=0.0
+        )
+        lone.numbers.record_ticks(NODE, ["i0", "i1", "i2"], duration_s=0.0)
+        for n, d in enumerate(idle):
+            lone.numbers.record(NODE, f"i{n}", result(NOTHING, d), 5.0)
+        ours = [line for line in generate_latest(m.registry).splitlines() if b"sweeperd_" in line]
+        assert ours == [
+            line for line in generate_latest(lone.registry).splitlines() if b"sweeperd_" in line
+        ]
+        assert value(m, "sweeperd_sweeps_total", node=NODE) == 3
+        assert value(m, "sweeperd_expired_leases", queue="i1") == 0
+        assert value(m, "sweeperd_last_success_timestamp_seconds", queue="i0") == 5.0
+
     def test_recovery_delay_basic(self, m: Metrics) -> None:
         """At the basic level each call that took leases is one observation of its delay in
         the node's histogram, ticks and lone calls alike; a call that took none is none."""
