@@ -142,6 +142,7 @@ def run_figures(
             "ready_s": ready_s,
             "cpu_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
             "rss_mib": memory_mib(pid, "VmRSS"),
+            "rss_peak_mib": memory_mib(pid, "VmHWM"),
             "server_percent": 100 * (server1 - server0) / (t1 - t0),
             "call_us": 1e6 * (server1 - server0) / max(calls, 1),
             "calls_per_s": calls / (t1 - t0),
@@ -233,8 +234,9 @@ def main() -> None:
                         print(
                             f"{kind} {queues:>7,} queues --interval {interval:>2}: ready "
                             f"{f['ready_s']:.1f} s, idle CPU {f['cpu_percent']:.1f} %, RSS "
-                            f"{f['rss_mib']:.0f} MiB, {f['calls_per_s']:.0f} calls/s; the "
-                            f"server {f['server_percent']:.1f} %, {f['call_us']:.1f} µs a call"
+                            f"{f['rss_mib']:.0f} MiB (peak {f['rss_peak_mib']:.0f}), "
+                            f"{f['calls_per_s']:.0f} calls/s; the server "
+                            f"{f['server_percent']:.1f} %, {f['call_us']:.1f} µs a call"
                         )
                     for level in opts.levels:
                         if level == "full" and queues > FULL_UP_TO:
