@@ -39,12 +39,11 @@ def _at(wake: tuple[float, str]) -> float:
 class Deadlines:
     """The next wake of each queue of one primary, and the server's clock against ours.
 
-        A queue has one wake at most: the one its last sweep armed. `offset_ms` is the server's
-        clock minus ours (monotonic) in ms, read or last held at `measured_s`; `wakes` maps a queue
-        to when it is woken (monotonic) and how long it may wait for others, `order` holds the same
-        (when, queue) soonest first, and `heard` when a read of a queue's change last armed it
-    (until a sweep sent after that read arms it).
-        Safe to use from any thread.
+    A queue has one wake at most: the one its last sweep armed. `offset_ms` is the server's
+    clock minus ours (monotonic) in ms, read or last held at `measured_s`; `wakes` maps a queue
+    to when it is woken (monotonic) and how long it may wait for others, `order` holds the same
+    (when, queue) soonest first, and `heard` when a read of a queue's change last armed it
+    (until a sweep sent after that read arms it). Safe to use from any thread.
     """
 
     def __init__(

@@ -28,9 +28,9 @@ from sweeperd.verb.sizing import CallSizer
 log = structlog.get_logger("sweeperd.node")
 
 BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
 # A scheduled tick looks at the epoch at most once a LOOK_EVERY_S per node (see looked_lately).
 LOOK_EVERY_S = 1.0
-BACKOFF_MAX_S = 30.0
 # The refusals that last until an operator acts.
 STANDING = (Reason.NO_VERB, Reason.NOPERM)
 
