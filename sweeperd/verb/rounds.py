@@ -135,7 +135,7 @@ def sweep_round(
     node's earlier rounds.
 
     A brief call that may (Call.probes) goes out as a probe: ZRANGE of its active set's first
-    lease, a plain read that costs the server a tenth of the script's shortest reply. The
+    lease, a plain read that costs the server a sixth of the script's shortest reply. The
     probes go first and the scripts after them in the round, so that a script's clock, read
     after every probe, judges them (replies.probed): an empty set, or a first deadline after
     that clock, is the whole answer, the brief reply's. A probe that cannot say (a lease due,
@@ -154,7 +154,9 @@ def sweep_round(
     commands += [packed.sweep(executor, calls[i]) for i in scripted]
     order = probing + scripted
     replies, untracked = _send(client, [calls[i] for i in order], commands)
-    swept = _scripts(client, executor, [calls[i] for i in scripted], replies[len(probing) :])
+    swept = _scripts(
+        client, executor, [calls[i] for i in scripted], packed, replies[len(probing) :]
+    )
     results = dict(zip(scripted, swept, strict=True))
     clocks = [r.depths.now_ms for r in swept if r.depths is not None and r.depths.now_ms > 0]
     clock = max(clocks) if clocks else None
@@ -170,7 +172,7 @@ def sweep_round(
         for i, reply in again
     ]
     try:
-        resent = _scripts(client, executor, scripts)
+        resent = _scripts(client, executor, scripts, packed)
     except UNREACHABLE as exc:
         # The first round trip's sweeps ran and are counted; the calls sent again failed.
         resent = [CallResult(call, SweepError.of(exc)) for call in scripts]
@@ -184,15 +186,14 @@ def _scripts(
     client: redis.Redis,
     executor: Executor,
     calls: Sequence[Call],
+    packed: Packed,
     replies: list[object] | None = None,
-    packed: Packed | None = None,
 ) -> list[CallResult]:
     """Return the results of the sweep scripts of `calls`: sent in one round trip, or read from
     `replies`; a call the server refused with NOSCRIPT (it wrote nothing) is sent again once the
     script is loaded."""
     if not calls:
         return []
-    packed = packed or Packed()
     untracked: set[int] = set()
     if replies is None:
         replies, untracked = _send(client, calls, [packed.sweep(executor, c) for c in calls])
