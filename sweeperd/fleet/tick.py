@@ -13,7 +13,6 @@ import structlog
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.node import NotPrimary, Swept
 from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
-from sweeperd.keyspace import QueueKeys
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
@@ -134,7 +133,7 @@ class Tick:
         share, brief = self.member.node.share(len(queues)), self.brief
         return [
             Call(
-                QueueKeys(q.name, q.prefix_root),
+                q.keys,
                 q.max_stalled,
                 q.limit if q.limit < share else share,
                 0,
