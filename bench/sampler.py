@@ -29,7 +29,7 @@ class Sampler:
     def start(self) -> Sampler:
         with self.server.client() as client:
             client.config_set("notify-keyspace-events", "Kz")
-        events = self.server.client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        events = self.server.client().pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
         events.psubscribe(EVENTS)
         self.thread = threading.Thread(target=self.run, args=(events,), daemon=True)
         self.thread.start()
