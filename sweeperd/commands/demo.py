@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from sweeperd.keyspace import QueueKeys
 from sweeperd.metrics.registry import Metrics
 from sweeperd.server.connection import connect
 from sweeperd.server.serverinfo import read_server_info
+from sweeperd.signals import SignalInbox
 
 # How often the demo looks whether the daemon has swept what it waits for, and how often a kept
 # server is looked at while it waits for you; SIGTERM and SIGHUP stop a kept server, besides Ctrl-C.
@@ -225,13 +225,9 @@ def keep_tour(module: Path | None, say: Say, server: str | None = None, port: in
 
 def wait_for_stop(kept: ThrowawayServer) -> None:
     """Returns at Ctrl-C, SIGTERM or SIGHUP, or once the server has ended by itself."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
     try:
-        while not stop.wait(KEPT_POLL_S) and kept.exited() is None:
-            pass
+        with SignalInbox(STOP_SIGNALS) as signals:
+            while not signals.wait(KEPT_POLL_S) and kept.exited() is None:
+                pass
     except KeyboardInterrupt:
         pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

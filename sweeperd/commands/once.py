@@ -133,19 +133,19 @@ def interrupts_deferred() -> Iterator[Callable[[], bool]]:
     """Note a first Ctrl-C in the block instead of raising it, so that the call in flight is read
     and counted (a call interrupted mid-read ran on the server, and its ids would be missing from
     the result); the block asks whether one came. A second Ctrl-C raises as usual."""
-    noted = threading.Event()
     if threading.current_thread() is not threading.main_thread():
-        yield noted.is_set
+        yield lambda: False
         return
+    noted = [False]  # not an Event: a handler that takes a lock can deadlock (see signals.py)
 
     def note(signum: int, frame: object) -> None:
-        if noted.is_set():
+        if noted[0]:
             raise KeyboardInterrupt
-        noted.set()
+        noted[0] = True
 
     previous = signal.signal(signal.SIGINT, note)
     try:
-        yield noted.is_set
+        yield lambda: noted[0]
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -37,6 +37,7 @@ from sweeperd.fleet.outcome import Outcome
 from sweeperd.logs import configure_logging
 from sweeperd.metrics.registry import Metrics
 from sweeperd.metrics.state import StateReaders
+from sweeperd.signals import SignalInbox
 
 log = structlog.get_logger("sweeperd.daemon")
 
@@ -55,11 +56,17 @@ TURN_S = 0.5
 OVERRUN_LOG_S = 60.0
 LOADING_RETRY_S = 0.5
 AUDIT_FIRST_S = 30.0
+# The signals that stop the daemon; SIGHUP reloads it.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopRequested(BaseException):
     """SIGTERM or SIGINT while the daemon starts: the start ends where it is (a call waiting on
     a server that does not answer, e.g. a TLS handshake to a plain port, is not waited for)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 @dataclass
@@ -141,8 +148,6 @@ class Daemon:
         )
         self.metrics.add_collector(self.eviction)
         self.metrics.add_collector(self.audit)
-        self._reload_requested = threading.Event()
-        self._signalled = threading.Event()
         self._server: MetricsServer | None = None
         self._announced_ready = False
         self._starting = False
@@ -300,22 +305,22 @@ class Daemon:
         if s.daemon.sweep_at is SweepAt.DEADLINE:
             self._wakes.start()
 
-    def request_stop(self, signum: int, _frame: FrameType | None) -> None:
+    def interrupt_start(self, signum: int, _frame: FrameType | None) -> None:
+        """Handle SIGTERM and SIGINT while starting: end the start where it is. Otherwise, and
+        for SIGHUP, do nothing here: the main thread's loop reads the signal (see signals.py)."""
+        if self._starting and signum in STOP_SIGNALS:
+            self._starting = False
+            raise StopRequested(signum)
+
+    def request_stop(self, signum: int) -> None:
+        """Stop changing jobs from now on (a sweep in flight writes nothing more, no takeover
+        is scheduled); stop() does the rest."""
         log.info("stopping", signal=signal.Signals(signum).name)
         self._stop_requested.set()
-        self._signalled.set()
-        if self._starting:
-            self._starting = False
-            raise StopRequested
-
-    def request_reload(self, _signum: int, _frame: FrameType | None) -> None:
-        self._reload_requested.set()
-        self._signalled.set()
 
     def apply_reload(self) -> None:
         """Answer SIGHUP: read the config file again, framed for systemd by RELOADING=1 and
         READY=1 once ready (before, a READY=1 would say the start is done)."""
-        self._reload_requested.clear()
         # At once: systemd 252 holds `systemctl reload` until the READY=1 only when this comes
         # before ExecReload='s kill has exited; later, the unit is still `reloading` till then.
         framed = self._announced_ready and self.notifier.reloading()
@@ -354,15 +359,20 @@ class Daemon:
         # Last: the lines above still show at the level they were asked at, whatever the new one.
         configure_logging(fresh.log_format, fresh.log_level)
 
-    def serve_forever(self) -> None:
-        """Run the main thread's loop until asked to stop: signals, readiness and the watchdog,
-        the first turn at once (STATUS= from the start); what woke a turn is in the flags the
-        next one reads."""
+    def serve_forever(self, signals: SignalInbox) -> None:
+        """Run the main thread's loop until SIGTERM or SIGINT: signals, readiness and the
+        watchdog, the first turn at once (STATUS= from the start, a signal that came during the
+        start answered), then at each signal or every TURN_S."""
         watchdog = self.notifier.watchdog_interval_s
         last_watchdog = 0.0
         status = ""
-        while not self._stop_requested.is_set():
-            if self._reload_requested.is_set():
+        heard = signals.take()
+        while True:
+            stop = next((s for s in heard if s in STOP_SIGNALS), None)
+            if stop is not None:
+                self.request_stop(stop)
+                return
+            if signal.SIGHUP in heard:
                 self.apply_reload()
             ready = self.health.ready()
             if ready and not self._announced_ready:
@@ -377,8 +387,7 @@ class Daemon:
             if watchdog and now - last_watchdog >= watchdog and self.health.healthy():
                 self.notifier.watchdog()
                 last_watchdog = now
-            self._signalled.wait(TURN_S)
-            self._signalled.clear()
+            heard = signals.wait(TURN_S)
 
     @property
     def metrics_port(self) -> int | None:
@@ -430,19 +439,18 @@ def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     daemon = Daemon(
         settings, reload, metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics)
     )
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     # Before start(): /healthz answers from there on, and a SIGHUP that came before its handler
     # would end the process (SIGHUP's default); one that comes during start() is read at once.
-    signal.signal(signal.SIGTERM, daemon.request_stop)
-    signal.signal(signal.SIGINT, daemon.request_stop)
-    signal.signal(signal.SIGHUP, daemon.request_reload)
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    try:
-        daemon.start()
-    except StopRequested:
-        daemon.stop()
-        return 0
-    try:
-        daemon.serve_forever()
-    finally:
-        daemon.stop()
+    with SignalInbox((*STOP_SIGNALS, signal.SIGHUP), daemon.interrupt_start) as signals:
+        try:
+            daemon.start()
+        except StopRequested as stop:
+            daemon.request_stop(stop.signum)
+            daemon.stop()
+            return 0
+        try:
+            daemon.serve_forever(signals)
+        finally:
+            daemon.stop()
     return 0

@@ -119,7 +119,7 @@ class TestFirstCtrlC:
         code, out, err = finished(proc)
         remaining = set(cast(list[bytes], r.zrange(Q.active, 0, -1)))
         moved = ids - remaining
-        assert code == EXIT_INTERRUPTED
+        assert code == EXIT_INTERRUPTED, err
         assert moved and remaining, "interrupted mid-drain"
         if output == "json":
             body = json.loads(out)

@@ -119,7 +119,7 @@ class TestStopping:
 
         daemon.choose()
         assert takeovers() == 1
-        daemon.request_stop(signal.SIGTERM, None)
+        daemon.request_stop(signal.SIGTERM)
         daemon.choose()
         assert takeovers() == 1
 
@@ -349,9 +349,12 @@ class TestSignals:
         """run() takes SIGHUP and SIGTERM before start(): from there /healthz answers, and a
         SIGHUP sent then, before its handler, would end the process (SIGHUP's default)."""
         held: dict[int, object] = {}
+        wakeup: list[int] = []
 
         def start(_daemon: Daemon) -> None:
             held.update({s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)})
+            wakeup.append(signal.set_wakeup_fd(-1))  # read, then put back
+            signal.set_wakeup_fd(wakeup[0])
             held[0] = sys.getswitchinterval()  # a wake waits for the GIL 1 ms, not 5
             raise RuntimeError("stopped at start")
 
@@ -362,10 +365,14 @@ class TestSignals:
         try:
             with pytest.raises(RuntimeError, match="stopped at start"):
                 run(settings, lambda: settings)
+            after = {s: signal.getsignal(s) for s in before}
         finally:
             for number, handler in before.items():
                 signal.signal(number, handler)
             sys.setswitchinterval(switch)
-        assert getattr(held[signal.SIGHUP], "__func__", None) is Daemon.request_reload
-        assert getattr(held[signal.SIGTERM], "__func__", None) is Daemon.request_stop
+        assert getattr(held[signal.SIGHUP], "__func__", None) is Daemon.interrupt_start
+        assert getattr(held[signal.SIGTERM], "__func__", None) is Daemon.interrupt_start
+        assert wakeup[0] != -1  # the signals' wakeup socket: the main loop waits on it
+        assert signal.set_wakeup_fd(-1) == -1  # both given back when run() ends
+        assert after == before
         assert held[0] == pytest.approx(SWITCH_INTERVAL_S)
