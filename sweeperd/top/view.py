@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from types import FrameType
 
@@ -21,6 +20,7 @@ from sweeperd.config.settings import Settings
 from sweeperd.constants import DEFAULT_TOP_RATE_WINDOW_S, EXIT_OK
 from sweeperd.server.connection import Connection
 from sweeperd.server.urls import url_at
+from sweeperd.signals import SignalInbox
 from sweeperd.top.refresh import Clock, Screen, ServerRow, Top, Unread, wall_clock
 from sweeperd.top.screen import Fitted, lines_besides_rows, plain_text
 
@@ -33,8 +33,8 @@ MIN_ROWS = 5
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
 # `schema` in --json: raised when a field changes meaning or goes.
 JSON_SCHEMA = 3
-# Leave the live view as Ctrl-C does.
-LEAVE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# Leave the live view: Ctrl-C, a supervisor's kill, the terminal closed.
+LEAVE_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # A write to a terminal that was closed.
 HUNG_UP = (errno.EIO, errno.EPIPE)
 
@@ -196,32 +196,39 @@ def _once(top: Top, connection: Connection, view: ViewOptions, say: Callable[[st
 
 def _live(top: Top, view: ViewOptions) -> None:
     live = Live(console=Console(), screen=True, auto_refresh=False)
+    reads = ReadsCutShort()
     try:
-        with _left_by(LEAVE_SIGNALS), live:
+        with SignalInbox(LEAVE_SIGNALS, reads.interrupt) as signals, live:
             while True:
-                screen = top.refresh()
+                with reads:
+                    screen = top.refresh()
                 live.update(Fitted(screen, view.interval), refresh=True)
                 if view.fit:
                     size = shutil.get_terminal_size((100, 40))
                     top.resize(rows_for(screen, size.lines, size.columns, view.interval))
-                time.sleep(view.interval)
+                if signals.wait(view.interval):
+                    return
     except OSError as exc:
         if exc.errno not in HUNG_UP:
             raise
         raise TerminalGone(str(exc)) from None
 
 
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+class ReadsCutShort:
+    """Cut a refresh's reads short at a leave signal (a server that hangs is not waited for).
+    Anywhere else the signal only wakes the loop, which leaves between two refreshes: no
+    exception lands in the middle of rich's drawing or of a finalizer, which swallows it."""
 
+    def __init__(self) -> None:
+        self.reading = False
 
-@contextlib.contextmanager
-def _left_by(signals: tuple[signal.Signals, ...]) -> Iterator[None]:
-    """While in the block, each of `signals` leaves it as Ctrl-C does: the live view's exit
-    restores the terminal (the main screen, the cursor) before the process ends."""
-    before = {signum: signal.signal(signum, _interrupt) for signum in signals}
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
+    def __enter__(self) -> None:
+        self.reading = True
+
+    def __exit__(self, *_exc: object) -> None:
+        self.reading = False
+
+    def interrupt(self, _signum: int, _frame: FrameType | None) -> None:
+        """Raise KeyboardInterrupt while reading; otherwise leave the signal to the loop."""
+        if self.reading:
+            raise KeyboardInterrupt

@@ -58,6 +58,12 @@ class LiveView:
                 raise AssertionError(f"the view never showed {missing}: {self.text[-2000:]!r}")
         return self.text
 
+    def read_for(self, seconds: float) -> None:
+        """Read what the terminal receives for `seconds`."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self._read(max(0.0, deadline - time.monotonic()))
+
     def stop(self, signum: int) -> tuple[int, str]:
         """Send `signum`; the exit code and stderr once the process has ended, everything it
         wrote to the terminal read."""

@@ -655,6 +655,23 @@ class TestTopLive:
         assert (code, err) == (0, "")
         assert restored(view.received), view.received[-200:]
 
+    def test_ctrl_c_cuts_a_hung_read_short(self, r: redis.Redis, redis_server: RedisServer) -> None:
+        """Ctrl-C while a refresh waits on a server that stopped answering (SIGSTOP, a read
+        timeout of an hour): the view ends at once with exit 0 and the terminal given back."""
+        populate(r)
+        args = ["--redis-url", redis_server.url, "--interval", "0.2", "--socket-timeout", "3600"]
+        assert redis_server.process is not None
+        with LiveView(args) as view:
+            view.read_until(["3 of 3 queues shown"])
+            redis_server.process.send_signal(signal.SIGSTOP)
+            try:
+                view.read_for(1.0)  # a refresh or more sent, none answered
+                code, err = view.stop(signal.SIGINT)
+            finally:
+                redis_server.process.send_signal(signal.SIGCONT)
+        assert (code, err) == (0, "")
+        assert restored(view.received), view.received[-200:]
+
     def test_a_terminal_closed_under_it(self, r: redis.Redis, redis_server: RedisServer) -> None:
         """The terminal closed under the view (an ssh session dropped): it ends at the hang-up
         with exit 0 and no traceback, though nothing can be written any more."""
