@@ -31,7 +31,7 @@ FAST = ("--interval", "0.3", "--jitter", "0", "--max-stalled", "1000", "--socket
 AFTER_MOVE_MS = 600_000  # leases due after the move: brought forward on the slot's new owner
 BULK = 20_000  # keys that only lengthen a slot's migration, so that sweeps overlap it
 MINUTE = ("--interval", "60")  # after FAST's: the interval explains no recovery in a test
-DEADLINE_IN_MS = 8_000  # leases seeded, the daemon started and the primary changed before this
+DEADLINE_IN_MS = 8_000  # leases made due once swept: the primary changes before this
 WOKEN_WITHIN_S = 45.0  # back sooner than this after the start: a wake, not the interval
 HOUR_MS = 3_600_000  # leases due this far on: only the test's ZADD makes them due
 
@@ -65,6 +65,23 @@ def seed(
     with (owner or cluster.owner(keys.active)).client() as c:
         write_leases(c, keys, ids, deadline_ms, epoch)
     return ids
+
+
+def due_soon(owner: RedisServer, queue: str, ids: list[bytes]) -> int:
+    """The queue's leases made due DEADLINE_IN_MS from now on `owner`'s clock, once the daemon
+    has swept it (a deadline set before the daemon started was spent by a loaded machine's start
+    in some runs, and the old primary then recovered the leases before the change); the
+    deadline (ms)."""
+    with owner.client() as c:
+        seconds, micros = c.time()
+        deadline = seconds * 1000 + micros // 1000 + DEADLINE_IN_MS
+        c.zadd(QueueKeys(queue).active, dict.fromkeys(ids, deadline), xx=True)
+    return int(deadline)
+
+
+def changed_in_time(due_ms: int, change: str) -> None:
+    """The change of primary ended before the leases fell due, which the test is about."""
+    assert now_ms() < due_ms, f"{change} ended {now_ms() - due_ms} ms after the deadline"
 
 
 def expire(cluster: Cluster, queue: str) -> None:
@@ -292,13 +309,14 @@ class TestAtTheDeadline:
         deadline (not a minute later), and they come back exempt."""
         [queue, *_] = spread(fresh, 1)[fresh.primaries()[0].port]
         primary = fresh.owner(QueueKeys(queue).active)
-        due_ms = now_ms() + DEADLINE_IN_MS
-        seed(fresh, queue, 3, due_ms, fresh.run_id(primary))
+        ids = seed(fresh, queue, 3, now_ms() + HOUR_MS, fresh.run_id(primary))
         started = time.monotonic()
         with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue, *MINUTE) as d:
             d.wait_swept(queue)
+            due_ms = due_soon(primary, queue, ids)
             replica = fresh.replica_of(primary)
             fresh.failover(replica)
+            changed_in_time(due_ms, "the failover")
             d.wait_value("sweeperd_exempt_total", 3, queue=queue)
             assert now_ms() >= due_ms and time.monotonic() - started < WOKEN_WITHIN_S
             assert restarts(d, replica.node) == 1
@@ -315,12 +333,13 @@ class TestAtTheDeadline:
         [queue] = by_primary[source_port]
         source = next(s for s in fresh.servers if s.port == source_port)
         target = next(s for s in fresh.servers if s.port == target_port)
-        due_ms = now_ms() + DEADLINE_IN_MS
-        seed(fresh, queue, 3, due_ms, fresh.run_id(source))
+        ids = seed(fresh, queue, 3, now_ms() + HOUR_MS, fresh.run_id(source))
         started = time.monotonic()
         with daemon(tmp_path, fresh, "--executor", executor, "--queue", queue, *MINUTE) as d:
             d.wait_swept(queue)
+            due_ms = due_soon(source, queue, ids)
             fresh.migrate(redis.crc.key_slot(QueueKeys(queue).active.encode()), source, target)
+            changed_in_time(due_ms, "the migration")
             d.wait_value("sweeperd_exempt_total", 3, queue=queue)
             assert now_ms() >= due_ms and time.monotonic() - started < WOKEN_WITHIN_S
             assert d.value("sweeperd_sweep_failures_total", queue=queue) is None
