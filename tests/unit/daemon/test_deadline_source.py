@@ -122,13 +122,15 @@ def back(c: redis.Redis, job: bytes) -> bool:
 
 
 def back_at_its_deadline(
-    d: DaemonProcess, c: redis.Redis, job: bytes, deadline_ms: int, started: float
+    d: DaemonProcess, c: redis.Redis, job: bytes, deadline_ms: int, started: float | None
 ) -> None:
-    """The lease comes back after its deadline, counted once, sooner after the start than the
-    interval could have brought it."""
+    """The lease comes back after its deadline, counted once, and, given the daemon's start at
+    INTERVAL_S, sooner after it than the interval could have brought it (None at a 1 s
+    interval, where the test's own steps on a loaded machine outlast that bound)."""
     wait_until(lambda: back(c, job), LEASE_S + BACK_S, f"{job!r} back in pending")
     assert server_ms(c) >= deadline_ms
-    assert time.monotonic() - started < BEFORE_INTERVAL_S
+    if started is not None:
+        assert time.monotonic() - started < BEFORE_INTERVAL_S
     d.wait_value("sweeperd_recovered_total", 1, queue=Q.queue)
     assert d.total("sweeperd_recovery_delay_seconds_count") == 1
 
@@ -189,7 +191,7 @@ class TestHeard:
         connections (and the reader) track to it, and a lease taken then is back at its
         deadline."""
         c = on.client
-        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, started):
+        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, _):
             [first] = subscribers(c)
             wait_until(lambda: sweeps_tracked_to(c, first), what="the sweeps tracked")
             c.client_kill_filter(_id=str(first))
@@ -198,7 +200,7 @@ class TestHeard:
             wait_until(lambda: sweeps_tracked_to(c, again), what="the sweeps tracked to it")
             hearing(d, c, on.server.node)
             deadline = take(c, b"j")
-            back_at_its_deadline(d, c, b"j", deadline, started)
+            back_at_its_deadline(d, c, b"j", deadline, None)
             assert d.stop() == 0
 
     def test_an_idle_sweep_tracks_nothing(self, on: Target, workdir: Path) -> None:
@@ -219,7 +221,7 @@ class TestHeard:
         deadline and tracks it again. The reads stay where they were while the queue keeps
         changing, and a lease taken then is still back, by its next sweep."""
         c = on.client
-        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, started):
+        with listening(workdir, on.server, c, on.executor.name, "--interval", "1") as (d, _):
             learn_long_leases(d, c)
             read = reads(d)
             c.zrem(Q.active, b"long")
@@ -232,7 +234,7 @@ class TestHeard:
                 )
             assert reads(d) == read, "a change of a queue of long leases read"
             deadline = take(c, b"j")
-            back_at_its_deadline(d, c, b"j", deadline, started)
+            back_at_its_deadline(d, c, b"j", deadline, None)
             assert reads(d) == read
             assert d.stop() == 0
 
