@@ -9,9 +9,9 @@ import redis
 from redis.connection import Connection
 
 from sweeperd.server.calls import disconnect, send_packed
+from sweeperd.server.wire import ERROR_REPLIES, TellsLostReplies
 
-# A command's error reply: its result, not a broken connection (redis-py makes -LOADING one).
-ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
+__all__ = ["ERROR_REPLIES", "resp", "round_trip"]
 
 
 def resp(args: Sequence[object]) -> bytes:
@@ -26,6 +26,8 @@ def resp(args: Sequence[object]) -> bytes:
 def _exchange(connection: Connection, commands: bytes, count: int) -> list[object]:
     """Send the packed commands, read their `count` replies; an error reply is its reply."""
     send_packed(connection, [commands])
+    if isinstance(connection, TellsLostReplies):
+        return connection.read_replies(count)
     replies: list[object] = []
     for _ in range(count):
         try:
