@@ -423,10 +423,18 @@ class Listener:
         gap = self._gap()
         with self._lock:
             left = [q for q in self._changed if self._swept_first(self._watched[q], now)]
-            self._changed.difference_update(left)
+            self._unchange(left)
             self._left.update((q, next(self._leaving)) for q in left)
             watched = [(q, self._watched[q]) for q in self._changed]
             return [q for q, w in watched if w.probing or now - w.read_s >= gap]
+
+    def _unchange(self, queues: Collection[str]) -> None:
+        """Take the queues out of the changed ones, hold the lock. Once none is left the set is
+        made anew: an emptied set keeps its table, and the loop walks it at every turn (the table
+        of a start-up's 100,000 changes, walked 60 times a second, was 13 % of a core)."""
+        self._changed.difference_update(queues)
+        if not self._changed:
+            self._changed = set()
 
     def _swept_first(self, watched: Watched, now: float) -> bool:
         """Tell whether the queue's next sweep that starts after the change (its wake still to come,
@@ -462,7 +470,7 @@ class Listener:
         """Read the queues' earliest lease in one pipelined round (which tracks each key again),
         their wakes re-armed, the primary's next wake told."""
         with self._lock:
-            self._changed.difference_update(queues)
+            self._unchange(queues)
         root = self._root
         reader.send_packed_command(
             [

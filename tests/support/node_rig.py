@@ -42,8 +42,9 @@ def queue(name: str, limit: int = 1000, max_stalled: int = ALL_RECOVER) -> Queue
 class Rig:
     """A node's member (its ledger, drainer and ticks) on the module server, time passed in (a
     Clock, or time.monotonic where a thread runs); `size` is the node's first call size; with
-    `wakes`, its queues' wakes at their deadlines (`deadlines`); with `brief`, idle calls reply
-    briefly (as the daemon's do at --queue-metrics basic)."""
+    `wakes`, its queues' wakes at their deadlines (`deadlines`), and with `hears` its listener
+    (not started); with `brief`, idle calls reply briefly (as the daemon's do at
+    --queue-metrics basic)."""
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class Rig:
         size: int = FIRST_SIZE,
         clock: Callable[[], float] | None = None,
         wakes: bool = False,
+        hears: bool = False,
         brief: bool = False,
     ) -> None:
         self.metrics = Metrics(CollectorRegistry(), version="test", level=QueueMetrics.FULL)
@@ -73,6 +75,7 @@ class Rig:
             report=self.told.append,
             clock=self.clock,
             at_deadlines=wakes,
+            hear_changes=hears,
             brief=brief,
         )
         self.ledger = self.member.ledger
