@@ -13,7 +13,7 @@ from sweeperd.fleet.holds import Holds
 from sweeperd.logs import cap_ids
 from sweeperd.metrics.numbers import SweepNumbers
 from sweeperd.reasons import Reason, SweepError
-from sweeperd.verb.replies import CallResult, SweepReply
+from sweeperd.verb.replies import NOTHING, CallResult, SweepReply
 
 LOGGER = "sweeperd.sweep"
 log = structlog.get_logger(LOGGER)
@@ -55,7 +55,10 @@ class Ledger:
         for queue, result in calls:
             # A quiet success of a queue that was not failing has nothing to log (`failing` is
             # only read here: a queue failing meanwhile is logged by the call that failed).
-            if isinstance(result.reply, SweepError) or result.reply.taken or self.failing:
+            reply = result.reply
+            if reply is NOTHING and not self.failing:
+                continue
+            if isinstance(reply, SweepError) or reply.taken or self.failing:
                 self._log_call(queue, result, logging.INFO)
 
     def _log_call(self, queue: str, result: CallResult, level: int) -> SweepReply | None:

@@ -105,13 +105,13 @@ def _send(
     tick's time: each queue's command is packed once (a call on its own too: a queue woken at
     its deadline, round after round, costs a fifth less than redis-py packing it anew).
     """
+    tracked = sum(call.tracked for call in calls)
+    if not tracked:
+        return round_trip(client, b"".join(commands), len(calls)), set()
     wire = b"".join(
         [CACHING * call.tracked + command for call, command in zip(calls, commands, strict=True)]
     )
-    tracked = sum(call.tracked for call in calls)
     replies = round_trip(client, wire, len(calls) + tracked)
-    if not tracked:
-        return replies, set()
     answers: list[object] = []
     untracked: set[int] = set()
     read = iter(replies)
@@ -147,9 +147,10 @@ def sweep_round(
     if not calls:
         return []
     packed = packed or Packed()
-    probes = [call.probes for call in calls]
-    probing = [i for i, probe in enumerate(probes) if probe]
-    scripted = [i for i, probe in enumerate(probes) if not probe]
+    probing: list[int] = []
+    scripted: list[int] = []
+    for i, call in enumerate(calls):
+        (probing if call.probes else scripted).append(i)
     commands = [packed.probe(calls[i]) for i in probing]
     commands += [packed.sweep(executor, calls[i]) for i in scripted]
     order = probing + scripted
