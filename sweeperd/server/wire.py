@@ -79,8 +79,8 @@ class TellsLostReplies(AbstractConnection):
 
     def read_replies(self, count: int) -> list[object]:
         """Return the replies of `count` commands sent together, in order, an error reply in place
-        of a refused one. Those already in the C parser's buffer are taken from it directly (a
-        third of read_response's cost each: a round of 1,000 idle calls is 1,000 replies); the
+        of a refused one. Those already in the C parser's buffer are taken from it directly (about
+        a quarter of read_response's cost each: a round of 1,000 idle calls is 1,000 replies); the
         socket is read by read_response, with its timeouts and failures."""
         parser = self._parser
         if not isinstance(parser, _HiredisParser):
