@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.daemon.schedule import (
+    BATCH_SIZE,
+    MAX_BATCHES,
     SWEEPS,
     TAKEOVER,
     Batch,
@@ -44,6 +46,21 @@ class TestPlanBatches:
         batches = plan_batches([queue(f"q{n}") for n in range(5)], size=2)
         assert [len(b) for b in batches.values()] == [2, 2, 1]
         assert list(batches) == ["sweep:1s:0", "sweep:1s:1", "sweep:1s:2"]
+
+    def test_an_interval_of_many_queues_has_at_most_max_batches(self) -> None:
+        """Up to BATCH_SIZE * MAX_BATCHES queues an interval is cut at BATCH_SIZE; above, into
+        MAX_BATCHES batches, the last one shorter; another interval is cut on its own."""
+        few = BATCH_SIZE * MAX_BATCHES
+        many = few * 5 + 1
+        queues = [queue(f"q{n:06}") for n in range(many)] + [
+            queue(f"s{n}", 30.0) for n in range(few)
+        ]
+        batches = plan_batches(queues)
+        fast = [len(b) for k, b in batches.items() if k.startswith("sweep:1s:")]
+        slow = [len(b) for k, b in batches.items() if k.startswith("sweep:30s:")]
+        assert fast == [BATCH_SIZE * 5 + 1] * (MAX_BATCHES - 1) + [many - 99 * (BATCH_SIZE * 5 + 1)]
+        assert slow == [BATCH_SIZE] * MAX_BATCHES
+        assert sorted(q.name for b in batches.values() for q in b) == sorted(q.name for q in queues)
 
     def test_no_queue_no_batch(self) -> None:
         """An empty queue list plans nothing."""
