@@ -9,9 +9,7 @@ import redis
 from redis.connection import Connection
 
 from sweeperd.server.calls import disconnect, send_packed
-from sweeperd.server.wire import ERROR_REPLIES, TellsLostReplies
-
-__all__ = ["ERROR_REPLIES", "resp", "round_trip"]
+from sweeperd.server.wire import TellsLostReplies, read_reply
 
 
 def resp(args: Sequence[object]) -> bytes:
@@ -28,13 +26,7 @@ def _exchange(connection: Connection, commands: bytes, count: int) -> list[objec
     send_packed(connection, [commands])
     if isinstance(connection, TellsLostReplies):
         return connection.read_replies(count)
-    replies: list[object] = []
-    for _ in range(count):
-        try:
-            replies.append(connection.read_response())
-        except ERROR_REPLIES as exc:
-            replies.append(exc)
-    return replies
+    return [read_reply(connection) for _ in range(count)]
 
 
 def round_trip(client: redis.Redis, commands: bytes, count: int) -> list[object]:

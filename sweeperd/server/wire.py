@@ -20,6 +20,14 @@ INCOMPLETE: object = getattr(hiredis_parser, "NOT_ENOUGH_DATA", False)
 ERROR_REPLIES = (redis.ResponseError, redis.exceptions.BusyLoadingError)
 
 
+def read_reply(connection: AbstractConnection) -> object:
+    """Read one reply; an error reply is returned, not raised."""
+    try:
+        return typed(connection.read_response)()
+    except ERROR_REPLIES as exc:
+        return exc
+
+
 def no_retry() -> Retry:
     """Return a retry policy that never resends: redis-py's default resends a call whose connection
     broke; a sweep is never resent."""
@@ -84,14 +92,14 @@ class TellsLostReplies(AbstractConnection):
         socket is read by read_response, with its timeouts and failures."""
         parser = self._parser
         if not isinstance(parser, _HiredisParser):
-            return [self._reply() for _ in range(count)]
+            return [read_reply(self) for _ in range(count)]
         push = getattr(parser, "_hiredis_PushNotificationType", None)
         replies: list[object] = []
         while len(replies) < count:
             reader = parser._reader
             reply = INCOMPLETE if reader is None else reader.gets()
             if reply is INCOMPLETE:
-                replies.append(self._reply())
+                replies.append(read_reply(self))
             elif push is not None and isinstance(reply, push):
                 typed(parser.handle_push_response)(reply)
             elif isinstance(reply, ERROR_REPLIES):
@@ -103,13 +111,6 @@ class TellsLostReplies(AbstractConnection):
             else:
                 replies.append(reply)
         return replies
-
-    def _reply(self) -> object:
-        """Read one reply from the socket; an error reply is returned, not raised."""
-        try:
-            return self.read_response()
-        except ERROR_REPLIES as exc:
-            return exc
 
 
 class TcpConnection(TellsLostReplies, redis.Connection):

@@ -14,7 +14,8 @@ from sweeperd.reasons import SweepError
 from sweeperd.server.calls import disconnect, send
 from sweeperd.server.connection import UNREACHABLE
 from sweeperd.server.denied import user_of
-from sweeperd.server.packed import ERROR_REPLIES, resp, round_trip
+from sweeperd.server.packed import resp, round_trip
+from sweeperd.server.wire import read_reply
 from sweeperd.verb.executors import Executor
 from sweeperd.verb.replies import Call, CallResult, named, probed, result_of
 
@@ -253,10 +254,7 @@ class InFlight:
         try:
             if self._error is not None or connection is None:
                 raise self._error or redis.ConnectionError("the call was never sent")
-            try:
-                return connection.read_response()
-            except ERROR_REPLIES as exc:
-                return exc
+            return read_reply(connection)
         except BaseException:
             if connection is not None:
                 disconnect(connection)

@@ -398,16 +398,17 @@ class SentinelGroup(Started):
         """SENTINEL FAILOVER: the replica is promoted (the old primary is left as it is, still
         saying it is a primary until Sentinel turns it into a replica, seconds later)."""
         before = self.current()
-        asked = [float("-inf")]
+        asked = float("-inf")
 
         def promoted() -> bool:
             """Ask again, once a failover's time and its cooldown are past, while the old primary
             is named: one that outlasted its failover-timeout on a loaded machine was aborted,
             and nothing else retries it (asking sooner could fail the new primary over too)."""
+            nonlocal asked
             if self.current() is not before:
                 return True
-            if time.monotonic() - asked[0] >= FAILOVER_AGAIN_S:
-                asked[0] = time.monotonic()
+            if time.monotonic() - asked >= FAILOVER_AGAIN_S:
+                asked = time.monotonic()
                 with self.sentinel_client() as c, contextlib.suppress(redis.ResponseError):
                     c.execute_command("SENTINEL", "FAILOVER", MASTER)
             return False

@@ -52,13 +52,14 @@ class TestPlanBatches:
         MAX_BATCHES batches, the last one shorter; another interval is cut on its own."""
         few = BATCH_SIZE * MAX_BATCHES
         many = few * 5 + 1
+        cut = BATCH_SIZE * 5 + 1
         queues = [queue(f"q{n:06}") for n in range(many)] + [
             queue(f"s{n}", 30.0) for n in range(few)
         ]
         batches = plan_batches(queues)
         fast = [len(b) for k, b in batches.items() if k.startswith("sweep:1s:")]
         slow = [len(b) for k, b in batches.items() if k.startswith("sweep:30s:")]
-        assert fast == [BATCH_SIZE * 5 + 1] * (MAX_BATCHES - 1) + [many - 99 * (BATCH_SIZE * 5 + 1)]
+        assert fast == [cut] * (MAX_BATCHES - 1) + [many - (MAX_BATCHES - 1) * cut]
         assert slow == [BATCH_SIZE] * MAX_BATCHES
         assert sorted(q.name for b in batches.values() for q in b) == sorted(q.name for q in queues)
 
