@@ -21,7 +21,8 @@ class CallSizer:
 
     A call's time is the server's own (the sweep script times itself), or its round trip where
     the server cannot say. Only a call that took all it was allowed says how long that many
-    leases take; a short one cannot say the size was too small.
+    leases take; a short one cannot say the size was too small, and one that took none says
+    nothing of a lease's cost (its time is the server's own pace: a loaded host, not the size).
     """
 
     target_s: float
@@ -34,7 +35,7 @@ class CallSizer:
     def observe(self, asked: int, taken: int, seconds: float) -> None:
         """Size the next call from one that asked for `asked` leases, took `taken`, and ran
         `seconds`."""
-        if seconds <= 0:
+        if seconds <= 0 or taken == 0:
             return
         ratio = self.target_s * AIM / seconds
         if ratio < 1:

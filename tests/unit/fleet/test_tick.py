@@ -194,7 +194,9 @@ class TestTickWakes:
         self, r: redis.Redis, redis_server: RedisServer
     ) -> None:
         """A brief reply found nothing due and says nothing of what a call costs: its round trip
-        (here 10 ms, five times the call target) leaves the call size as it was."""
+        (here 10 ms, five times the call target) leaves the call size as it was. A round of one
+        sends its call whole, timed by the server: a call that took nothing leaves the size too,
+        however slow a loaded host made it."""
         rig = Rig(redis_server.url, wakes=True, brief=True, clock=Clock(step=0.01), size=400)
         rig.tick(queue("a"))
         rig.tick(queue("a"))

@@ -42,6 +42,13 @@ class TestCallSizer:
         sizer.observe(asked=200, taken=10, seconds=TARGET_S * 100)
         assert sizer.size == 200 * MOST_SHRINK
 
+    def test_a_call_that_took_nothing_changes_nothing(self) -> None:
+        """A slow call that found nothing due timed the server's pace, not a lease's cost: an
+        idle queue's call on a loaded host leaves the size."""
+        sizer = CallSizer(TARGET_S, size=400)
+        sizer.observe(asked=400, taken=0, seconds=TARGET_S * 5)
+        assert sizer.size == 400
+
     def test_never_below_one(self) -> None:
         """However slow a call of one lease, the next still takes one."""
         sizer = CallSizer(TARGET_S)
