@@ -26,6 +26,7 @@ import structlog
 
 from sweeperd.config.settings import QueueSettings
 from sweeperd.fleet.deadlines import Deadlines
+from sweeperd.fleet.waiter import Waiter
 from sweeperd.keyspace import active_key, queue_of_key
 from sweeperd.reasons import ReplyLost
 from sweeperd.server.packed import resp
@@ -33,9 +34,10 @@ from sweeperd.server.packed import resp
 log = structlog.get_logger("sweeperd.listener")
 
 CHANNEL = b"__redis__:invalidate"
-# One round of reads per primary at most every ROUND_S; a queue new to the listener is read
-# within POLL_S; the pool's connections not yet tracked to the subscriber are looked for every
-# CHECK_S; both connections are pinged every PING_S (a peer gone without a word); a lost
+# One round of reads per primary at most every ROUND_S; while a changed queue waits to be read
+# the loop looks again every POLL_S at most (with none, it sleeps till a message, a queue new to
+# it, a ping or a check); the pool's connections not yet tracked to the subscriber are looked for
+# every CHECK_S; both connections are pinged every PING_S (a peer gone without a word); a lost
 # connection is made again after RETRY_FIRST_S, doubling to RETRY_MAX_S; a refusal is asked
 # again every REFUSED_RETRY_S (an ACL may be granted meanwhile).
 ROUND_S = 0.005
@@ -142,6 +144,7 @@ class Listener:
         self._leaving = itertools.count()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._waiter = Waiter()
         self._thread: threading.Thread | None = None
         self._said_refused = False
         self._shortest_s = float("inf")
@@ -160,16 +163,20 @@ class Listener:
         changed again."""
         now = self._clock()
         with self._lock:
-            watched, left = self._watched, self._left
+            watched, left, changed = self._watched, self._left, self._changed
+            before = len(changed)
             for q in queues:
                 name = q.name
                 found = watched.get(name)
                 if found is None:
                     watched[name] = found = Watched(q)
-                    self._changed.add(name)
+                    changed.add(name)
                 elif left and left.pop(name, None) is not None:
-                    self._changed.add(name)
+                    changed.add(name)
                 found.queue, found.swept_s = q, now
+            poke = len(changed) > before
+        if poke:
+            self._waiter.poke()
 
     def to_retrack(self, queues: Sequence[QueueSettings]) -> dict[str, int]:
         """Return the queues among `queues` left to their next sweep since a change, each with
@@ -229,8 +236,11 @@ class Listener:
                 redirect = None
         with self._lock:
             self._pool[connection] = redirect
-            if redirect != self._redirect:
+            untracked = redirect != self._redirect
+            if untracked:
                 self._sweeps_tracked = False
+        if untracked:
+            self._waiter.poke()
 
     def _refused_on_pool(self, redirect: int, error: str) -> None:
         """Note that a pool connection refused tracking to the subscriber (or a sweep its CLIENT
@@ -242,6 +252,7 @@ class Listener:
             self._pool_refused, self._sweeps_tracked = True, False
             self._changed.update(self._left)
             self._left.clear()
+        self._waiter.poke()
         if not self._said_untracked:
             self._said_untracked = True
             log.warning(
@@ -270,15 +281,24 @@ class Listener:
 
     # The lifetime.
     def start(self) -> None:
+        self._waiter.open()
         self._thread = threading.Thread(target=self._run, name=f"listen-{self.name}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 1.0) -> None:
         self._stop.set()
+        self._waiter.poke()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
+        """Listen till stopped (see _live), the waiter's sockets closed at the end."""
+        try:
+            self._live()
+        finally:
+            self._waiter.close()
+
+    def _live(self) -> None:
         """Connect, listen until a connection fails, then again after a backoff; a refusal is
         said once and asked again every REFUSED_RETRY_S."""
         backoff = RETRY_FIRST_S
@@ -372,8 +392,8 @@ class Listener:
                 self._read(reader, due)
                 last_round = now
                 continue
-            wait = self._next_read(now, last_round)
-            if subscriber.can_read(timeout=wait):
+            wait = self._next_read(now, last_round, pinged)
+            if self._waiter.wait(subscriber, wait):
                 self._take(subscriber)
                 self._stop.wait(self._batch_s())
 
@@ -456,14 +476,21 @@ class Listener:
             sweep = min(sweep, wake[0])
         return sweep <= now + self._shortest_s - max(SHARE * self._shortest_s, SPARE_S)
 
-    def _next_read(self, now: float, last_round: float) -> float:
-        """Return how long to wait for messages before the next round may read a changed queue."""
+    def _next_read(self, now: float, last_round: float, pinged: float) -> float:
+        """Return how long to wait for messages before the next round may read a changed queue;
+        with none changed, till the next ping, or the next check of the pool while one of its
+        connections does not track (a queue new to the listener ends the wait: see track)."""
         gap = self._gap()
         with self._lock:
             waiting = [self._watched[k] for k in self._changed]
-            soonest = min(
-                (now if w.probing else w.read_s + gap for w in waiting), default=now + POLL_S
-            )
+            checking = not (self._sweeps_tracked or self._pool_refused)
+            checked = self._checked_s
+        if not waiting:
+            until = pinged + PING_S
+            if checking:
+                until = min(until, checked + CHECK_S)
+            return max(until - now, 0.0)
+        soonest = min(now if w.probing else w.read_s + gap for w in waiting)
         return min(POLL_S, max(soonest - now, last_round + ROUND_S - now, 0.0))
 
     def _read(self, reader: Link, queues: list[str]) -> None:
