@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from sweeperd.fleet.waiter import Waiter
+from sweeperd.server.calls import typed
 from tests.support.servers import RedisServer
 
 CHANNEL = b"sweeperd-test"
@@ -19,12 +20,12 @@ LONG_S = 60.0
 
 @pytest.fixture
 def subscriber(redis_server: RedisServer) -> Iterator[redis.Connection]:
-    connection = redis.Connection(port=redis_server.port, protocol=2)
-    connection.connect()
-    connection.send_command("SUBSCRIBE", CHANNEL)
+    connection: redis.Connection = typed(redis.Connection)(port=redis_server.port, protocol=2)
+    typed(connection.connect)()
+    typed(connection.send_command)("SUBSCRIBE", CHANNEL)
     assert connection.read_response() == [b"subscribe", CHANNEL, 1]
     yield connection
-    connection.disconnect()
+    typed(connection.disconnect)()
 
 
 @pytest.fixture
@@ -63,7 +64,9 @@ class TestWaiter:
         """Two messages in one read: the second is in the parser's buffer, which a select does
         not see; the wait does."""
         with r.pipeline(transaction=False) as pipe:
-            pipe.publish(CHANNEL, b"one").publish(CHANNEL, b"two").execute()
+            pipe.publish(CHANNEL, b"one")
+            pipe.publish(CHANNEL, b"two")
+            pipe.execute()
         assert waiter.wait(subscriber, LONG_S)
         assert subscriber.read_response() == [b"message", CHANNEL, b"one"]
         assert waiter.wait(subscriber, LONG_S)
