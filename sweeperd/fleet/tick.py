@@ -16,6 +16,7 @@ from sweeperd.fleet.outcome import LOADING, NOTHING, Outcome
 from sweeperd.logs import ID_CAP
 from sweeperd.reasons import Reason, SweepError
 from sweeperd.server.connection import UNREACHABLE
+from sweeperd.verb.replies import NOTHING as NOTHING_DUE
 from sweeperd.verb.replies import Call, CallResult, SweepReply
 
 if TYPE_CHECKING:
@@ -62,25 +63,28 @@ class Tick:
         except Exception as exc:
             return self.fail_all(queues, exc, now)
         done: list[tuple[QueueSettings, CallResult]] = []
+        counted: list[tuple[str, CallResult]] = []
         held: list[tuple[QueueSettings, Reason]] = []
+        loading = False
         for q, result in zip(queues, swept.results, strict=True):
-            if result.redirect is None:
-                done.append((q, result))
-            else:
-                held.append((q, result.redirect))
-        m.ledger.record_round(
-            [(q.name, r) for q, r in done], m.wall_clock(), duration_s=swept.took_s
-        )
+            if result.reply is not NOTHING_DUE:  # most calls of an idle round: no redirect
+                redirect = result.redirect
+                if redirect is not None:
+                    held.append((q, redirect))
+                    continue
+                loading = loading or _loading(result)
+            done.append((q, result))
+            counted.append((q.name, result))
+        m.ledger.record_round(counted, m.wall_clock(), duration_s=swept.took_s)
         for q, reason in held:
             m.ledger.hold(q.name, reason)
         for q, result in done:
-            if isinstance(result.reply, SweepReply) and result.expired_left:
+            if result.expired_left and isinstance(result.reply, SweepReply):
                 m.drainer.add(q, result.call.keys, result.expired_left)
         self.update_refusal(done)
         if retrack:
             self.retracked(retrack, done)
         moved = tuple(q.name for q, reason in held if reason is Reason.MOVED)
-        loading = any(_loading(r) for _, r in done)
         wake = self.arm(swept, done, [q for q, _ in held], now)
         return Outcome(restarted=swept.restarted, loading=loading, moved=moved, wake=wake)
 

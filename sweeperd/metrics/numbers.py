@@ -296,13 +296,11 @@ def _idle(result: CallResult) -> bool:
     """Tell whether a call found nothing due and took nothing: most calls, counted by
     count_idle."""
     depths = result.depths
-    return (
-        result.reply is NOTHING
-        and depths is not None
-        and depths.expired == 0
-        and depths.delay_ms is None
-        and depths.oldest_expired_ms is None
-    )
+    if result.reply is not NOTHING or depths is None:
+        return False
+    if depths.run_id is None:
+        return True  # a brief reply's (Depths.brief): nothing expired, nothing taken late
+    return depths.expired == 0 and depths.delay_ms is None and depths.oldest_expired_ms is None
 
 
 class SweepNumbers:
