@@ -24,6 +24,7 @@ from sweeperd.daemon.choosing import Chooser
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.eviction import EvictionWatch
 from sweeperd.daemon.health import HEARTBEAT_S, Health
+from sweeperd.daemon.heap import freeze_heap, tune_collector
 from sweeperd.daemon.http import MetricsServer, serve
 from sweeperd.daemon.notify import Notifier
 from sweeperd.daemon.queueset import QueueSet
@@ -78,6 +79,8 @@ class Daemon:
     notifier: Notifier = field(default_factory=Notifier.from_environ)
     metrics: Metrics = field(default_factory=lambda: Metrics(version=__version__))
     clock: Callable[[], float] = time.monotonic
+    # Called once a start or a reload is applied (run() freezes the heap there: see heap.py).
+    settled: Callable[[], None] = lambda: None
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -282,6 +285,7 @@ class Daemon:
             self._starting = False
         log.info("started", version=__version__, **s.describe())
         log_notes(s)
+        self.settled()
 
     def _start(self, s: Settings, d: DaemonSettings) -> None:
         self.fleet.start()
@@ -356,6 +360,7 @@ class Daemon:
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
         log_notes(fresh)
+        self.settled()
         # Last: the lines above still show at the level they were asked at, whatever the new one.
         configure_logging(fresh.log_format, fresh.log_level)
 
@@ -437,9 +442,13 @@ def tuning(s: Settings) -> Tuning:
 def run(settings: Settings, reload: Callable[[], Settings]) -> int:
     """Run until SIGTERM or SIGINT; SIGHUP re-reads the config file."""
     daemon = Daemon(
-        settings, reload, metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics)
+        settings,
+        reload,
+        metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics),
+        settled=freeze_heap,
     )
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    tune_collector()
     # Before start(): /healthz answers from there on, and a SIGHUP that came before its handler
     # would end the process (SIGHUP's default); one that comes during start() is read at once.
     with SignalInbox((*STOP_SIGNALS, signal.SIGHUP), daemon.interrupt_start) as signals:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 from collections.abc import Collection, Iterator
@@ -17,6 +18,7 @@ from structlog.testing import capture_logs
 from sweeperd.config.settings import ConfigError, QueueSettings, Settings, build_settings
 from sweeperd.daemon.daemon import OVERRUN_LOG_S, SWITCH_INTERVAL_S, Daemon, run
 from sweeperd.daemon.health import READY_INTERVALS
+from sweeperd.daemon.heap import YOUNG_THRESHOLD
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
 from sweeperd.daemon.schedule import TAKEOVER, plan_batches
 from sweeperd.fleet.node import Node
@@ -141,6 +143,23 @@ class TestReload:
                 "error": "interval in f must be positive",
             }
         ]
+
+    def test_an_applied_reload_settles_the_heap(
+        self, redis_server: RedisServer, clock: Clock
+    ) -> None:
+        """The daemon says it settled once per reload applied (run() freezes the heap there),
+        never for a file refused."""
+        settings = settings_for(redis_server.url)
+        settled: list[str] = []
+        applied = make(settings, clock)
+        refused = make(settings, clock, reload=ConfigError("interval in f must be positive"))
+        applied.settled = lambda: settled.append("applied")
+        refused.settled = lambda: settled.append("refused")
+        applied.apply_reload()
+        refused.apply_reload()
+        assert settled == ["applied"]
+        stopped(applied)
+        stopped(refused)
 
     def test_a_reload_that_breaks_keeps_the_daemon_running(
         self, redis_server: RedisServer, clock: Clock
@@ -350,16 +369,18 @@ class TestSignals:
         SIGHUP sent then, before its handler, would end the process (SIGHUP's default)."""
         held: dict[int, object] = {}
         wakeup: list[int] = []
+        young: list[int] = []
 
         def start(_daemon: Daemon) -> None:
             held.update({s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)})
             wakeup.append(signal.set_wakeup_fd(-1))  # read, then put back
             signal.set_wakeup_fd(wakeup[0])
             held[0] = sys.getswitchinterval()  # a wake waits for the GIL 1 ms, not 5
+            young.append(gc.get_threshold()[0])
             raise RuntimeError("stopped at start")
 
         before = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
-        switch = sys.getswitchinterval()
+        switch, threshold = sys.getswitchinterval(), gc.get_threshold()
         monkeypatch.setattr(Daemon, "start", start)
         settings = settings_for(redis_server.url)
         try:
@@ -370,9 +391,11 @@ class TestSignals:
             for number, handler in before.items():
                 signal.signal(number, handler)
             sys.setswitchinterval(switch)
+            gc.set_threshold(*threshold)
         assert getattr(held[signal.SIGHUP], "__func__", None) is Daemon.interrupt_start
         assert getattr(held[signal.SIGTERM], "__func__", None) is Daemon.interrupt_start
         assert wakeup[0] != -1  # the signals' wakeup socket: the main loop waits on it
         assert signal.set_wakeup_fd(-1) == -1  # both given back when run() ends
         assert after == before
         assert held[0] == pytest.approx(SWITCH_INTERVAL_S)
+        assert young == [YOUNG_THRESHOLD]
