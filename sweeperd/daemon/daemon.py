@@ -24,13 +24,18 @@ from sweeperd.daemon.choosing import Chooser
 from sweeperd.daemon.discovery import Discovery
 from sweeperd.daemon.eviction import EvictionWatch
 from sweeperd.daemon.health import HEARTBEAT_S, Health
-from sweeperd.daemon.heap import freeze_heap, tune_collector
 from sweeperd.daemon.http import MetricsServer, serve
 from sweeperd.daemon.notify import Notifier
 from sweeperd.daemon.queueset import QueueSet
 from sweeperd.daemon.reload import in_effect, log_notes, restart_changes
 from sweeperd.daemon.schedule import Batch, Schedule
-from sweeperd.daemon.settle import RELEASE_S, SETTLE_INTERVALS, release, settle
+from sweeperd.daemon.settle import (
+    RELEASE_S,
+    SETTLE_INTERVALS,
+    release,
+    settle,
+    tune_collector,
+)
 from sweeperd.daemon.sharing import Sharing
 from sweeperd.daemon.wakes import Wakes
 from sweeperd.fleet.fleet import Fleet, Tuning
@@ -79,8 +84,6 @@ class Daemon:
     notifier: Notifier = field(default_factory=Notifier.from_environ)
     metrics: Metrics = field(default_factory=lambda: Metrics(version=__version__))
     clock: Callable[[], float] = time.monotonic
-    # Called once a start or a reload is applied (run() freezes the heap there: see heap.py).
-    settled: Callable[[], None] = lambda: None
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -285,7 +288,6 @@ class Daemon:
             self._starting = False
         log.info("started", version=__version__, **s.describe())
         log_notes(s)
-        self.settled()
 
     def _start(self, s: Settings, d: DaemonSettings) -> None:
         self.fleet.start()
@@ -360,7 +362,6 @@ class Daemon:
         self.add_jobs()
         log.info("reloaded", **fresh.describe())
         log_notes(fresh)
-        self.settled()
         # Last: the lines above still show at the level they were asked at, whatever the new one.
         configure_logging(fresh.log_format, fresh.log_level)
 
@@ -445,7 +446,6 @@ def run(settings: Settings, reload: Callable[[], Settings]) -> int:
         settings,
         reload,
         metrics=Metrics(version=__version__, level=settings.daemon.queue_metrics),
-        settled=freeze_heap,
     )
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     tune_collector()

@@ -18,9 +18,9 @@ from structlog.testing import capture_logs
 from sweeperd.config.settings import ConfigError, QueueSettings, Settings, build_settings
 from sweeperd.daemon.daemon import OVERRUN_LOG_S, SWITCH_INTERVAL_S, Daemon, run
 from sweeperd.daemon.health import READY_INTERVALS
-from sweeperd.daemon.heap import YOUNG_THRESHOLD
 from sweeperd.daemon.queueset import DISCOVERED_TTL_S
 from sweeperd.daemon.schedule import TAKEOVER, plan_batches
+from sweeperd.daemon.settle import YOUNG_THRESHOLD
 from sweeperd.fleet.node import Node
 from sweeperd.fleet.routes import Routes
 from sweeperd.keyspace import QueueKeys
@@ -143,23 +143,6 @@ class TestReload:
                 "error": "interval in f must be positive",
             }
         ]
-
-    def test_an_applied_reload_settles_the_heap(
-        self, redis_server: RedisServer, clock: Clock
-    ) -> None:
-        """The daemon says it settled once per reload applied (run() freezes the heap there),
-        never for a file refused."""
-        settings = settings_for(redis_server.url)
-        settled: list[str] = []
-        applied = make(settings, clock)
-        refused = make(settings, clock, reload=ConfigError("interval in f must be positive"))
-        applied.settled = lambda: settled.append("applied")
-        refused.settled = lambda: settled.append("refused")
-        applied.apply_reload()
-        refused.apply_reload()
-        assert settled == ["applied"]
-        stopped(applied)
-        stopped(refused)
 
     def test_a_reload_that_breaks_keeps_the_daemon_running(
         self, redis_server: RedisServer, clock: Clock

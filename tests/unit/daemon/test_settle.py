@@ -16,7 +16,14 @@ import pytest
 import redis
 from apscheduler.triggers.date import DateTrigger
 
-from sweeperd.daemon.settle import MALLOC_TRIM, RELEASE_S, SETTLE_INTERVALS, release, settle
+from sweeperd.daemon.settle import (
+    MALLOC_TRIM,
+    RELEASE_S,
+    SETTLE_INTERVALS,
+    YOUNG_THRESHOLD,
+    release,
+    settle,
+)
 from tests.support.clock import Clock
 from tests.support.daemon_inprocess import in_process, settings_for, stopped
 from tests.support.servers import RedisServer
@@ -112,3 +119,22 @@ def test_the_release_runs_every_few_seconds(r: redis.Redis, redis_server: RedisS
         assert job.trigger.interval.total_seconds() == RELEASE_S
     finally:
         stopped(daemon)
+
+
+def test_the_young_generation_is_collected_less_often() -> None:
+    """The young threshold is raised, the older generations' stay CPython's (tried in a process
+    of its own: the test's collector is left as it is)."""
+    said = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import gc; from sweeperd.daemon.settle import tune_collector; "
+            "before = gc.get_threshold(); tune_collector(); print(*gc.get_threshold(), *before)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    young, middle, old, _, middle_before, old_before = map(int, said.stdout.split())
+    assert (young, middle, old) == (YOUNG_THRESHOLD, middle_before, old_before)
