@@ -75,7 +75,10 @@ class TestWaiter:
     def test_a_connection_killed_raises(
         self, r: redis.Redis, subscriber: redis.Connection, waiter: Waiter
     ) -> None:
-        assert r.client_kill_filter(_type="pubsub") == 1
+        sock = subscriber._sock
+        assert sock is not None
+        host, port = sock.getsockname()[:2]
+        assert r.client_kill_filter(addr=f"{host}:{port}") == 1
         with pytest.raises(redis.ConnectionError):
             waiter.wait(subscriber, LONG_S)
 
