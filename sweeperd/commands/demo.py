@@ -177,13 +177,15 @@ def run_demo(
         metrics = Metrics(version=__version__, level=settings.daemon.queue_metrics)
         daemon = Daemon(settings, lambda: settings, metrics=metrics)
         daemon.start()
-        address = f"http://{HOST}:{daemon.metrics_port or metrics_port}"
-        lease_billing(client, read_server_info(client))
-        say(
-            f"sweeping every second; billing's {BILLING} leases due in 2 to 6 s; "
-            f"metrics at {address}/metrics"
-        )
+        # Stopped however the demo ends: a server that died under it fails the demo in one line,
+        # said once the daemon's threads (which log the server down) have ended.
         try:
+            address = f"http://{HOST}:{daemon.metrics_port or metrics_port}"
+            lease_billing(client, read_server_info(client))
+            say(
+                f"sweeping every second; billing's {BILLING} leases due in 2 to 6 s; "
+                f"metrics at {address}/metrics"
+            )
             missing = show(daemon, running, client, say, seconds)
             say("summary:")
             for line in summary(daemon, client):

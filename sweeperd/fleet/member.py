@@ -210,9 +210,13 @@ class Member:
             self.listener.start()
 
     def stop(self, timeout_s: float) -> None:
-        """End its threads (the drainer's within `timeout_s`) and let its ticks' pool go."""
+        """End its threads, the drainer's and the listener's, within `timeout_s` together (what
+        they log comes before the stop returns), and let its ticks' pool go."""
+        until = time.monotonic() + timeout_s
         if self.listener is not None:
-            self.listener.stop(0)
+            self.listener.stop(0)  # told first: it ends while the drainer does
         self.drainer.stop(timeout_s)
+        if self.listener is not None:
+            self.listener.stop(max(0.0, until - time.monotonic()))
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)

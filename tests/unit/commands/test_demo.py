@@ -8,12 +8,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import redis
 
 from sweeperd.commands import throwaway
+from sweeperd.commands.demo import run_demo
 from sweeperd.commands.seeding import FLEET, TOUR_QUEUES
 from sweeperd.commands.throwaway import find_module, find_server
 from sweeperd.keyspace import QueueKeys
@@ -129,6 +131,21 @@ class TestDemo:
             (f"sweeperd: the demo's server: {refused}", f"sweeperd: the demo's server: {reset}")
         ), last
         assert "Traceback" not in err
+
+    def test_the_daemon_has_stopped_when_a_dead_server_is_said(self) -> None:
+        """The server shut down as the demo says it is seeded, in this process: the demo raises
+        the connection's failure only once its daemon has stopped, no thread of its left
+        running (one left logged the server down after the demo's last line)."""
+        before = set(threading.enumerate())
+
+        def say(line: str) -> None:
+            if " seeded: " in line:
+                with contextlib.suppress(redis.ConnectionError):
+                    redis.Redis.from_url(line.split()[1], socket_timeout=10).shutdown(nosave=True)
+
+        with pytest.raises(redis.ConnectionError):
+            run_demo(30, None, 0, say, False, port=free_port())
+        assert [t.name for t in threading.enumerate() if t not in before] == []
 
     @pytest.mark.parametrize("flag", ["--metrics-port", "--port"])
     def test_a_taken_port_is_a_bad_option_before_anything_starts(self, flag: str) -> None:
