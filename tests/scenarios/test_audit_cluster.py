@@ -201,11 +201,10 @@ class TestAuditCluster:
         paused = next(s for s in queues if f":{s.port}/" not in seed)  # the map is read
         others = [(s, k) for s, k in queues.items() if s is not paused]
         full_coverage(fresh, "no")
-        fresh.pause(paused)
         try:
-            ran = audit(fresh, "--socket-timeout", "0.5")
+            with fresh.hung(paused):
+                ran = audit(fresh, "--socket-timeout", "0.5")
         finally:
-            fresh.resume(paused)
             full_coverage(fresh, "yes")
         assert ran.code == 3, ran.err
         body = ran.json()

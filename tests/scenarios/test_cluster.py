@@ -258,15 +258,12 @@ class TestFailover:
         with daemon(tmp_path, fresh, "--queue", ",".join(queues)) as d:
             for queue in queues:
                 d.wait_swept(queue)
-            fresh.pause(hung)
-            try:
+            with fresh.hung(hung):
                 time.sleep(0.5)  # the hung primary's calls are in flight now
                 for queue in others:
                     seed(fresh, queue, 3, PAST_MS, owner=owners[queue])
                 for queue in others:
                     d.wait_value("sweeperd_recovered_total", 3, queue=queue)
-            finally:
-                fresh.resume(hung)
             assert d.stop() == 0
 
 

@@ -12,7 +12,6 @@ from typing import Self
 import redis
 
 from sweeperd.keyspace import QueueKeys
-from sweeperd.server.clusternodes import cluster_nodes
 from tests.support.helpers import PAST_MS, acl_line, run_id
 from tests.support.servers import RedisServer
 from tests.support.topologies import MASTER, Cluster, SentinelGroup, wait_for, write_leases
@@ -266,17 +265,9 @@ class ClusterScene(Scene):
         before its stopped replica is let go: a replica resumed while its primary is still
         marked failed wins an election and takes over."""
         super().revived(server)
-
-        def cleared() -> bool:
-            for node in self.live():
-                with node.client() as c:
-                    listed = cluster_nodes(c)
-                flags = next(f[2] for f in listed if f[1].split("@")[0] == server.node)
-                if "fail" in flags:
-                    return False
-            return True
-
-        wait_for(cleared, f"every node to see {server.node} up")
+        wait_for(
+            lambda: self.cluster.seen_up(server, self.live()), f"every node to see {server.node} up"
+        )
         self.resume()
 
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -16,6 +17,7 @@ import redis
 from redis.crc import key_slot
 
 from sweeperd.keyspace import QueueKeys
+from sweeperd.server.clusternodes import cluster_nodes
 from tests.support.helpers import lease
 from tests.support.servers import START_TIMEOUT_S, RedisServer, free_port, server_binary
 
@@ -268,6 +270,36 @@ class Cluster(Started):
     def resume(self, server: RedisServer) -> None:
         assert server.process is not None
         os.kill(server.process.pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def hung(self, primary: RedisServer) -> Iterator[None]:
+        """A primary SIGSTOPped where it is: its replica may not take over meanwhile. Past the
+        node timeout (a loaded machine's slow test) a failover would come, and might turn the
+        resumed primary into a replica under a later test (its FLUSHALL refused as READONLY).
+        Resumed, failovers are allowed again once every node sees it up (a replica let go
+        while its primary is still marked failed wins an election)."""
+        replica = self.replica_of(primary)
+        with replica.client() as c:
+            c.config_set("cluster-replica-no-failover", "yes")
+        self.pause(primary)
+        try:
+            yield
+        finally:
+            self.resume(primary)
+            wait_for(lambda: self.seen_up(primary), f"every node to see {primary.node} up")
+            with replica.client() as c:
+                c.config_set("cluster-replica-no-failover", "no")
+
+    def seen_up(self, server: RedisServer, asked: Sequence[RedisServer] | None = None) -> bool:
+        """Tell whether no node `asked` (every live one) marks `server` failing (fail or
+        fail?)."""
+        for node in self.live() if asked is None else asked:
+            with node.client() as c:
+                listed = cluster_nodes(c)
+            flags = next(f[2] for f in listed if f[1].split("@")[0] == server.node)
+            if "fail" in flags:
+                return False
+        return True
 
     def migrate(self, slot: int, source: RedisServer, target: RedisServer) -> None:
         """Move one slot and its keys from `source` to `target`, as redis-cli --cluster reshard
