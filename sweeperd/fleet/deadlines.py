@@ -93,9 +93,14 @@ class Deadlines:
         """Arm a round's queues as arm() arms one (queue, earliest_ms, interval_s), under one
         lock: a tick's round is hundreds of queues, most of them with nothing to wake for."""
         with self.lock:
-            heard = self.heard
+            heard, wakes = self.heard, self.wakes
             held = len(heard)
             for queue, earliest_ms, interval_s in swept:
+                if earliest_ms is None and not heard:
+                    # No lease left (most queues of an idle round): no wake, none to keep.
+                    if queue in wakes:
+                        self._drop(queue)
+                    continue
                 read_s = heard.pop(queue, None) if heard else None
                 if read_s is not None and read_s > swept_s:
                     # Kept for the sweeps still in flight since before the read.

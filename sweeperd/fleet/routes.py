@@ -48,6 +48,13 @@ class Routes:
     ) -> tuple[dict[str, list[QueueSettings]], list[QueueSettings]]:
         """Split the queues by the member that owns their slot, in their order, and return those
         none owns apart."""
+        layout = self.layout
+        if queues and layout is not None and layout.owners is None:
+            # One primary owns every slot: the batch is its whole (or nobody's), no queue looked up.
+            owner = layout.owner(0)
+            if owner is None or owner not in self.members:
+                return {}, list(queues)
+            return {owner: list(queues)}, []
         routed: dict[str, list[QueueSettings]] = {}
         unrouted: list[QueueSettings] = []
         for q in queues:

@@ -409,18 +409,23 @@ class SweepNumbers:
         with self.lock:
             n = self.node(node)
             n.durations.observe(bucket, duration_s, len(calls))
-            alone = (n,)
-            for queue, result in calls:
-                q = self.series(queue)
-                if self.full:
+            if self.full:
+                for queue, result in calls:
+                    q = self.series(queue)
                     on = q.at(node)
                     on.durations.observe(bucket, duration_s)
                     q.count((n, on), result, at)
-                elif _idle(result):
-                    n.sweeps += 1
-                    q.count_idle(at)
+                return
+            alone, kept, idle = (n,), self.queues.get, 0
+            for queue, result in calls:
+                if _idle(result):
+                    idle += 1
+                    found = kept(queue)  # a dropped queue's idle call: its node's sweep alone
+                    if found is not None:
+                        found.count_idle(at)
                 else:
-                    q.count(alone, result, at, sizes=False)
+                    self.series(queue).count(alone, result, at, sizes=False)
+            n.sweeps += idle
 
     def record_failure(self, node: str, queue: str, reason: Reason) -> None:
         """Record one verb call that failed without a reply (the node was down, or the tick

@@ -34,10 +34,12 @@ class Packed:
     with the queue's name left out (a node's calls differ in the name, seldom in the rest). A
     call is its shape joined by its name's bytes, one C call, so a round of 100,000 queues
     needs a handful of shapes, not 100,000 kept commands (30 MiB). One per node; at most
-    SHAPES_MAX shapes kept."""
+    SHAPES_MAX shapes kept of the sweeps, and as many of the probes."""
 
     def __init__(self) -> None:
         self._shapes: dict[tuple[object, ...], list[bytes] | None] = {}
+        # The probes' shapes by root and name length (most of an idle round's commands).
+        self._probes: dict[tuple[object, ...], list[bytes] | None] = {}
 
     def sweep(self, executor: Executor, call: Call) -> bytes:
         """Return the call's EVALSHA of `executor`'s sweep script."""
@@ -52,15 +54,19 @@ class Packed:
             call.listed,
             call.brief,
         )
-        return self._packed(shape, call, name, lambda c: c.args(executor), SWEEP_NAMES)
+        return self._packed(
+            self._shapes, shape, call, name, lambda c: c.args(executor), SWEEP_NAMES
+        )
 
     def probe(self, call: Call) -> bytes:
         """Return the call's probe (Call.probe_args)."""
-        name = call.keys.queue.encode()
-        return self._packed(("probe", call.keys.root, len(name)), call, name, Call.probe_args, 1)
+        queue, root = call.keys
+        name = queue.encode()
+        return self._packed(self._probes, (root, len(name)), call, name, Call.probe_args, 1)
 
+    @staticmethod
     def _packed(
-        self,
+        shapes: dict[tuple[object, ...], list[bytes] | None],
         shape: tuple[object, ...],
         call: Call,
         name: bytes,
@@ -70,16 +76,16 @@ class Packed:
         """Return the command `args` makes of `call`, from the shape's chunks where kept: the
         command cut where the queue's name goes, `names` times."""
         try:
-            chunks = self._shapes[shape]
+            chunks = shapes[shape]
         except KeyError:
-            if len(self._shapes) >= SHAPES_MAX:
-                self._shapes.clear()
-            chunks = self._shapes[shape] = _shape(args, call, len(name), names)
+            if len(shapes) >= SHAPES_MAX:
+                shapes.clear()
+            chunks = shapes[shape] = _shape(args, call, len(name), names)
         return resp(args(call)) if chunks is None else name.join(chunks)
 
     def __len__(self) -> int:
         """How many shapes are kept."""
-        return len(self._shapes)
+        return len(self._shapes) + len(self._probes)
 
 
 def _shape(

@@ -137,11 +137,14 @@ class TestRoutes:
         assert slots("q7") == slot_of(QueueKeys("q7", "jobs").active) == slot_of("x:{q7}:y")
 
     def test_one_primary_owns_every_queue_without_a_slot(self) -> None:
-        """A layout of one primary (no slot map): every queue is its, and no slot is computed nor
-        kept (100,000 of them were 6.7 MiB)."""
+        """A layout of one primary (no slot map): every queue is its (none without its member),
+        and no slot is computed nor kept (100,000 of them were 6.7 MiB)."""
         slots = Slots("emq")
         routes = Routes(Layout({"a:1": None}), slots, {"a:1"})
         assert routes.split([queue("q1"), queue("q2")]) == ({"a:1": [queue("q1"), queue("q2")]}, [])
+        assert routes.split([]) == ({}, [])
+        other = Routes(Layout({"a:1": None}), slots, {"b:1"})
+        assert other.split([queue("q1"), queue("q2")]) == ({}, [queue("q1"), queue("q2")])
         assert slots._slots == {}
 
     def test_a_slot_without_a_member_is_unrouted(self) -> None:

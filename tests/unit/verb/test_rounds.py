@@ -304,11 +304,15 @@ class TestPackedRound:
     )
     def test_any_name_and_root_pack_as_resp(self, queue: str, root: str) -> None:
         """Names of any bytes and length, and a root holding the shapes' placeholder (packed
-        whole, each time), pack as the call's RESP, on either executor, brief or not."""
+        whole, each time), pack as the call's RESP, on either executor, brief or not, and so do
+        their probes."""
         for executor in (NATIVE, SCRIPT):
             for brief in (False, True):
                 call = Call(QueueKeys(queue, root), 1, 7, 99, 10, brief=brief)
-                assert Packed().sweep(executor, call) == resp(call.args(executor))
+                packed = Packed()
+                for _ in range(2):  # packed, then from its shape (or whole again)
+                    assert packed.sweep(executor, call) == resp(call.args(executor))
+                    assert packed.probe(call) == resp(call.probe_args())
 
     def test_a_lost_sweep_script_in_a_round(self, r: redis.Redis) -> None:
         """A round whose script the server lost is loaded and sent again: each verb runs once."""
